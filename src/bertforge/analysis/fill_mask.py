@@ -1,0 +1,36 @@
+"""Fill-mask: the masked LM's top-k candidates for each mask token in a text."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from bertforge.errors import BertforgeError
+from bertforge.heads import MaskedLM
+from bertforge.tokenization import Tokenizer
+
+MASK_SPELLINGS = ("[MASK]", "<mask>")
+
+
+@dataclass
+class Candidate:
+    token: str
+    token_id: int
+    probability: float
+
+
+def fill_mask(model: MaskedLM, tokenizer: Tokenizer, text: str, top_k: int = 5) -> list[list[Candidate]]:
+    """For each mask in `text` (written [MASK] or <mask>, whatever the tokenizer calls it), the top-k tokens."""
+    for spelling in MASK_SPELLINGS:  # let users write either spelling whatever the vocabulary
+        text = text.replace(spelling, tokenizer.mask_token)
+    batch = tokenizer([text], max_length=model.config.max_position_embeddings - model.config.position_offset)
+    positions = batch["input_ids"] == tokenizer.mask_token_id
+    if not positions.any():
+        raise BertforgeError(f"no mask token in the text (write {tokenizer.mask_token} where a word is missing)")
+    model.eval()
+    with torch.inference_mode():
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], positions=positions)
+    probs = logits.float().softmax(-1)
+    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    return [[Candidate(tokenizer.convert_ids_to_tokens([i])[0], i, p)
+             for i, p in zip(ids.tolist(), ps.tolist())] for ids, ps in zip(top.indices, top.values)]

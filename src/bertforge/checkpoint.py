@@ -1,0 +1,236 @@
+"""Hugging Face-compatible checkpoint directories: config.json + model.safetensors (+ tokenizer files).
+
+Inside bertforge every model uses BERT's names (`bert.embeddings...`, `bert.encoder.layer.N...`, `cls.predictions...`,
+task heads such as `classifier`); `hf_name` translates one canonical name into a family's Hugging Face name. Loading
+walks the model's own parameters and looks each one up in the file under its HF name, so there is a single map,
+used in both directions.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bertforge.config import ModelConfig
+from bertforge.errors import BertforgeError
+
+log = logging.getLogger(__name__)
+
+FAMILY_PREFIX = {"bert": "bert", "roberta": "roberta", "albert": "albert", "distilbert": "distilbert",
+                 "electra": "electra"}
+BASE_ARCHITECTURE = {"bert": "BertModel", "roberta": "RobertaModel", "albert": "AlbertModel",
+                     "distilbert": "DistilBertModel", "electra": "ElectraModel"}
+
+# (canonical pattern, family replacement); the first match wins. Names with no match keep their canonical name.
+_LAYER = r"bert\.encoder\.layer\.(\d+)\."
+_RULES: dict[str, list[tuple[str, str]]] = {
+    "bert": [],
+    "roberta": [
+        (r"^cls\.predictions\.transform\.dense\.", "lm_head.dense."),
+        (r"^cls\.predictions\.transform\.LayerNorm\.", "lm_head.layer_norm."),
+        (r"^cls\.predictions\.bias$", "lm_head.bias"),
+        (r"^cls\.predictions\.decoder\.", "lm_head.decoder."),
+        (r"^bert\.", "roberta."),
+    ],
+    "electra": [
+        (r"^bert\.embeddings_project\.", "electra.embeddings_project."),
+        (r"^cls\.predictions\.transform\.dense\.", "generator_predictions.dense."),
+        (r"^cls\.predictions\.transform\.LayerNorm\.", "generator_predictions.LayerNorm."),
+        (r"^cls\.predictions\.bias$", "generator_lm_head.bias"),
+        (r"^cls\.predictions\.decoder\.weight$", "generator_lm_head.weight"),
+        (r"^bert\.", "electra."),
+    ],
+    "albert": [
+        (r"^bert\.embeddings_project\.", "albert.encoder.embedding_hidden_mapping_in."),
+        (_LAYER + r"attention\.self\.(query|key|value)\.", r"albert.encoder.albert_layer_groups.\1.albert_layers.0.attention.\2."),
+        (_LAYER + r"attention\.output\.dense\.", r"albert.encoder.albert_layer_groups.\1.albert_layers.0.attention.dense."),
+        (_LAYER + r"attention\.output\.LayerNorm\.", r"albert.encoder.albert_layer_groups.\1.albert_layers.0.attention.LayerNorm."),
+        (_LAYER + r"intermediate\.dense\.", r"albert.encoder.albert_layer_groups.\1.albert_layers.0.ffn."),
+        (_LAYER + r"output\.dense\.", r"albert.encoder.albert_layer_groups.\1.albert_layers.0.ffn_output."),
+        (_LAYER + r"output\.LayerNorm\.", r"albert.encoder.albert_layer_groups.\1.albert_layers.0.full_layer_layer_norm."),
+        (r"^bert\.pooler\.dense\.", "albert.pooler."),
+        (r"^cls\.predictions\.transform\.dense\.", "predictions.dense."),
+        (r"^cls\.predictions\.transform\.LayerNorm\.", "predictions.LayerNorm."),
+        (r"^cls\.predictions\.", "predictions."),
+        (r"^cls\.seq_relationship\.", "sop_classifier.classifier."),
+        (r"^bert\.", "albert."),
+    ],
+    "distilbert": [
+        (_LAYER + r"attention\.self\.query\.", r"distilbert.transformer.layer.\1.attention.q_lin."),
+        (_LAYER + r"attention\.self\.key\.", r"distilbert.transformer.layer.\1.attention.k_lin."),
+        (_LAYER + r"attention\.self\.value\.", r"distilbert.transformer.layer.\1.attention.v_lin."),
+        (_LAYER + r"attention\.output\.dense\.", r"distilbert.transformer.layer.\1.attention.out_lin."),
+        (_LAYER + r"attention\.output\.LayerNorm\.", r"distilbert.transformer.layer.\1.sa_layer_norm."),
+        (_LAYER + r"intermediate\.dense\.", r"distilbert.transformer.layer.\1.ffn.lin1."),
+        (_LAYER + r"output\.dense\.", r"distilbert.transformer.layer.\1.ffn.lin2."),
+        (_LAYER + r"output\.LayerNorm\.", r"distilbert.transformer.layer.\1.output_layer_norm."),
+        (r"^cls\.predictions\.transform\.dense\.", "vocab_transform."),
+        (r"^cls\.predictions\.transform\.LayerNorm\.", "vocab_layer_norm."),
+        (r"^cls\.predictions\.bias$", "vocab_projector.bias"),
+        (r"^cls\.predictions\.decoder\.weight$", "vocab_projector.weight"),
+        (r"^bert\.", "distilbert."),
+    ],
+}
+_COMPILED = {fam: [(re.compile(p), r) for p, r in rules] for fam, rules in _RULES.items()}
+# Weights every family ties to another tensor; checkpoints store them once (under the embedding / bias).
+_TIED = re.compile(r"^cls\.predictions\.decoder\.(weight|bias)$")
+
+
+def hf_name(canonical: str, cfg: ModelConfig) -> str:
+    """Translate a canonical (BERT-named, `bert.`-prefixed) parameter name to cfg's family naming."""
+    if cfg.model_type == "albert" and cfg.share_layers == "all":
+        canonical = re.sub(_LAYER, "bert.encoder.layer.0.", canonical)  # every layer is group 0
+    for pattern, repl in _COMPILED[cfg.model_type]:
+        if pattern.search(canonical):
+            return pattern.sub(repl, canonical, count=1)
+    return canonical
+
+
+def _canonical_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state under canonical names: a bare Encoder gets the `bert.` prefix a wrapper would give it."""
+    from bertforge.model import Encoder
+    prefix = "bert." if isinstance(model, Encoder) else ""
+    return {prefix + k: v for k, v in model.state_dict().items()}
+
+
+# ---- saving ------------------------------------------------------------------------------------------------------
+def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
+    """Call write(tmp_path) for a temporary file beside `path`, then rename it over `path` (never half-written)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    def write(tmp: str) -> None:
+        Path(tmp).write_text(text, encoding="utf-8")
+    atomic_write(path, write)
+
+
+def hf_state_dict(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """The tensors to save, under the family's HF names; tied weights once; shared layers as HF expects them."""
+    from bertforge.model import Encoder
+    strip = FAMILY_PREFIX[cfg.model_type] + "." if isinstance(model, Encoder) else None
+    out: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in _canonical_state(model).items():
+        if _TIED.match(name):
+            continue
+        key = hf_name(name, cfg)
+        if strip and key.startswith(strip):  # a bare encoder saves as BertModel does: no prefix
+            key = key[len(strip):]
+        if key in out:  # ALBERT all-shared: layers 1..L-1 are group 0 again
+            continue
+        tensor = tensor.detach().cpu().contiguous()
+        if tensor.data_ptr() in seen:  # partially shared layers: safetensors stores each tensor on its own
+            tensor = tensor.clone()
+        seen.add(tensor.data_ptr())
+        out[key] = tensor
+    return out
+
+
+def save_pretrained(model: nn.Module, path: str | Path, cfg: ModelConfig, architecture: str | None = None,
+                    tokenizer: Any = None, extra_config: dict[str, Any] | None = None) -> Path:
+    """Write an HF-compatible directory; every file is written to a temporary name, then renamed."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = hf_state_dict(model, cfg)
+    atomic_write(path / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+    config = cfg.to_hf_dict([architecture or BASE_ARCHITECTURE[cfg.model_type]])
+    config.update(extra_config or {})
+    atomic_write_text(path / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    return path
+
+
+# ---- loading -----------------------------------------------------------------------------------------------------
+def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], Path]:
+    """Tensors of a checkpoint directory (model.safetensors, else pytorch_model.bin read with weights_only)."""
+    path = Path(path)
+    st, pt = path / "model.safetensors", path / "pytorch_model.bin"
+    if st.is_file():
+        try:
+            state = load_file(str(st))
+        except (SafetensorError, OSError, ValueError) as err:
+            raise BertforgeError(f"{st}: not a readable safetensors file ({err})") from None
+        source = st
+    elif pt.is_file():
+        try:
+            state = torch.load(pt, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file for the user
+            raise BertforgeError(f"{pt}: cannot be read safely with weights_only=True ({err})") from None
+        source = pt
+    else:
+        raise BertforgeError(f"{path}: no model.safetensors or pytorch_model.bin")
+    # Legacy TF-converted checkpoints name LayerNorm parameters gamma / beta.
+    fixed = {}
+    for k, v in state.items():
+        k = re.sub(r"\.gamma$", ".weight", k) if "LayerNorm" in k or "layer_norm" in k else k
+        k = re.sub(r"\.beta$", ".bias", k) if "LayerNorm" in k or "layer_norm" in k else k
+        fixed[k] = v
+    return fixed, source
+
+
+def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] = ()) -> list[str]:
+    """Load a checkpoint directory into `model` (an Encoder or a wrapper whose encoder is `.bert`).
+
+    Encoder tensors must all be present (the pooler may be absent: it stays freshly initialised, as in HF);
+    head tensors that are absent stay initialised and are returned, unless their prefix is in `require`.
+    Shapes must match the config. Returns the canonical names that were not found in the file.
+    """
+    state, source = read_state_dict(path)
+    cfg: ModelConfig = getattr(model, "config", None) or ModelConfig.from_file(path)
+    family = FAMILY_PREFIX[cfg.model_type] + "."
+    own = _canonical_state(model)
+    loaded: dict[str, torch.Tensor] = {}
+    missing: list[str] = []
+    for name, param in own.items():
+        if _TIED.match(name):
+            continue
+        key = hf_name(name, cfg)
+        if key not in state and key.startswith(family) and key[len(family):] in state:
+            key = key[len(family):]  # a bare BertModel-style file (no family prefix)
+        if key not in state:
+            missing.append(name)
+            continue
+        tensor = state[key]
+        if tuple(tensor.shape) != tuple(param.shape):
+            raise BertforgeError(f"{source}: tensor {key!r} has shape {tuple(tensor.shape)}, "
+                                 f"the config expects {tuple(param.shape)}")
+        loaded[name] = tensor
+    for name in missing:
+        if name.startswith("bert.") and not name.startswith("bert.pooler."):
+            raise BertforgeError(f"{source}: tensor {hf_name(name, cfg)!r} is missing (needed by the encoder)")
+        for prefix in require:
+            if name.startswith(prefix):
+                raise BertforgeError(f"{source}: tensor {hf_name(name, cfg)!r} is missing "
+                                     f"(this command needs the {prefix.rstrip('.')} head)")
+    if missing:
+        log.info("%s: not in the checkpoint, left initialised: %s", source, ", ".join(missing))
+    from bertforge.model import Encoder
+    strip = "bert." if isinstance(model, Encoder) else ""
+    with torch.no_grad():
+        params = dict(model.state_dict(keep_vars=True))
+        for name, tensor in loaded.items():
+            params[name[len(strip):]].copy_(tensor.to(params[name[len(strip):]].dtype))
+    return missing

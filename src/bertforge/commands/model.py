@@ -1,0 +1,99 @@
+"""`bertforge info DIR` and `bertforge fill-mask --model DIR "text with [MASK]"`."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from bertforge.errors import BertforgeError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="describe a checkpoint directory (architecture, parameters, vocabulary)",
+                       description="Describe a checkpoint directory: architecture, parameter count, vocabulary.")
+    p.add_argument("model", metavar="DIR", help="checkpoint directory (bertforge or Hugging Face layout)")
+    p.add_argument("--json", action="store_true", help="print the description as JSON")
+    p.set_defaults(func=info)
+
+    p = sub.add_parser("fill-mask", help="top-k predictions for each [MASK] in a text",
+                       description="Print the masked LM's top-k candidates (with probabilities) for each mask.")
+    p.add_argument("text", help='text with one or more masks, e.g. "Paris is the [MASK] of France."')
+    p.add_argument("--model", required=True, metavar="DIR", help="checkpoint with an MLM head")
+    p.add_argument("--top-k", type=int, default=5, help="candidates per mask (default 5)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=fill_mask_command)
+
+
+def describe(path: str | Path) -> dict:
+    """What a checkpoint is, read from config.json, the safetensors header and the tokenizer files."""
+    from safetensors import safe_open
+
+    from bertforge.checkpoint import read_state_dict
+    from bertforge.config import ModelConfig
+    from bertforge.tokenization import Tokenizer
+
+    path = Path(path)
+    if not path.is_dir():
+        raise BertforgeError(f"{path}: not a directory")
+    cfg = ModelConfig.from_file(path)
+    raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    st = path / "model.safetensors"
+    if st.is_file():  # count parameters from the header: no need to load the weights
+        try:
+            with safe_open(str(st), "pt") as f:
+                n_params = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+        except Exception as err:  # noqa: BLE001 - a damaged file is the user's to know about
+            raise BertforgeError(f"{st}: not a readable safetensors file ({err})") from None
+    else:
+        n_params = sum(t.numel() for t in read_state_dict(path)[0].values())
+    try:
+        tok = Tokenizer.from_pretrained(path)
+        tokenizer = {"kind": tok.kind, "vocab_size": tok.vocab_size, "lowercase": tok.do_lower_case}
+    except BertforgeError as err:
+        tokenizer = {"error": str(err)}
+    return {
+        "path": str(path), "model_type": cfg.model_type, "architectures": raw.get("architectures"),
+        "layers": cfg.num_hidden_layers, "hidden_size": cfg.hidden_size, "heads": cfg.num_attention_heads,
+        "intermediate_size": cfg.intermediate_size, "embedding_size": cfg.embedding_size,
+        "share_layers": cfg.share_layers, "max_positions": cfg.max_position_embeddings,
+        "vocab_size": cfg.vocab_size, "parameters": n_params, "tokenizer": tokenizer,
+        "labels": raw.get("id2label") if raw.get("bertforge_task") or raw.get("problem_type") else None,
+    }
+
+
+def info(args: argparse.Namespace) -> int:
+    d = describe(args.model)
+    if args.json:
+        print(json.dumps(d, indent=2))
+        return 0
+    arch = ", ".join(d["architectures"] or []) or "-"
+    print(f"{d['path']}: {d['model_type']} ({arch})")
+    print(f"  layers {d['layers']}  hidden {d['hidden_size']}  heads {d['heads']}  ffn {d['intermediate_size']}"
+          f"  embedding {d['embedding_size']}  sharing {d['share_layers']}  positions {d['max_positions']}")
+    print(f"  parameters {d['parameters']:,} ({d['parameters'] / 1e6:.1f}M)")
+    t = d["tokenizer"]
+    print(f"  vocabulary {d['vocab_size']:,}; tokenizer "
+          + (f"{t['kind']} ({t['vocab_size']:,} tokens, lowercase={t['lowercase']})" if "kind" in t
+             else f"missing: {t['error']}"))
+    if d["labels"]:
+        print(f"  labels {d['labels']}")
+    return 0
+
+
+def fill_mask_command(args: argparse.Namespace) -> int:
+    from bertforge.analysis.fill_mask import fill_mask
+    from bertforge.heads import MaskedLM
+    from bertforge.tokenization import Tokenizer
+
+    tokenizer = Tokenizer.from_pretrained(args.model)
+    model = MaskedLM.from_pretrained(args.model)
+    results = fill_mask(model, tokenizer, args.text, args.top_k)
+    if args.json:
+        print(json.dumps([[c.__dict__ for c in cands] for cands in results], indent=2))
+        return 0
+    for i, cands in enumerate(results, 1):
+        print(f"mask {i}:")
+        for c in cands:
+            print(f"  {c.token:<20} {c.probability:.4f}")
+    return 0

@@ -1,0 +1,160 @@
+"""Pretraining heads on top of the encoder, with Hugging Face's BERT names.
+
+The MLM head projects to the vocabulary only at the positions it is given: in a small model the vocabulary
+projection (H x 30k) costs more than the whole encoder, and only ~15% of positions carry a label.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.config import ModelConfig
+from bertforge.model import Encoder, activation
+
+
+class LMTransform(nn.Module):
+    """dense (H -> E) -> activation -> LayerNorm(E), before the tied vocabulary projection."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.embedding_size)
+        # RoBERTa's lm_head and ELECTRA's generator hard-code erf GELU; BERT / ALBERT / DistilBERT use hidden_act.
+        self.act = activation("gelu" if cfg.model_type in ("roberta", "electra") else cfg.hidden_act)
+        self.LayerNorm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.act(self.dense(x)))
+
+
+class MaskedLMHead(nn.Module):
+    def __init__(self, cfg: ModelConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.transform = LMTransform(cfg)
+        self.decoder = nn.Linear(cfg.embedding_size, cfg.vocab_size, bias=False)
+        self.decoder.weight = word_embeddings.weight  # tied, as in every BERT-family checkpoint
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        nn.init.normal_(self.transform.dense.weight, 0.0, cfg.initializer_range)
+        nn.init.zeros_(self.transform.dense.bias)
+
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [N, V] at the True entries of the bool mask `positions` [B, T]; [B, T, V] when it is None."""
+        if positions is not None:
+            hidden = hidden[positions]
+        return F.linear(self.transform(hidden), self.decoder.weight, self.bias)
+
+
+class SentenceRelationHead(nn.Linear):
+    """Two-way classifier on the pooled [CLS] output: NSP (0 = IsNext) or SOP (0 = in order)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg.hidden_size, 2)
+        nn.init.normal_(self.weight, 0.0, cfg.initializer_range)
+        nn.init.zeros_(self.bias)
+
+
+class ReplacedTokenHead(nn.Module):
+    """ELECTRA's discriminator: one logit per token, > 0 meaning 'replaced'."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.act = activation(cfg.hidden_act)
+        self.dense_prediction = nn.Linear(cfg.hidden_size, 1)
+        for lin in (self.dense, self.dense_prediction):
+            nn.init.normal_(lin.weight, 0.0, cfg.initializer_range)
+            nn.init.zeros_(lin.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.dense_prediction(self.act(self.dense(hidden))).squeeze(-1)
+
+
+class PreTrainingHeads(nn.Module):
+    """HF's `cls` module: `cls.predictions` (MLM) and, for NSP/SOP, `cls.seq_relationship`."""
+
+    def __init__(self, cfg: ModelConfig, word_embeddings: nn.Embedding, sentence_relation: bool):
+        super().__init__()
+        self.predictions = MaskedLMHead(cfg, word_embeddings)
+        self.seq_relationship = SentenceRelationHead(cfg) if sentence_relation else None
+
+
+class MaskedLM(nn.Module):
+    """Encoder + MLM head: what fill-mask and MLM evaluation need (BertForMaskedLM layout)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg = cfg.replace(use_pooler=False)  # *ForMaskedLM checkpoints carry no pooler
+        self.config = cfg
+        self.bert = Encoder(cfg)
+        self.cls = PreTrainingHeads(cfg, self.bert.embeddings.word_embeddings, sentence_relation=False)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, positions=None) -> torch.Tensor:
+        hidden = self.bert(input_ids, attention_mask, token_type_ids).last_hidden_state
+        return self.cls.predictions(hidden, positions)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> "MaskedLM":
+        from bertforge.checkpoint import load_pretrained
+        model = cls(ModelConfig.from_file(path))
+        load_pretrained(model, path, require=("cls.predictions.",))
+        return model.eval()
+
+    def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
+        from bertforge.checkpoint import save_pretrained
+        save_pretrained(self, path, self.config, architecture=ARCHITECTURES[("mlm", self.config.model_type)],
+                        tokenizer=tokenizer)
+
+
+class PreTrainingModel(nn.Module):
+    """Encoder + MLM head + optional NSP/SOP head (BertForPreTraining / AlbertForPreTraining layout).
+
+    Returns raw logits; the objectives (losses, masking) live in `bertforge.pretrain`.
+    """
+
+    def __init__(self, cfg: ModelConfig, sentence_relation: bool = True):
+        super().__init__()
+        self.config = cfg
+        self.bert = Encoder(cfg)
+        self.cls = PreTrainingHeads(cfg, self.bert.embeddings.word_embeddings, sentence_relation)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, positions=None):
+        out = self.bert(input_ids, attention_mask, token_type_ids)
+        mlm = self.cls.predictions(out.last_hidden_state, positions)
+        rel = (self.cls.seq_relationship(out.pooler_output)
+               if self.cls.seq_relationship is not None and out.pooler_output is not None else None)
+        return mlm, rel
+
+    def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
+        from bertforge.checkpoint import save_pretrained
+        kind = "pretraining" if self.cls.seq_relationship is not None else "mlm"
+        save_pretrained(self, path, self.config, architecture=ARCHITECTURES[(kind, self.config.model_type)],
+                        tokenizer=tokenizer)
+
+
+class ReplacedTokenDetector(nn.Module):
+    """ELECTRA discriminator: encoder + per-token replaced/original logit (ElectraForPreTraining layout)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.bert = Encoder(cfg)
+        self.discriminator_predictions = ReplacedTokenHead(cfg)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        hidden = self.bert(input_ids, attention_mask, token_type_ids).last_hidden_state
+        return self.discriminator_predictions(hidden)
+
+    def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
+        from bertforge.checkpoint import save_pretrained
+        save_pretrained(self, path, self.config, architecture="ElectraForPreTraining", tokenizer=tokenizer)
+
+
+# The transformers class that loads each wrapper, per family.
+ARCHITECTURES = {
+    ("mlm", "bert"): "BertForMaskedLM", ("mlm", "roberta"): "RobertaForMaskedLM",
+    ("mlm", "albert"): "AlbertForMaskedLM", ("mlm", "distilbert"): "DistilBertForMaskedLM",
+    ("mlm", "electra"): "ElectraForMaskedLM",
+    ("pretraining", "bert"): "BertForPreTraining", ("pretraining", "albert"): "AlbertForPreTraining",
+}

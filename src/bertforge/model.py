@@ -1,0 +1,223 @@
+"""The one Transformer encoder behind BERT, RoBERTa, ALBERT, DistilBERT and ELECTRA.
+
+Module names follow Hugging Face's `modeling_bert.py` (embeddings.word_embeddings,
+encoder.layer.N.attention.self.query, ...) so a BERT checkpoint maps one-to-one; the other families' names are
+translated in `bertforge.checkpoint`. Post-LN blocks: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.config import ModelConfig
+
+
+def activation(name: str):
+    """BERT's 'gelu' is the exact erf form; ALBERT's 'gelu_new' is the tanh approximation."""
+    name = name.lower()
+    if name == "gelu":
+        return F.gelu
+    if name in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu
+    if name in ("silu", "swish"):
+        return F.silu
+    raise ValueError(f"unsupported hidden_act {name!r}")
+
+
+@dataclass
+class EncoderOutput:
+    last_hidden_state: torch.Tensor                      # [B, T, H]
+    pooler_output: torch.Tensor | None = None            # [B, H]
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # L+1 x [B, T, H], embeddings first
+    attentions: tuple[torch.Tensor, ...] | None = None     # L x [B, heads, T, T]
+
+
+class Embeddings(nn.Module):
+    """Word + learned absolute position (+ token type) embeddings, then LayerNorm and dropout (size E)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        e = cfg.embedding_size
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, e, padding_idx=cfg.pad_token_id)
+        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, e)
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, e) if cfg.type_vocab_size > 0 else None
+        self.LayerNorm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.position_offset = cfg.position_offset
+        self.pad_token_id = cfg.pad_token_id
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if position_ids is None:
+            if self.position_offset:  # RoBERTa: real tokens count from padding_idx + 1, padding sits at padding_idx
+                not_pad = input_ids.ne(self.pad_token_id).long()
+                position_ids = torch.cumsum(not_pad, dim=1) * not_pad + self.pad_token_id
+            else:
+                position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            x = x + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.LayerNorm(x))
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h = cfg.hidden_size
+        self.query, self.key, self.value = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
+        self.n_heads, self.head_dim = cfg.num_attention_heads, cfg.head_dim
+        self.dropout_p = cfg.attention_probs_dropout_prob
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, eager: bool):
+        B, T, H = x.shape
+        q, k, v = (proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+                   for proj in (self.query, self.key, self.value))
+        p = self.dropout_p if self.training else 0.0
+        if eager:  # reference path: materialises the probabilities for analysis and tests
+            scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            probs = scores.softmax(dim=-1)
+            ctx = F.dropout(probs, p, self.training) @ v
+        else:
+            probs = None
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        return ctx.transpose(1, 2).reshape(B, T, H), probs
+
+
+class AddNorm(nn.Module):
+    """dense -> dropout -> residual add -> LayerNorm (HF's BertSelfOutput / BertOutput)."""
+
+    def __init__(self, d_in: int, cfg: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(d_in, cfg.hidden_size)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self = SelfAttention(cfg)
+        self.output = AddNorm(cfg.hidden_size, cfg)
+
+    def forward(self, x, mask, eager):
+        ctx, probs = self.self(x, mask, eager)
+        return self.output(ctx, x), probs
+
+
+class Intermediate(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.act = activation(cfg.hidden_act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attention = Attention(cfg)
+        self.intermediate = Intermediate(cfg)
+        self.output = AddNorm(cfg.intermediate_size, cfg)
+
+    def forward(self, x, mask, eager):
+        x, probs = self.attention(x, mask, eager)
+        return self.output(self.intermediate(x), x), probs
+
+
+class LayerStack(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        layers = [Layer(cfg) for _ in range(cfg.num_hidden_layers)]
+        # Cross-layer sharing (ALBERT) ties modules by identity: state_dict() still lists every layer, which keeps
+        # the Hugging Face layout, while named_parameters() (and so the optimiser) sees each tensor once.
+        for layer in layers[1:]:
+            if cfg.share_layers in ("all", "attention"):
+                layer.attention = layers[0].attention
+            if cfg.share_layers in ("all", "ffn"):
+                layer.intermediate, layer.output = layers[0].intermediate, layers[0].output
+        self.layer = nn.ModuleList(layers)
+
+
+class Pooler(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.embeddings = Embeddings(cfg)
+        # Factorised embeddings (ALBERT, ELECTRA): a small E projected up to H.
+        self.embeddings_project = (nn.Linear(cfg.embedding_size, cfg.hidden_size)
+                                   if cfg.embedding_size != cfg.hidden_size else None)
+        self.encoder = LayerStack(cfg)
+        self.pooler = Pooler(cfg) if cfg.use_pooler else None
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, 0.0, std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, 0.0, std)
+            if module.padding_idx is not None:
+                module.weight.data[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False) -> EncoderOutput:
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)
+        # Boolean mask [B, 1, 1, T]: True where a key may be attended to. None when nothing is padded.
+        mask = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            mask = attention_mask[:, None, None, :].bool()
+        hidden, attentions = [x], []
+        for layer in self.encoder.layer:
+            x, probs = layer(x, mask, eager=output_attentions)
+            hidden.append(x)
+            attentions.append(probs)
+        pooled = self.pooler(x) if self.pooler is not None else None
+        return EncoderOutput(x, pooled, tuple(hidden) if output_hidden_states else None,
+                             tuple(attentions) if output_attentions else None)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> "Encoder":
+        from bertforge.checkpoint import load_pretrained
+        model = cls(ModelConfig.from_file(path))
+        load_pretrained(model, path)
+        return model.eval()
+
+    def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
+        from bertforge.checkpoint import save_pretrained
+        save_pretrained(self, path, self.config, tokenizer=tokenizer)

@@ -1,0 +1,53 @@
+"""DistilBERT's student initialisation: keep the teacher's embeddings and one layer out of two.
+
+Sanh et al. (2019): the student has the teacher's width, half its depth, no token-type embeddings and no pooler,
+and starts from the teacher's weights "by taking one layer out of two". The MLM head is copied too when the
+teacher has one, so the student starts as a working masked LM.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from bertforge.config import ModelConfig
+from bertforge.errors import BertforgeError
+from bertforge.heads import MaskedLM
+from bertforge.model import Encoder
+
+
+def student_from_teacher(teacher: nn.Module, layers: Sequence[int] | None = None) -> MaskedLM:
+    """A DistilBERT-shaped MaskedLM initialised from `teacher` (an Encoder or a wrapper with `.bert`).
+
+    `layers` picks the teacher layers to keep (default: every other one, 0, 2, 4, ...).
+    """
+    t_enc: Encoder = teacher if isinstance(teacher, Encoder) else teacher.bert
+    t_cfg = t_enc.config
+    if t_cfg.embedding_size != t_cfg.hidden_size or t_cfg.share_layers != "none":
+        raise BertforgeError("a DistilBERT student needs a teacher with unfactorised embeddings and unshared layers")
+    keep = list(layers) if layers is not None else list(range(0, t_cfg.num_hidden_layers, 2))
+    if not keep or any(not 0 <= i < t_cfg.num_hidden_layers for i in keep):
+        raise BertforgeError(f"layers {keep} are not all within the teacher's {t_cfg.num_hidden_layers} layers")
+    cfg = ModelConfig(model_type="distilbert", vocab_size=t_cfg.vocab_size, hidden_size=t_cfg.hidden_size,
+                      num_hidden_layers=len(keep), num_attention_heads=t_cfg.num_attention_heads,
+                      intermediate_size=t_cfg.intermediate_size, hidden_act=t_cfg.hidden_act,
+                      hidden_dropout_prob=t_cfg.hidden_dropout_prob,
+                      attention_probs_dropout_prob=t_cfg.attention_probs_dropout_prob,
+                      max_position_embeddings=t_cfg.max_position_embeddings, type_vocab_size=0,
+                      initializer_range=t_cfg.initializer_range, layer_norm_eps=t_cfg.layer_norm_eps,
+                      pad_token_id=t_cfg.pad_token_id, use_pooler=False)
+    student = MaskedLM(cfg)
+    s_enc = student.bert
+    with torch.no_grad():
+        emb_t, emb_s = t_enc.embeddings, s_enc.embeddings
+        emb_s.word_embeddings.weight.copy_(emb_t.word_embeddings.weight)
+        emb_s.position_embeddings.weight.copy_(emb_t.position_embeddings.weight)
+        emb_s.LayerNorm.load_state_dict(emb_t.LayerNorm.state_dict())
+        for s_layer, t_index in zip(s_enc.encoder.layer, keep):
+            s_layer.load_state_dict(t_enc.encoder.layer[t_index].state_dict())
+        head = getattr(getattr(teacher, "cls", None), "predictions", None)
+        if head is not None:
+            student.cls.predictions.transform.load_state_dict(head.transform.state_dict())
+            student.cls.predictions.bias.copy_(head.bias)
+    return student

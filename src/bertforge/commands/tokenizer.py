@@ -1,0 +1,47 @@
+"""`bertforge tokenizer train`: train a WordPiece / byte-level BPE / Unigram tokenizer on text files."""
+from __future__ import annotations
+
+import argparse
+import time
+
+from bertforge.tokenization import KINDS, Tokenizer, corpus_files
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("tokenizer", help="train tokenizers",
+                                   description="Train tokenizers for the BERT family.")
+    verbs = parser.add_subparsers(dest="tokenizer_command", metavar="VERB")
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+    train = verbs.add_parser(
+        "train", help="train a tokenizer on text files",
+        description="Train a tokenizer on plain text (.txt or .txt.gz; Project Gutenberg header/footer lines are "
+                    "skipped) and save it in the Hugging Face layout (tokenizer.json, tokenizer_config.json, "
+                    "special_tokens_map.json, and vocab.txt for WordPiece).",
+        epilog="kinds: wordpiece = BERT (## continuation, [CLS]/[SEP]/[MASK]); bpe = RoBERTa byte-level BPE "
+               "(<s>/</s>/<mask>, always cased); unigram = ALBERT (▁ word starts).")
+    train.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
+                       help="text files, folders (every .txt/.txt.gz inside) or glob patterns")
+    train.add_argument("--kind", choices=KINDS, default="wordpiece", help="tokenizer model (default: wordpiece)")
+    train.add_argument("--vocab-size", type=int, default=30522, metavar="N", help="vocabulary size (default: 30522)")
+    train.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer to")
+    train.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
+                       help="lower-case and strip accents (wordpiece, unigram; default: on; bpe is always cased)")
+    train.add_argument("--min-frequency", type=int, default=2, metavar="N",
+                       help="minimum pair/word frequency for a merge (wordpiece, bpe; default: 2)")
+    train.add_argument("--model-max-length", type=int, default=512, metavar="N",
+                       help="model_max_length written to tokenizer_config.json (default: 512)")
+    train.set_defaults(func=run_train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Train, save and print a one-line summary."""
+    start = time.perf_counter()
+    files = corpus_files(args.corpus)
+    tok = Tokenizer.train(files, kind=args.kind, vocab_size=args.vocab_size, lowercase=args.lowercase,
+                          min_frequency=args.min_frequency, show_progress=True,
+                          model_max_length=args.model_max_length)
+    tok.save_pretrained(args.out)
+    seconds = time.perf_counter() - start
+    print(f"trained {args.kind} tokenizer: vocab {tok.vocab_size}, {len(files)} file(s), {seconds:.1f} s -> {args.out}")
+    return 0

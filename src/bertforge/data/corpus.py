@@ -1,0 +1,357 @@
+"""Read raw text corpora into documents and sentences.
+
+Inputs: ``.txt`` / ``.txt.gz`` (documents separated by blank lines, or one per file) and ``.jsonl`` /
+``.jsonl.gz`` (one document per record, field ``text``); folders are searched recursively, globs expanded.
+Project Gutenberg headers and footers are dropped. Bad input never crashes the reader: binary files are
+skipped, invalid UTF-8 is replaced, huge lines are read in bounded chunks, and each problem is reported as one
+``file:line: ...`` warning through ``logging`` (logger ``bertforge.data``) and ``warnings``.
+"""
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import logging
+import os
+import re
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from bertforge.errors import BertforgeError
+
+log = logging.getLogger("bertforge.data")
+
+TEXT_SUFFIXES = (".txt", ".txt.gz")
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz")
+MAX_LINE_BYTES = 1 << 20          # longer lines are read (and split) in chunks of this size
+MAX_JSONL_LINE_BYTES = 64 << 20   # a jsonl record cannot be chunked (it must parse); bigger ones are skipped
+MAX_DOC_CHARS = 8 << 20           # a "document" this long is flushed early, so one huge line cannot fill memory
+MAX_SENTENCE_CHARS = 10_000       # sentences are cut at whitespace beyond this (no real sentence is this long)
+_SNIFF_BYTES = 8192
+_MAX_WARNINGS_PER_FILE = 5
+
+_GUTENBERG_START = re.compile(r"^\s*\*{3}\s*START OF (?:THE |THIS )?PROJECT GUTENBERG", re.IGNORECASE)
+_GUTENBERG_END = re.compile(r"^\s*(?:\*{3}\s*END OF (?:THE |THIS )?|END OF (?:THE )?)PROJECT GUTENBERG",
+                            re.IGNORECASE)
+_GUTENBERG_HEADER_LINES = 1000    # the START marker is looked for in this many leading lines (and chars) only
+_GUTENBERG_HEADER_CHARS = 1 << 18
+
+
+def warn(message: str) -> None:
+    """Report a data problem once, on one line, through both logging and warnings."""
+    log.warning(message)
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document: paragraphs joined by blank lines ("\\n\\n"), lines inside a paragraph joined by spaces."""
+
+    text: str
+    source: str
+    line: int  # 1-based line of the document's first line in `source`
+
+
+# ---------------------------------------------------------------------------------------------- file discovery
+
+def _kind(path: Path) -> str:
+    return "jsonl" if path.name.lower().endswith(JSONL_SUFFIXES) else "text"
+
+
+def find_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]:
+    """Expand files, folders (recursive; .txt/.txt.gz/.jsonl/.jsonl.gz) and globs into a sorted, de-duplicated list.
+
+    An explicitly named file is read whatever its suffix (as jsonl if it ends in .jsonl[.gz], else as text).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found += sorted(f for f in p.rglob("*") if f.is_file() and f.name.lower().endswith(TEXT_SUFFIXES + JSONL_SUFFIXES))
+        elif p.is_file():
+            found.append(p)
+        elif glob.has_magic(str(raw)):
+            matches = sorted(Path(m) for m in glob.glob(str(raw), recursive=True))
+            found += [m for m in matches if m.is_file()]
+            found += [f for m in matches if m.is_dir() for f in find_files([m])]
+        else:
+            raise BertforgeError(f"{raw}: no such file or folder")
+    seen: set[Path] = set()
+    unique = []
+    for f in found:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
+
+
+# ---------------------------------------------------------------------------------------------- robust line reader
+
+def _open(path: Path) -> BinaryIO:
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+
+
+def _sniff(path: Path) -> str | None:
+    """Why `path` is not text (None if it looks like text): NUL bytes or mostly undecodable bytes up front."""
+    with _open(path) as fh:
+        head = fh.read(_SNIFF_BYTES)
+    if b"\x00" in head:
+        return "binary file (NUL bytes)"
+    text = head.decode("utf-8", errors="replace")
+    if head and text.count("\ufffd") > 0.3 * len(text):
+        return "binary file (not UTF-8 text)"
+    return None
+
+
+def _cut_point(chunk: bytes) -> int:
+    """Where to split a chunk of an over-long line: after the last whitespace in its tail, else on a UTF-8
+    character boundary, so that neither a word nor a multi-byte character is split across chunks."""
+    tail_start = len(chunk) - max(1, len(chunk) // 16)
+    ws = max(chunk.rfind(b" ", tail_start), chunk.rfind(b"\t", tail_start))
+    if ws > 0:
+        return ws + 1
+    cut = len(chunk)
+    while cut > len(chunk) - 3 and cut > 1 and (chunk[cut - 1] & 0xC0) == 0x80:  # back over continuation bytes
+        cut -= 1
+    if chunk[cut - 1] >= 0xC0:  # ... and over the lead byte of the (possibly split) last character
+        cut -= 1
+    return cut if cut > 0 else len(chunk)
+
+
+class _LineReader:
+    """Yield (line_number, text) from a binary stream; a line longer than `max_bytes` comes as several pieces
+    with the same line number. Invalid UTF-8 is replaced (U+FFFD) and reported with file:line."""
+
+    def __init__(self, path: Path, fh: BinaryIO, max_bytes: int, chunk_long_lines: bool = True):
+        self.path, self.fh, self.max_bytes, self.chunk_long_lines = path, fh, max_bytes, chunk_long_lines
+        self.bad_lines = 0
+
+    def _decode(self, raw: bytes, lineno: int) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            self.bad_lines += 1
+            if self.bad_lines <= _MAX_WARNINGS_PER_FILE:
+                warn(f"{self.path}:{lineno}: invalid UTF-8 (byte 0x{raw[err.start]:02x}) replaced with U+FFFD")
+            elif self.bad_lines == _MAX_WARNINGS_PER_FILE + 1:
+                warn(f"{self.path}:{lineno}: more invalid UTF-8; further warnings for this file suppressed")
+            return raw.decode("utf-8", errors="replace")
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        lineno, carry, continuing = 0, b"", False
+        while True:
+            raw = carry + self.fh.readline(max(1, self.max_bytes - len(carry)))
+            carry = b""
+            if not raw:
+                return
+            if not continuing:
+                lineno += 1
+            if raw.endswith(b"\n") or len(raw) < self.max_bytes:
+                continuing = False
+                yield lineno, self._decode(raw, lineno).rstrip("\r\n")
+                continue
+            # A piece of an over-long line.
+            if not self.chunk_long_lines:
+                warn(f"{self.path}:{lineno}: record longer than {self.max_bytes} bytes skipped")
+                while raw and not raw.endswith(b"\n"):
+                    raw = self.fh.readline(self.max_bytes)
+                continue
+            if not continuing:
+                warn(f"{self.path}:{lineno}: line longer than {self.max_bytes} bytes; read in chunks")
+            continuing = True
+            cut = _cut_point(raw)
+            raw, carry = raw[:cut], raw[cut:]
+            yield lineno, self._decode(raw, lineno)
+
+
+# ---------------------------------------------------------------------------------------------- documents
+
+def _read_file(path: Path, doc_boundary: str, strip_gutenberg: bool, max_line_bytes: int) -> Iterator[Document]:
+    kind = _kind(path)
+    with _open(path) as fh:
+        reader = _LineReader(path, fh, MAX_JSONL_LINE_BYTES if kind == "jsonl" else max_line_bytes,
+                             chunk_long_lines=kind != "jsonl")
+        if kind == "jsonl":
+            yield from _jsonl_documents(path, reader)
+            return
+        lines: Iterable[tuple[int, str]] = reader
+        if strip_gutenberg:
+            lines = _strip_gutenberg(path, reader)
+        yield from _text_documents(path, lines, doc_boundary)
+
+
+def _strip_gutenberg(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    """Drop everything up to a "*** START OF ... PROJECT GUTENBERG" line (looked for in the first lines only,
+    so a file without one is buffered briefly) and from an "*** END OF ..." line on."""
+    it = iter(lines)
+    head: list[tuple[int, str]] = []
+    size = 0
+    for item in it:
+        head.append(item)
+        size += len(item[1])
+        if _GUTENBERG_START.match(item[1]):
+            head = []
+            break
+        if len(head) >= _GUTENBERG_HEADER_LINES or size > _GUTENBERG_HEADER_CHARS:
+            break
+    for item in _chain(head, it):
+        if _GUTENBERG_END.match(item[1]):
+            return
+        yield item
+
+
+def _chain(first: list, rest: Iterator) -> Iterator:
+    yield from first
+    yield from rest
+
+
+def _text_documents(path: Path, lines: Iterable[tuple[int, str]], doc_boundary: str) -> Iterator[Document]:
+    paragraphs: list[str] = []   # finished paragraphs of the current document
+    para: list[str] = []         # lines of the current paragraph
+    size, start = 0, 0
+    for lineno, line in lines:
+        if lineno == 1:
+            line = line.lstrip("\ufeff")  # byte-order mark
+        line = line.strip()
+        if not line:
+            if para:
+                paragraphs.append(" ".join(para))
+                para = []
+                if doc_boundary == "blank":
+                    yield Document(paragraphs[0], str(path), start)
+                    paragraphs, size = [], 0
+            continue
+        if not para and not paragraphs:
+            start = lineno
+        para.append(line)
+        size += len(line) + 1
+        if size > MAX_DOC_CHARS:  # bound memory: flush an enormous "document" in pieces
+            paragraphs.append(" ".join(para))
+            yield Document("\n\n".join(paragraphs), str(path), start)
+            paragraphs, para, size = [], [], 0
+    if para:
+        paragraphs.append(" ".join(para))
+    if paragraphs:
+        yield Document("\n\n".join(paragraphs), str(path), start)
+
+
+def _jsonl_documents(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[Document]:
+    bad = 0
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        problem = None
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            record, problem = None, f"invalid JSON ({err.msg})"
+        if problem is None:
+            if not isinstance(record, dict) or "text" not in record:
+                problem = "record has no 'text' field"
+            elif not isinstance(record["text"], str):
+                problem = "field 'text' is not a string"
+        if problem:
+            bad += 1
+            if bad <= _MAX_WARNINGS_PER_FILE:
+                warn(f"{path}:{lineno}: {problem}; record skipped")
+            continue
+        text = record["text"].strip()
+        if text:
+            yield Document(text, str(path), lineno)
+
+
+def iter_documents(paths: Iterable[str | os.PathLike] | str | os.PathLike, doc_boundary: str = "blank",
+                   strip_gutenberg: bool = True, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Document]:
+    """Stream the documents of a corpus.
+
+    doc_boundary: "blank" (a blank line ends a document: one paragraph each) or "file" (one document per
+    text file, paragraphs kept). jsonl files always give one document per record.
+    Raises BertforgeError (after reading everything) when no file held any usable text.
+    """
+    if doc_boundary not in ("blank", "file"):
+        raise BertforgeError(f"doc_boundary must be 'blank' or 'file', not {doc_boundary!r}")
+    files = find_files(paths)
+    if not files:
+        raise BertforgeError(f"no corpus files found in {[str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]}")
+    total = 0
+    for path in files:
+        try:
+            if path.stat().st_size == 0:
+                warn(f"{path}:0: empty file skipped")
+                continue
+            why = _sniff(path)
+            if why:
+                warn(f"{path}:1: {why}; skipped")
+                continue
+            n = 0
+            for doc in _read_file(path, doc_boundary, strip_gutenberg, max_line_bytes):
+                n += 1
+                yield doc
+        except (OSError, EOFError) as err:  # unreadable or truncated/corrupt gzip: keep what was read
+            warn(f"{path}:0: read error ({err}); rest of file skipped")
+            continue
+        if n == 0:
+            warn(f"{path}:0: no text (empty after stripping)")
+        total += n
+    if total == 0:
+        raise BertforgeError(f"no usable text in {len(files)} corpus file(s) (first: {files[0]})")
+
+
+# ---------------------------------------------------------------------------------------------- sentences
+
+# Titles, initials-like and Latin abbreviations that end in "." without ending a sentence.
+ABBREVIATIONS = frozenset("""
+mr mrs ms messrs mme mlle dr prof rev hon sr jr st mt ft gen col lt capt cmdr sgt maj adm gov sen rep pres
+vs etc e.g i.e cf al viz ca approx dept inc ltd co corp bros no nos vol vols fig figs pp op ch sec ed eds
+jan feb mar apr jun jul aug sep sept oct nov dec mon tue wed thu fri sat sun u.s u.k a.m p.m
+""".split())
+_BOUNDARY = re.compile(r"[.!?]+[\"'”’)\]]*\s+(?=[\"'“‘(\[A-ZÀ-ÖØ-Þ])")
+_PARAGRAPH = re.compile(r"\n\s*\n")
+
+
+def split_sentences(text: str, max_chars: int = MAX_SENTENCE_CHARS) -> list[str]:
+    """Split text into sentences: at ., ! or ? (plus closing quotes/brackets) followed by whitespace and a capital
+    or an opening quote, except after a known abbreviation or a single-letter initial. Paragraph breaks (blank
+    lines) always end a sentence; single newlines are spaces. Sentences longer than `max_chars` are cut at
+    whitespace so that one pathological "sentence" stays bounded."""
+    out: list[str] = []
+    for para in _PARAGRAPH.split(text):
+        para = " ".join(para.split()) if "\n" in para or "\t" in para or "  " in para else para.strip()
+        if not para:
+            continue
+        start = 0
+        for m in _BOUNDARY.finditer(para):
+            end = m.start()
+            if para[end] == "." and m.group().count(".") == 1 and _is_abbreviation(para, end):
+                continue
+            out.extend(_bounded(para[start:m.end()].rstrip(), max_chars))
+            start = m.end()
+        out.extend(_bounded(para[start:].rstrip(), max_chars))
+    return [s for s in out if s]
+
+
+def _is_abbreviation(text: str, dot: int) -> bool:
+    word_start = text.rfind(" ", max(0, dot - 24), dot) + 1
+    word = text[word_start:dot].lstrip("\"'“‘([")
+    if len(word) == 1 and word.isalpha():  # an initial: "J. R. R. Tolkien"
+        return True
+    return word.lower() in ABBREVIATIONS
+
+
+def _bounded(sentence: str, max_chars: int) -> list[str]:
+    if len(sentence) <= max_chars:
+        return [sentence]
+    pieces = []
+    while len(sentence) > max_chars:
+        cut = sentence.rfind(" ", max_chars // 2, max_chars)
+        cut = cut if cut > 0 else max_chars
+        pieces.append(sentence[:cut].strip())
+        sentence = sentence[cut:].strip()
+    pieces.append(sentence)
+    return pieces

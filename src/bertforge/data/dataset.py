@@ -1,0 +1,108 @@
+"""`PretrainingDataset` (map-style, indexable: the trainer shuffles and resumes by position) and its collator.
+
+Static masking (BERT): `dupe_factor` copies of the examples, each built with its own randomness, and each
+example's mask fixed once: it is a pure function of (seed, index), drawn in `__getitem__` with epoch 0, so every
+epoch sees the same mask without storing it. Dynamic masking (RoBERTa): `__getitem__` returns the clean example
+and the collator draws the mask from (seed, epoch, index) when the batch is made.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from bertforge.data.examples import ExampleBuilder, ExamplePlan, make_builder, plan_rng
+from bertforge.data.masking import IGNORE_INDEX, Masker, mask_rng
+from bertforge.errors import BertforgeError
+
+_PAD_VALUES = {"input_ids": None, "token_type_ids": 0, "attention_mask": 0, "mlm_labels": IGNORE_INDEX,
+               "sbo_left": 0, "sbo_right": 0, "sbo_pos": 0}
+
+
+class PretrainingDataset(Dataset):
+    """Examples of `builder` over `corpus`, masked by `masker` (statically or dynamically)."""
+
+    def __init__(self, corpus, builder: ExampleBuilder | str = "segment_pair", masker: Masker | None = None,
+                 seq_len: int = 128, masking: str = "dynamic", dupe_factor: int = 1, seed: int = 0,
+                 **builder_kwargs: Any):
+        if masking not in ("static", "dynamic"):
+            raise BertforgeError(f"masking must be 'static' or 'dynamic', not {masking!r}")
+        if dupe_factor < 1:
+            raise BertforgeError(f"dupe_factor must be >= 1, got {dupe_factor}")
+        self.corpus = corpus
+        self.builder = make_builder(builder, seq_len=seq_len, **builder_kwargs) if isinstance(builder, str) else builder
+        self.masker = masker if masker is not None else Masker(corpus.vocab_size, corpus.mask_id, corpus.special_ids)
+        self.masking, self.seed, self.epoch = masking, int(seed), 0
+        self.plan = ExamplePlan.concat([self.builder.plan(corpus, plan_rng(self.seed, k)) for k in range(dupe_factor)])
+        if len(self.plan) == 0:
+            raise BertforgeError(f"{self.builder.name}: the corpus gives no examples ({corpus!r})")
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def lengths(self) -> np.ndarray:
+        """Every example's sequence length (for length grouping), computed from the plan."""
+        return self.plan.lengths()
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        index = int(index)
+        if not 0 <= index < len(self.plan):
+            raise IndexError(f"example {index} out of range [0, {len(self.plan)})")
+        ex: dict[str, Any] = self.builder.materialize(self.corpus, self.plan, index)
+        ex["index"] = index
+        if self.masking == "static":
+            ex.update(self.masker(ex["input_ids"], ex["word_start"], mask_rng(self.seed, 0, index)))
+        return ex
+
+    def collator(self) -> "Collator":
+        """The collate function for this dataset (dynamic masking only when the dataset is not statically masked)."""
+        return Collator(self.masker if self.masking == "dynamic" else None, self.corpus.pad_id, self.seed)
+
+
+class Collator:
+    """Pad a list of examples into a batch of tensors: input_ids, token_type_ids, attention_mask, mlm_labels
+    (-100 = not masked), optional sentence_label and sbo_left / sbo_right / sbo_pos. Examples that are not yet
+    masked are masked here with `mask_rng(seed, epoch, example["index"])`."""
+
+    def __init__(self, masker: Masker | None, pad_id: int, seed: int = 0, epoch: int = 0):
+        self.masker, self.pad_id, self.seed, self.epoch = masker, int(pad_id), int(seed), int(epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __call__(self, examples: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        return collate(examples, self.masker, self.pad_id, self.seed, self.epoch)
+
+
+def collate(examples: Sequence[dict[str, Any]], masker: Masker | None = None, pad_id: int = 0, seed: int = 0,
+            epoch: int = 0) -> dict[str, torch.Tensor]:
+    """Functional form of `Collator`."""
+    if not examples:
+        raise BertforgeError("collate: empty batch")
+    rows = []
+    for ex in examples:
+        if "mlm_labels" not in ex:
+            if masker is None:
+                raise BertforgeError("collate: example is not masked and no masker was given")
+            ex = {**ex, **masker(ex["input_ids"], ex.get("word_start"), mask_rng(seed, epoch, int(ex["index"])))}
+        rows.append(ex)
+    lengths = [len(ex["input_ids"]) for ex in rows]
+    width = max(lengths)
+    batch: dict[str, torch.Tensor] = {}
+    keys = ["input_ids", "token_type_ids", "mlm_labels"] + [k for k in ("sbo_left", "sbo_right", "sbo_pos") if k in rows[0]]
+    for key in keys:
+        fill = pad_id if key == "input_ids" else _PAD_VALUES[key]
+        arr = np.full((len(rows), width), fill, np.int64)
+        for r, ex in enumerate(rows):
+            arr[r, :lengths[r]] = ex[key]
+        batch[key] = torch.from_numpy(arr)
+    batch["attention_mask"] = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
+    if "sentence_label" in rows[0]:
+        batch["sentence_label"] = torch.tensor([int(ex["sentence_label"]) for ex in rows], dtype=torch.long)
+    return batch

@@ -1,0 +1,526 @@
+"""Tokenizers for the BERT family: WordPiece (BERT), byte-level BPE (RoBERTa) and Unigram (ALBERT).
+
+All the work is done by the `tokenizers` library; this module only
+  * builds the pipelines the reference models use (normaliser, pre-tokenizer, model, post-processor, decoder),
+  * trains them from text files (.txt or .txt.gz, Project Gutenberg boiler-plate skipped),
+  * loads them from a tokenizer.json or a BERT vocab.txt and saves them in the Hugging Face layout,
+  * wraps batch encoding in the small API the rest of bertforge uses (see docs/architecture.md).
+
+The pipelines are the ones transformers' BertTokenizerFast / RobertaTokenizerFast / AlbertTokenizerFast build, so a
+saved directory loads in `transformers.AutoTokenizer` and encodes identically.
+"""
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import re
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer as Backend
+from tokenizers.models import BPE, Unigram, WordPiece
+
+from bertforge.errors import BertforgeError
+
+KINDS = ("wordpiece", "bpe", "unigram")
+_MODEL_KIND = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
+ROLES = ("pad", "unk", "cls", "sep", "mask")
+
+# Special tokens per kind, in id order (they get ids 0..4 when training).
+SPECIAL_TOKENS: dict[str, dict[str, str]] = {
+    "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+    "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
+    "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+}
+HF_TOKENIZER_CLASS = {"wordpiece": "BertTokenizerFast", "bpe": "RobertaTokenizerFast", "unigram": "AlbertTokenizerFast"}
+CORPUS_SUFFIXES = (".txt", ".txt.gz")
+_GUTENBERG_START = re.compile(r"^\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
+_GUTENBERG_END = re.compile(r"^\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
+_HEADER_LINES = 400  # the Gutenberg "*** START OF" marker sits within the first few dozen lines
+
+
+# ----------------------------------------------------------------------------------------------- corpus reading
+
+def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Expand files, folders (every .txt / .txt.gz inside, recursively) and glob patterns into a sorted file list."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(CORPUS_SUFFIXES))
+            if not found:
+                raise BertforgeError(f"corpus folder {p} holds no .txt or .txt.gz files")
+            out.extend(found)
+        elif p.is_file():
+            out.append(p)
+        elif glob.has_magic(str(raw)):
+            found = sorted(Path(f) for f in glob.glob(str(raw), recursive=True) if Path(f).is_file())
+            if not found:
+                raise BertforgeError(f"corpus pattern {raw} matches no files")
+            out.extend(found)
+        else:
+            raise BertforgeError(f"corpus file {p} does not exist")
+    if not out:
+        raise BertforgeError("no corpus files given")
+    return list(dict.fromkeys(out))  # de-duplicate, keep order
+
+
+def _open_text(path: Path):
+    # utf-8-sig drops the byte-order mark many Gutenberg files start with.
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace")
+    return open(path, encoding="utf-8-sig", errors="replace")
+
+
+def iter_text_lines(path: Path) -> Iterator[str]:
+    """Non-blank lines of a text file, without a Project Gutenberg header/footer when the file has one."""
+    try:
+        yield from _iter_text_lines(Path(path))
+    except (OSError, EOFError) as err:  # unreadable file, bad or truncated gzip
+        raise BertforgeError(f"{path}: cannot read ({err})") from None
+
+
+def _iter_text_lines(path: Path) -> Iterator[str]:
+    with _open_text(path) as f:
+        head = []
+        for line in f:  # look for the Gutenberg start marker near the top; plain files just pass through
+            head.append(line)
+            if len(head) >= _HEADER_LINES:
+                break
+        start = next((i + 1 for i, line in enumerate(head) if _GUTENBERG_START.match(line)), 0)
+        gutenberg = start > 0
+        for line in _chain(head[start:], f):
+            if gutenberg and _GUTENBERG_END.match(line):
+                return
+            line = line.strip()
+            if line:
+                yield line
+
+
+def _chain(*its: Iterable[str]) -> Iterator[str]:
+    for it in its:
+        yield from it
+
+
+def _batched_lines(files: Sequence[Path], batch: int = 1000) -> Iterator[list[str]]:
+    buf: list[str] = []
+    for path in files:
+        for line in iter_text_lines(path):
+            buf.append(line)
+            if len(buf) == batch:
+                yield buf
+                buf = []
+    if buf:
+        yield buf
+
+
+# ----------------------------------------------------------------------------------------------- pipelines
+
+def _bert_pipeline(backend: Backend, lowercase: bool, strip_accents: bool | None = None,
+                   chinese: bool = True) -> None:
+    # strip_accents=None: accents are stripped exactly when lower-casing, as in the original BERT.
+    backend.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=chinese,
+                                                    strip_accents=strip_accents, lowercase=lowercase)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece(prefix="##")
+
+
+def _roberta_pipeline(backend: Backend) -> None:
+    backend.normalizer = None
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+
+
+def _albert_pipeline(backend: Backend, lowercase: bool) -> None:
+    # The normaliser and pre-tokenizer transformers' AlbertTokenizerFast rebuilds on load (keep_accents=not lowercase).
+    steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
+    if lowercase:
+        steps += [normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase()]
+    backend.normalizer = normalizers.Sequence(steps)
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
+    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+
+
+def _set_post_processor(backend: Backend, kind: str, specials: dict[str, str]) -> None:
+    cls, sep = specials["cls"], specials["sep"]
+    cls_id, sep_id = backend.token_to_id(cls), backend.token_to_id(sep)
+    if kind == "bpe":  # <s> A </s></s> B </s>, all type ids 0
+        backend.post_processor = processors.RobertaProcessing((sep, sep_id), (cls, cls_id),
+                                                              trim_offsets=True, add_prefix_space=False)
+    else:
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+            special_tokens=[(cls, cls_id), (sep, sep_id)])
+
+
+def _special_added_tokens(kind: str) -> list[AddedToken]:
+    # RoBERTa's <mask> swallows the space before it, so "a <mask> b" masks the word " b"-style tokens correctly.
+    return [AddedToken(tok, special=True, normalized=False, lstrip=(kind == "bpe" and role == "mask"))
+            for role, tok in SPECIAL_TOKENS[kind].items()]
+
+
+def _json_lowercases(node: Any) -> bool:
+    """Whether a serialised normaliser lower-cases (BertNormalizer(lowercase=True) or a Lowercase step)."""
+    if isinstance(node, dict):
+        if node.get("type") == "Lowercase" or (node.get("type") == "BertNormalizer" and node.get("lowercase")):
+            return True
+        return any(_json_lowercases(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_json_lowercases(v) for v in node)
+    return False
+
+
+def _token_str(value: Any) -> str | None:
+    """A special token as written in tokenizer_config.json / special_tokens_map.json (string or AddedToken dict)."""
+    if isinstance(value, dict):
+        return value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as err:
+        raise BertforgeError(f"{path}: cannot read JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise BertforgeError(f"{path}: expected a JSON object")
+    return data
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # readers see the old file or the new one, never half of one
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------------------------- Tokenizer
+
+class Tokenizer:
+    """A `tokenizers.Tokenizer` plus its kind and special tokens, with bertforge's batch-encoding API."""
+
+    def __init__(self, backend: Backend, kind: str | None = None, specials: dict[str, str] | None = None,
+                 do_lower_case: bool | None = None, model_max_length: int = 512):
+        model_type = type(backend.model).__name__
+        kind = kind or _MODEL_KIND.get(model_type)
+        if kind not in KINDS:
+            raise BertforgeError(f"unsupported tokenizer model {model_type!r} (expected WordPiece, BPE or Unigram)")
+        self.kind = kind
+        self.backend = backend
+        # Padding / truncation are set per call, never stored in the backend (nor in a saved tokenizer.json).
+        backend.no_padding()
+        backend.no_truncation()
+        self._lock = threading.Lock()  # guards the per-call padding/truncation state of the shared backend
+        vocab = backend.get_vocab(with_added_tokens=True)
+        chosen = dict(SPECIAL_TOKENS[kind])
+        for role, tok in (specials or {}).items():
+            if tok is not None and role in chosen:
+                chosen[role] = tok
+        for role in ROLES:  # fall back to the other families' names (e.g. a BPE file with [CLS])
+            if chosen[role] not in vocab:
+                alt = next((SPECIAL_TOKENS[k][role] for k in KINDS if SPECIAL_TOKENS[k][role] in vocab), None)
+                if alt is None:
+                    raise BertforgeError(f"tokenizer has no {role} token (looked for {chosen[role]!r})")
+                chosen[role] = alt
+        self.specials = chosen
+        if do_lower_case is None:  # no config saying so: read it off the serialised normaliser
+            do_lower_case = _json_lowercases(json.loads(backend.to_str()).get("normalizer"))
+        self.do_lower_case = bool(do_lower_case)
+        self.model_max_length = int(model_max_length)
+
+    def __getstate__(self) -> dict:  # picklable for DataLoader workers: the lock is recreated
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ train / load / save
+
+    @classmethod
+    def train(cls, files: Iterable[str | os.PathLike], kind: str = "wordpiece", vocab_size: int = 30522,
+              lowercase: bool = True, min_frequency: int = 2, show_progress: bool = False,
+              model_max_length: int = 512) -> "Tokenizer":
+        """Train a tokenizer on text files, folders or globs (.txt / .txt.gz).
+
+        `lowercase` applies to WordPiece and Unigram; byte-level BPE is always cased, as RoBERTa is.
+        `min_frequency` applies to WordPiece and BPE (the Unigram trainer has none).
+        """
+        if kind not in KINDS:
+            raise BertforgeError(f"unknown tokenizer kind {kind!r} (choose from {', '.join(KINDS)})")
+        paths = corpus_files(files)
+        specials = _special_added_tokens(kind)
+        if vocab_size <= len(specials):
+            raise BertforgeError(f"vocab_size {vocab_size} is too small (the {len(specials)} special tokens alone)")
+        if kind == "wordpiece":
+            backend = Backend(WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+            _bert_pipeline(backend, lowercase)
+            # limit_alphabet=1000: as tokenizers' BertWordPieceTokenizer; rare characters become [UNK].
+            trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                                special_tokens=specials, limit_alphabet=1000,
+                                                continuing_subword_prefix="##", show_progress=show_progress)
+        elif kind == "bpe":
+            lowercase = False
+            backend = Backend(BPE())
+            _roberta_pipeline(backend)
+            trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                          special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                          show_progress=show_progress)
+        else:
+            backend = Backend(Unigram())
+            _albert_pipeline(backend, lowercase)
+            trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>",
+                                              show_progress=show_progress)
+        empty = True
+
+        def batches() -> Iterator[list[str]]:
+            nonlocal empty
+            for batch in _batched_lines(paths):
+                empty = False
+                yield batch
+
+        backend.train_from_iterator(batches(), trainer=trainer)
+        if empty:
+            raise BertforgeError(f"corpus is empty: no text lines in {', '.join(map(str, paths[:3]))}"
+                                 + (" ..." if len(paths) > 3 else ""))
+        _set_post_processor(backend, kind, SPECIAL_TOKENS[kind])
+        return cls(backend, kind, SPECIAL_TOKENS[kind], do_lower_case=lowercase, model_max_length=model_max_length)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike) -> "Tokenizer":
+        """Load from a directory (tokenizer.json, else vocab.txt + tokenizer_config.json) or a tokenizer.json file."""
+        path = Path(path)
+        if path.is_file():
+            directory, tok_json = path.parent, path
+        elif path.is_dir():
+            directory, tok_json = path, path / "tokenizer.json"
+        else:
+            raise BertforgeError(f"tokenizer path {path} does not exist")
+        config: dict = {}
+        for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the config wins where both say
+            if (directory / name).is_file():
+                config.update(_read_json(directory / name))
+        specials = {role: _token_str(config.get(f"{role}_token")) for role in ROLES}
+        max_len = config.get("model_max_length", 512)
+        if not isinstance(max_len, int) or max_len > 1_000_000:  # transformers writes 1e30 for "unbounded"
+            max_len = 512
+        lower = config.get("do_lower_case")
+
+        if tok_json.is_file():
+            try:
+                backend = Backend.from_file(str(tok_json))
+            except Exception as err:  # the Rust side raises plain Exception on malformed files
+                raise BertforgeError(f"{tok_json}: not a valid tokenizer.json ({err})") from None
+            try:
+                return cls(backend, None, specials, do_lower_case=lower, model_max_length=max_len)
+            except BertforgeError as err:
+                raise BertforgeError(f"{tok_json}: {err}") from None
+        vocab_txt = directory / "vocab.txt"
+        if path.is_dir() and vocab_txt.is_file():
+            return cls._from_vocab_txt(vocab_txt, config, specials, max_len)
+        raise BertforgeError(f"{path}: no tokenizer found (looked for tokenizer.json, then vocab.txt)")
+
+    @classmethod
+    def _from_vocab_txt(cls, vocab_txt: Path, config: dict, specials: dict, max_len: int) -> "Tokenizer":
+        """The pipeline transformers' BertTokenizerFast builds from a vocab.txt."""
+        with open(vocab_txt, encoding="utf-8") as f:
+            tokens = [line.rstrip("\n") for line in f]
+        vocab: dict[str, int] = {}
+        for i, tok in enumerate(tokens):
+            vocab[tok] = i  # a duplicated line keeps its last id, as in transformers' load_vocab
+        if not vocab:
+            raise BertforgeError(f"{vocab_txt}: empty vocabulary")
+        specials = {role: specials.get(role) or SPECIAL_TOKENS["wordpiece"][role] for role in ROLES}
+        for role, tok in specials.items():
+            if tok not in vocab:
+                raise BertforgeError(f"{vocab_txt}: {role} token {tok!r} is not in the vocabulary")
+        lower = config.get("do_lower_case", True)
+        backend = Backend(WordPiece(vocab, unk_token=specials["unk"], max_input_chars_per_word=100))
+        _bert_pipeline(backend, lowercase=bool(lower), strip_accents=config.get("strip_accents"),
+                       chinese=config.get("tokenize_chinese_chars", True))
+        backend.add_special_tokens([AddedToken(specials[r], special=True, normalized=False) for r in ROLES])
+        _set_post_processor(backend, "wordpiece", specials)
+        return cls(backend, "wordpiece", specials, do_lower_case=bool(lower), model_max_length=max_len)
+
+    def save_pretrained(self, directory: str | os.PathLike) -> list[Path]:
+        """Write tokenizer.json, tokenizer_config.json, special_tokens_map.json (+ vocab.txt for WordPiece)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        s = self.specials
+        added = {t.content: t for t in self.backend.get_added_tokens_decoder().values()}
+
+        def token_entry(tok: str) -> str | dict:
+            t = added.get(tok)
+            if t is None or not (t.lstrip or t.rstrip):
+                return tok
+            return {"content": tok, "lstrip": t.lstrip, "rstrip": t.rstrip, "normalized": t.normalized,
+                    "single_word": t.single_word, "special": True}
+
+        special_map: dict[str, Any] = {f"{role}_token": token_entry(s[role]) for role in ROLES}
+        if self.kind != "wordpiece":
+            special_map.update(bos_token=token_entry(s["cls"]), eos_token=token_entry(s["sep"]))
+        config: dict[str, Any] = {"tokenizer_class": HF_TOKENIZER_CLASS[self.kind], "do_lower_case": self.do_lower_case,
+                                  "model_max_length": self.model_max_length, **special_map}
+        if self.kind == "wordpiece":
+            config.update(tokenize_chinese_chars=True, strip_accents=None)
+        elif self.kind == "bpe":
+            config.update(add_prefix_space=False, trim_offsets=True, errors="replace")
+        else:
+            config.update(keep_accents=not self.do_lower_case, add_prefix_space=True, trim_offsets=True,
+                          model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+        written = []
+        files = {"tokenizer.json": self.backend.to_str(pretty=True),
+                 "tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+                 "special_tokens_map.json": json.dumps(special_map, indent=2, ensure_ascii=False) + "\n"}
+        if self.kind == "wordpiece":
+            files["vocab.txt"] = "".join(tok + "\n" for tok in self._id_ordered_vocab())
+        for name, text in files.items():
+            _atomic_write(directory / name, text)
+            written.append(directory / name)
+        return written
+
+    def _id_ordered_vocab(self) -> list[str]:
+        vocab = self.backend.get_vocab(with_added_tokens=True)
+        ordered = [None] * len(vocab)
+        for tok, i in vocab.items():
+            if i >= len(ordered):
+                raise BertforgeError(f"vocabulary ids are not contiguous (id {i} >= size {len(ordered)})")
+            ordered[i] = tok
+        return ordered
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    pad_token = property(lambda self: self.specials["pad"])
+    unk_token = property(lambda self: self.specials["unk"])
+    cls_token = property(lambda self: self.specials["cls"])
+    sep_token = property(lambda self: self.specials["sep"])
+    mask_token = property(lambda self: self.specials["mask"])
+    pad_token_id = property(lambda self: self.backend.token_to_id(self.specials["pad"]))
+    unk_token_id = property(lambda self: self.backend.token_to_id(self.specials["unk"]))
+    cls_token_id = property(lambda self: self.backend.token_to_id(self.specials["cls"]))
+    sep_token_id = property(lambda self: self.backend.token_to_id(self.specials["sep"]))
+    mask_token_id = property(lambda self: self.backend.token_to_id(self.specials["mask"]))
+
+    @property
+    def special_ids(self) -> set[int]:
+        ids = {self.backend.token_to_id(t) for t in self.specials.values()}
+        ids |= {i for i, t in self.backend.get_added_tokens_decoder().items() if t.special}
+        return ids
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, lowercase={self.do_lower_case})"
+
+    # ------------------------------------------------------------------ encoding
+
+    def __call__(self, texts: str | Sequence[str], pairs: str | Sequence[str] | None = None, max_length: int = 512,
+                 padding: str | bool = "longest", truncation: bool = True, return_tensors: str | None = "pt",
+                 return_offsets: bool = False, return_word_ids: bool = False,
+                 return_special_tokens_mask: bool = False) -> dict:
+        """Encode a batch (with special tokens). Returns input_ids, token_type_ids, attention_mask and optionally
+        offset_mapping (character offsets into each original text, (0, 0) for specials), word_ids (-1 for
+        specials/padding) and special_tokens_mask; lists of lists, or tensors with return_tensors="pt"."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if pairs is not None:
+            pairs = [pairs] if isinstance(pairs, str) else list(pairs)
+            if len(pairs) != len(texts):
+                raise ValueError(f"got {len(texts)} texts but {len(pairs)} pairs")
+            inputs: list = list(zip(texts, pairs))
+        else:
+            inputs = texts
+        if padding not in ("longest", "max_length", False, True, None):
+            raise ValueError(f"padding must be 'longest', 'max_length' or False, not {padding!r}")
+        if return_tensors not in ("pt", None):
+            raise ValueError(f"return_tensors must be 'pt' or None, not {return_tensors!r}")
+        if truncation and max_length < self.backend.num_special_tokens_to_add(pairs is not None):
+            # tokenizers would silently leave such a batch untruncated
+            raise BertforgeError(f"max_length={max_length} leaves no room for the special tokens")
+        with self._lock:  # padding/truncation are backend state: set, encode, reset
+            try:
+                if truncation:
+                    self.backend.enable_truncation(max_length, strategy="longest_first")
+                if padding:
+                    self.backend.enable_padding(pad_id=self.pad_token_id, pad_token=self.pad_token,
+                                                length=max_length if padding == "max_length" else None)
+                encodings = self.backend.encode_batch(inputs, add_special_tokens=True)
+            except Exception as err:  # e.g. max_length too small for the special tokens
+                if isinstance(err, (TypeError, ValueError)):
+                    raise
+                raise BertforgeError(f"cannot encode batch with max_length={max_length}: {err}") from None
+            finally:
+                self.backend.no_truncation()
+                self.backend.no_padding()
+        out: dict[str, Any] = {"input_ids": [e.ids for e in encodings],
+                               "token_type_ids": [e.type_ids for e in encodings],
+                               "attention_mask": [e.attention_mask for e in encodings]}
+        if return_offsets:
+            out["offset_mapping"] = [e.offsets for e in encodings]
+        if return_word_ids:
+            out["word_ids"] = [[-1 if w is None else w for w in e.word_ids] for e in encodings]
+        if return_special_tokens_mask:
+            out["special_tokens_mask"] = [e.special_tokens_mask for e in encodings]
+        if return_tensors == "pt":
+            import torch
+
+            if len({len(ids) for ids in out["input_ids"]}) > 1:
+                raise ValueError("sequences have different lengths: use padding or return_tensors=None")
+            out = {k: torch.tensor(v, dtype=torch.long) for k, v in out.items()}
+        return out
+
+    def encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids without special tokens, batched in Rust (no offsets are computed: the corpus-preparation path)."""
+        with self._lock:
+            encodings = self.backend.encode_batch_fast(list(texts), add_special_tokens=False)
+        return [e.ids for e in encodings]
+
+    def encode_words(self, texts: Sequence[str]) -> list[tuple[list[int], list[int]]]:
+        """(ids, word_ids) without special tokens, for whole-word masking."""
+        with self._lock:
+            encs = self.backend.encode_batch(list(texts), add_special_tokens=False)
+        return [(e.ids, [-1 if w is None else w for w in e.word_ids]) for e in encs]
+
+    def build_inputs(self, ids_a: list[int], ids_b: list[int] | None = None) -> tuple[list[int], list[int]]:
+        """Add the special tokens around id lists, as the post-processor does: (input_ids, token_type_ids)."""
+        cls, sep = self.cls_token_id, self.sep_token_id
+        ids = [cls, *ids_a, sep]
+        if ids_b is None:
+            return ids, [0] * len(ids)
+        if self.kind == "bpe":  # <s> A </s></s> B </s>, RoBERTa has no segment embeddings
+            ids += [sep, *ids_b, sep]
+            return ids, [0] * len(ids)
+        second = [*ids_b, sep]
+        return ids + second, [0] * len(ids) + [1] * len(second)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.backend.decode(_as_list(ids), skip_special_tokens=skip_special_tokens)
+
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
+        return [self.backend.id_to_token(i) for i in _as_list(ids)]
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+
+def _as_list(ids: Any) -> list[int]:
+    """Accept lists, numpy arrays and tensors of ids."""
+    return ids.tolist() if hasattr(ids, "tolist") else [int(i) for i in ids]

@@ -1,0 +1,170 @@
+"""`ResumableLoader`: a deterministic, shardable, resumable batch iterator (collation in the main process)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+
+from bertforge.errors import BertforgeError
+
+# Length grouping sorts inside chunks of this many batches: big enough to cut padding, small enough to stay random.
+_GROUP_CHUNK_BATCHES = 50
+
+
+class ResumableLoader:
+    """Iterate over `dataset` in batches, one epoch per `iter()`, resumable mid-epoch.
+
+    * The order of epoch `e` is a permutation drawn from `(seed, e)` only, so it never depends on history.
+    * Batches are formed globally, then rank `r` of `world_size` takes batches `r, r + W, ...`; every rank gets
+      the same number of batches (the tail is dropped with `drop_last`, else padded by reusing the first batches),
+      which DDP needs to stay in lock-step.
+    * `state_dict()` is `{"epoch", "position"}` (batches of this rank already handed out); `load_state_dict`
+      resumes at the exact next batch.
+    * At the start of each epoch `dataset.set_epoch(epoch)` and `collate_fn.set_epoch(epoch)` are called when they
+      exist (dynamic masking that reseeds per epoch stays reproducible).
+    * `group_by_length`: a sequence of per-example lengths, a callable `item -> length`, or True (uses
+      `len(item["input_ids"])`). Examples are sorted by length inside chunks of 50 batches and the batches are
+      shuffled, which cuts padding for fine-tuning.
+    * If the dataset has `__getitems__(indices)` (the torch convention), a batch is fetched with one call.
+    """
+
+    def __init__(
+        self,
+        dataset: Sequence,
+        batch_size: int,
+        collate_fn: Callable[[list], Any] | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+        group_by_length: Sequence[int] | Callable[[Any], int] | bool | None = None,
+    ) -> None:
+        if batch_size <= 0:
+            raise BertforgeError(f"ResumableLoader.batch_size: must be positive, got {batch_size}")
+        if world_size <= 0 or not 0 <= rank < world_size:
+            raise BertforgeError(f"ResumableLoader: invalid rank {rank} for world_size {world_size}")
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.collate_fn = collate_fn if collate_fn is not None else default_collate
+        self.shuffle = shuffle
+        self.seed = int(seed)
+        self.drop_last = drop_last
+        self.rank = rank
+        self.world_size = world_size
+        self.lengths = self._resolve_lengths(group_by_length)
+        self.epoch = 0
+        self.position = 0
+        self._cache: tuple[int, list[np.ndarray]] | None = None  # (epoch, this rank's batches)
+
+    # ---- state -------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch = int(state["epoch"])
+        self.position = int(state["position"])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Jump to the start of `epoch` (for callers that manage epochs themselves)."""
+        self.epoch, self.position = int(epoch), 0
+
+    # ---- ordering ----------------------------------------------------------------------------------------------
+    def _resolve_lengths(self, group_by_length) -> np.ndarray | None:
+        if group_by_length is None or group_by_length is False:
+            return None
+        if group_by_length is True:
+            lengths = [len(self.dataset[i]["input_ids"]) for i in range(len(self.dataset))]
+        elif callable(group_by_length):
+            lengths = [group_by_length(self.dataset[i]) for i in range(len(self.dataset))]
+        else:
+            lengths = list(group_by_length)
+        if len(lengths) != len(self.dataset):
+            raise BertforgeError(
+                f"ResumableLoader.group_by_length: {len(lengths)} lengths for a dataset of {len(self.dataset)}"
+            )
+        return np.asarray(lengths, dtype=np.int64)
+
+    def _global_batches(self, epoch: int) -> list[np.ndarray]:
+        """All batches of `epoch` across ranks, in order."""
+        n = len(self.dataset)
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        bs = self.batch_size
+        if self.lengths is None:
+            return [order[i : i + bs] for i in range(0, n, bs)]
+        batches: list[np.ndarray] = []
+        chunk = bs * _GROUP_CHUNK_BATCHES
+        for start in range(0, n, chunk):
+            idx = order[start : start + chunk]
+            # stable sort, longest first, so ties keep the random order
+            idx = idx[np.argsort(-self.lengths[idx], kind="stable")]
+            batches.extend(idx[i : i + bs] for i in range(0, len(idx), bs))
+        if self.drop_last:  # a short batch may sit in the middle after sorting; drop it like any tail batch
+            batches = [b for b in batches if len(b) == bs]
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def _rank_batches(self, epoch: int) -> list[np.ndarray]:
+        if self._cache is not None and self._cache[0] == epoch:
+            return self._cache[1]
+        batches = self._global_batches(epoch)
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches = batches[:-1]
+        w = self.world_size
+        if batches and len(batches) % w:
+            if self.drop_last:
+                batches = batches[: len(batches) - len(batches) % w]
+            else:  # pad by reusing the first batches so every rank steps the same number of times
+                batches = batches + [batches[i % len(batches)] for i in range(w - len(batches) % w)]
+        mine = batches[self.rank :: w]
+        self._cache = (epoch, mine)
+        return mine
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+        return len(self._rank_batches(self.epoch))
+
+    # ---- iteration ---------------------------------------------------------------------------------------------
+    def _fetch(self, indices: np.ndarray) -> Any:
+        idx = indices.tolist()
+        getitems = getattr(self.dataset, "__getitems__", None)
+        items = getitems(idx) if getitems is not None else [self.dataset[i] for i in idx]
+        return self.collate_fn(items)
+
+    def __iter__(self):
+        """Yield the rest of the current epoch, then advance to the next epoch."""
+        batches = self._rank_batches(self.epoch)
+        if self.position >= len(batches):  # resumed exactly at an epoch boundary
+            self.epoch, self.position = self.epoch + 1, 0
+            batches = self._rank_batches(self.epoch)
+        for obj in (self.dataset, self.collate_fn):
+            set_epoch = getattr(obj, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(self.epoch)
+        while self.position < len(batches):
+            indices = batches[self.position]
+            # advance before yielding: a checkpoint taken while this batch is in use must resume at the next one
+            self.position += 1
+            yield self._fetch(indices)
+        self.epoch, self.position = self.epoch + 1, 0
+
+    def batch_indices(self, epoch: int | None = None) -> list[list[int]]:
+        """This rank's batches of `epoch` (default: current) as index lists; for inspection and tests."""
+        return [b.tolist() for b in self._rank_batches(self.epoch if epoch is None else epoch)]
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor in a (nested) batch to `device`."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch

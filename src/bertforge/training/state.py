@@ -1,0 +1,251 @@
+"""Checkpoint directories (atomic write, `latest` pointer, pruning), RNG capture, metrics.jsonl and the curve plot."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertforge.errors import BertforgeError
+
+log = logging.getLogger("bertforge.train")
+
+STATE_FILE = "trainer_state.pt"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+# ---- model part: default save/load -------------------------------------------------------------------------------
+def default_save_fn(model: nn.Module, directory: Path) -> None:
+    """model.safetensors from the state dict (save_model copes with tied weights, e.g. MLM decoder = embeddings)."""
+    from safetensors.torch import save_model
+
+    save_model(model, str(Path(directory) / "model.safetensors"))
+
+
+def default_load_fn(model: nn.Module, directory: Path) -> None:
+    from safetensors.torch import load_model
+
+    path = Path(directory) / "model.safetensors"
+    if not path.is_file():
+        raise BertforgeError(f"{path}: no model.safetensors in checkpoint (pass the load_fn matching save_fn)")
+    load_model(model, str(path))
+
+
+# ---- atomic directory writes ---------------------------------------------------------------------------------------
+def _fsync_tree(directory: Path) -> None:
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                os.fsync(f.fileno())
+        _fsync_dir(Path(root))
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_dir(final: Path, write: Callable[[Path], None]) -> Path:
+    """Let `write(tmp)` fill a temp dir next to `final`, fsync it, then rename it into place.
+
+    If `write` raises, the temp dir is removed and any previous `final` is untouched. Replacing an existing
+    `final` moves it aside first (rename cannot replace a non-empty dir) and deletes it after the swap.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        write(tmp)
+        _fsync_tree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if final.exists():
+        old = final.parent / f".old-{final.name}-{os.getpid()}"
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# ---- checkpoint directory management -------------------------------------------------------------------------------
+class CheckpointDir:
+    """`out_dir/checkpoints/step-N/` directories plus a `latest` pointer file naming the newest complete one."""
+
+    def __init__(self, root: Path, keep: int | None):
+        self.root = Path(root)
+        self.keep = keep
+
+    def steps(self) -> list[tuple[int, Path]]:
+        """Complete checkpoints (those holding trainer_state.pt), oldest first."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for p in self.root.iterdir():
+            m = _STEP_DIR.match(p.name)
+            if m and (p / STATE_FILE).is_file():
+                found.append((int(m.group(1)), p))
+        return sorted(found)
+
+    def latest(self) -> Path | None:
+        pointer = self.root / "latest"
+        if pointer.is_file():
+            target = self.root / pointer.read_text(encoding="utf-8").strip()
+            if (target / STATE_FILE).is_file():
+                return target
+            log.warning("%s points at %s, which is incomplete; using the newest complete checkpoint", pointer, target)
+        steps = self.steps()
+        return steps[-1][1] if steps else None
+
+    def save(self, step: int, write: Callable[[Path], None]) -> Path:
+        self.clean_temp()
+        final = atomic_write_dir(self.root / f"step-{step}", write)
+        atomic_write_text(self.root / "latest", final.name + "\n")
+        self.prune(keep_also=final)
+        return final
+
+    def prune(self, keep_also: Path) -> None:
+        if self.keep is None:
+            return
+        steps = self.steps()
+        for _step, path in steps[: max(0, len(steps) - self.keep)]:
+            if path != keep_also:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def clean_temp(self) -> None:
+        """Remove leftovers of interrupted writes (.tmp-*/.old-*)."""
+        if self.root.is_dir():
+            for p in self.root.iterdir():
+                if p.name.startswith((".tmp-", ".old-")) and p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+
+
+def load_trainer_state(directory: Path) -> dict[str, Any]:
+    path = Path(directory) / STATE_FILE
+    if not path.is_file():
+        raise BertforgeError(f"{path}: not a trainer checkpoint (no {STATE_FILE})")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+# ---- RNG state (plain containers so torch.load(weights_only=True) accepts it) ---------------------------------------
+def capture_rng() -> dict[str, Any]:
+    py_version, py_state, py_gauss = random.getstate()
+    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": [py_version, list(py_state), py_gauss],
+        "numpy": [np_kind, np_keys.tolist(), int(np_pos), int(np_has_gauss), float(np_gauss)],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    py_version, py_state, py_gauss = state["python"]
+    random.setstate((py_version, tuple(py_state), py_gauss))
+    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = state["numpy"]
+    np.random.set_state((np_kind, np.asarray(np_keys, dtype=np.uint32), np_pos, np_has_gauss, np_gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        cuda_states = state["cuda"]
+        if len(cuda_states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda_states)
+
+
+def set_seed(seed: int) -> None:
+    """Seed python, numpy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# ---- metrics.jsonl and curves.png --------------------------------------------------------------------------------
+class MetricsLog:
+    """Appends one JSON object per line; on resume, lines after the resumed step are dropped first."""
+
+    def __init__(self, path: Path, resume_step: int | None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is None:
+            atomic_write_text(self.path, "")
+        elif self.path.exists():
+            kept = []
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:  # a torn last line from a crash
+                    continue
+                if rec.get("step", 0) <= resume_step:
+                    kept.append(line + "\n")
+            atomic_write_text(self.path, "".join(kept))
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._f.write(json.dumps(record) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def plot_curves(history: list[dict[str, Any]], path: Path) -> bool:
+    """curves.png: training loss, learning rate and each eval metric against step. False if matplotlib is missing."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return False
+    train = [r for r in history if r.get("split", "train") == "train"]
+    evals = [r for r in history if r.get("split") == "eval"]
+    eval_keys = sorted({k for r in evals for k, v in r.items() if k not in ("step", "split") and _is_num(v)})
+    panels = [("loss", train), ("lr", train)] + [(k, evals) for k in eval_keys]
+    fig = Figure(figsize=(5 * min(len(panels), 3), 3.5 * ((len(panels) + 2) // 3)))
+    FigureCanvasAgg(fig)  # attaches an Agg canvas without touching the global backend
+    for i, (key, recs) in enumerate(panels):
+        ax = fig.add_subplot((len(panels) + 2) // 3, min(len(panels), 3), i + 1)
+        pts = [(r["step"], r[key]) for r in recs if _is_num(r.get(key))]
+        if pts:
+            ax.plot(*zip(*pts), marker="o" if recs is evals else None, markersize=3)
+        ax.set_title(("eval " if recs is evals else "") + key)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, path)
+    return True
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -1,0 +1,468 @@
+"""`Trainer`: the one training loop (AdamW, warm-up + linear decay, accumulation, bf16, checkpoints, resume, DDP)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import shutil
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from bertforge.errors import BertforgeError
+from bertforge.training import distributed as D
+from bertforge.training.config import TrainConfig
+from bertforge.training.loader import to_device
+from bertforge.training.optim import WarmupLinearDecay, build_optimizer
+from bertforge.training.state import (
+    STATE_FILE,
+    CheckpointDir,
+    MetricsLog,
+    atomic_write_dir,
+    capture_rng,
+    default_load_fn,
+    default_save_fn,
+    load_trainer_state,
+    plot_curves,
+    restore_rng,
+    set_seed,
+)
+
+log = logging.getLogger("bertforge.train")
+
+SaveFn = Callable[[nn.Module, Path], None]
+EvalFn = Callable[[nn.Module], Mapping[str, float]]
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """"auto" -> this rank's GPU when CUDA is available, else CPU; "cuda" -> cuda:LOCAL_RANK."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        name = f"cuda:{local_rank}"
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BertforgeError(f"TrainConfig.device: {name!r} requested but CUDA is not available")
+    return device
+
+
+def count_tokens(batch: Any) -> int:
+    """Non-padding tokens (attention_mask.sum()), else input_ids.numel(), else the batch size."""
+    if isinstance(batch, Mapping):
+        for key, count in (("attention_mask", lambda t: t.sum()), ("input_ids", lambda t: t.numel())):
+            t = batch.get(key)
+            if isinstance(t, torch.Tensor):
+                return int(count(t))
+        for t in batch.values():
+            if isinstance(t, torch.Tensor) and t.ndim > 0:
+                return int(t.shape[0])
+    return 0
+
+
+class Trainer:
+    """Train `model` on `train_loader` as configured by `TrainConfig`; see docs/architecture.md.
+
+    `model(**batch)` returns a dict with "loss" (scalar) and optional scalar extras (averaged and logged).
+    `eval_fn(model) -> {name: float}` runs (rank 0, eval mode, no_grad) every `eval_every` steps and at the end.
+    `save_fn(model, dir)` / `load_fn(model, dir)` write/read the model part of a checkpoint (default:
+    model.safetensors). The trainer adds trainer_state.pt. `train()` returns the metric history (the records of
+    metrics.jsonl: training lines and `{"step", "split": "eval", ...}` lines).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        train_loader: Iterable,
+        config: TrainConfig,
+        eval_fn: EvalFn | None = None,
+        save_fn: SaveFn | None = None,
+        load_fn: SaveFn | None = None,
+    ) -> None:
+        cfg = self.cfg = config
+        if cfg.best_metric is not None and eval_fn is None:
+            raise BertforgeError("TrainConfig.best_metric: set, but no eval_fn was given to Trainer")
+        self.rank, self.world_size, local_rank = D.distributed_context()
+        self.device = resolve_device(cfg.device, local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self._owns_process_group = D.init_distributed(self.device)
+        self.is_main = self.rank == 0
+
+        self.model = model.to(self.device)  # the bare module: what save_fn / eval_fn see
+        self.ddp_model: nn.Module = self.model
+        if D.is_distributed():
+            self.ddp_model = DistributedDataParallel(
+                self.model,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=cfg.ddp_find_unused_parameters,
+            )
+        self.loader = train_loader
+        self.eval_fn, self.save_fn = eval_fn, save_fn or default_save_fn
+        self.load_fn = load_fn or default_load_fn
+        self.out_dir = Path(cfg.out_dir)
+        self.checkpoints = CheckpointDir(self.out_dir / "checkpoints", cfg.keep_checkpoints)
+        if getattr(train_loader, "world_size", self.world_size) != self.world_size:
+            log.warning("train_loader was built for world_size %s but %d processes run: build it with "
+                        "rank/world_size from distributed_context()", train_loader.world_size, self.world_size)
+        if not hasattr(train_loader, "state_dict"):
+            log.warning("train_loader has no state_dict(): a resumed run will not see the same batches")
+
+        self.total_steps = self._total_steps()
+        self.optimizer = build_optimizer(self.model, cfg, self.device)
+        self.schedule = WarmupLinearDecay(self.total_steps, cfg.warmup_steps, cfg.warmup_ratio)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
+
+        self.step = 0
+        self.history: list[dict[str, Any]] = []
+        self.best_value: float | None = None
+        self.best_step: int | None = None
+        self._elapsed_before = 0.0  # wall time of earlier (interrupted) runs
+        self._step_time = [0.0, 0]  # sum and count of measured step times, first step of each run excluded
+        self._last_saved = self._last_eval = -1
+        self._stop = False
+        self._reset_window()
+
+    # ---- setup -------------------------------------------------------------------------------------------------
+    def _total_steps(self) -> int | None:
+        cfg = self.cfg
+        if cfg.max_steps is not None:
+            return cfg.max_steps
+        if cfg.num_epochs is not None:
+            try:
+                per_epoch = len(self.loader)  # type: ignore[arg-type]
+            except TypeError:
+                raise BertforgeError("TrainConfig.num_epochs: train_loader has no len(); give max_steps") from None
+            if per_epoch == 0:
+                raise BertforgeError("train_loader: no batches per epoch (dataset smaller than one batch?)")
+            return max(1, math.ceil(cfg.num_epochs * per_epoch / cfg.grad_accum))
+        return None  # time budget only: horizon estimated while training
+
+    @property
+    def best_dir(self) -> Path:
+        return self.out_dir / "best"
+
+    def _resume_dir(self) -> Path | None:
+        resume = self.cfg.resume
+        if resume is False or resume is None:
+            return None
+        if resume is True:
+            found = self.checkpoints.latest()
+            if found is None:
+                log.warning("resume=True but no checkpoint under %s: starting fresh", self.checkpoints.root)
+            return found
+        path = Path(resume)
+        if (path / "latest").is_file() or path.name == "checkpoints":  # a checkpoints/ root was given
+            found = CheckpointDir(path, None).latest()
+            if found is None:
+                raise BertforgeError(f"{path}: no complete checkpoint to resume from")
+            return found
+        if not (path / STATE_FILE).is_file():
+            raise BertforgeError(f"TrainConfig.resume: {path} is not a checkpoint directory (no {STATE_FILE})")
+        return path
+
+    def _load_checkpoint(self, directory: Path) -> None:
+        state = load_trainer_state(directory)
+        self.load_fn(self.model, directory)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.total_steps is not None:  # a changed max_steps/num_epochs is the user's intent: honour it
+            self.schedule.total = self.total_steps
+        if state.get("loader") is not None and hasattr(self.loader, "load_state_dict"):
+            if state["world_size"] != self.world_size:
+                log.warning("resuming a %d-process run with %d processes: data order changes",
+                            state["world_size"], self.world_size)
+            self.loader.load_state_dict(state["loader"])
+        self.step = int(state["step"])
+        self.history = list(state["history"])
+        self.best_value, self.best_step = state["best"]["value"], state["best"]["step"]
+        self._elapsed_before = float(state["elapsed_s"])
+        self._step_time = [float(state["step_time"][0]), int(state["step_time"][1])]
+        self._last_saved = self.step
+        self._last_eval = max((r["step"] for r in self.history if r.get("split") == "eval"), default=-1)
+        per_rank = state["per_rank"]
+        mine = per_rank[self.rank] if len(per_rank) == self.world_size else per_rank[0]
+        restore_rng(mine["rng"])
+        self._load_window(mine["window"])
+        if self.is_main:
+            log.info("resumed from %s at step %d", directory, self.step)
+
+    # ---- the loop ----------------------------------------------------------------------------------------------
+    def train(self) -> list[dict[str, Any]]:
+        """Run until max_steps / num_epochs / time budget; return the metric history."""
+        resume_dir = self._resume_dir()
+        if resume_dir is not None:
+            self._load_checkpoint(resume_dir)
+        else:
+            self._claim_out_dir()
+            set_seed(self.cfg.seed + self.rank)  # distinct dropout per rank; weights come from rank 0 (DDP)
+        if self.cfg.time_budget_s is not None and self._elapsed_before >= self.cfg.time_budget_s:
+            self._stop = True  # resumed a run whose budget is already spent
+        self._metrics_log = MetricsLog(self.out_dir / "metrics.jsonl", self.step if resume_dir else None) \
+            if self.is_main else None
+        if self.is_main:
+            self.checkpoints.clean_temp()
+        self._batches = None
+        self._run_start = time.perf_counter()
+        self._window_start = self._run_start - self._window_time
+        self._first_step_of_run = True
+        self._lr_used = self.optimizer.param_groups[0]["lr"]
+        show = self.is_main and self.cfg.progress
+        self.pbar = tqdm(total=self.total_steps or self.schedule.total, initial=self.step, desc="train",
+                         dynamic_ncols=True, disable=not show)
+        try:
+            while not self._done():
+                self._train_step()
+                if self.step % self.cfg.log_every == 0:
+                    self._log()
+                if self.eval_fn is not None and self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
+                    self._evaluate()
+                if self.cfg.save_every and self.step % self.cfg.save_every == 0:
+                    self._save_checkpoint()
+            if self._window[0] > 0:  # a partial logging window is left
+                self._log()
+            if self.eval_fn is not None and self._last_eval != self.step:
+                self._evaluate()
+            if self._last_saved != self.step:
+                self._save_checkpoint()
+            if self.is_main and self.cfg.plot:
+                plot_curves(self.history, self.out_dir / "curves.png")
+            if self.cfg.load_best_at_end and self.best_step is not None:
+                D.barrier()
+                self.load_fn(self.model, self.best_dir)
+        finally:
+            self.pbar.close()
+            if self._metrics_log is not None:
+                self._metrics_log.close()
+        if self._owns_process_group:
+            D.barrier()
+            torch.distributed.destroy_process_group()
+        return self.history
+
+    def _claim_out_dir(self) -> None:
+        """A fresh run must not mix its checkpoints with an earlier run's (pruning and `latest` would interleave)."""
+        if not self.checkpoints.steps():
+            return
+        if not self.cfg.overwrite:
+            raise BertforgeError(f"{self.checkpoints.root}: holds checkpoints of an earlier run; set resume=True to "
+                                 "continue it, or overwrite=True to start over")
+        if self.is_main:
+            log.warning("overwrite=True: removing earlier checkpoints in %s", self.checkpoints.root)
+            shutil.rmtree(self.checkpoints.root)
+            shutil.rmtree(self.best_dir, ignore_errors=True)
+        D.barrier()
+
+    def _done(self) -> bool:
+        return self._stop or (self.total_steps is not None and self.step >= self.total_steps)
+
+    def _next_batch(self) -> Any:
+        if self._batches is None:
+            self._batches = iter(self.loader)
+        try:
+            return next(self._batches)
+        except StopIteration:  # end of epoch: the next iter() starts the following one
+            self._batches = iter(self.loader)
+            try:
+                return next(self._batches)
+            except StopIteration:
+                raise BertforgeError("train_loader yielded no batches (dataset smaller than one batch?)") from None
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.precision == "bf16")
+
+    def _train_step(self) -> None:
+        cfg, t0 = self.cfg, time.perf_counter()
+        self.ddp_model.train()
+        for micro in range(cfg.grad_accum):
+            batch = self._next_batch()
+            if not isinstance(batch, Mapping):
+                raise BertforgeError(f"train_loader: batches must be dicts of model inputs, got {type(batch).__name__}")
+            tokens = count_tokens(batch)
+            batch = to_device(batch, self.device)
+            # DDP all-reduces gradients in backward; skip it on all but the last micro-step
+            sync = micro == cfg.grad_accum - 1 or self.ddp_model is self.model
+            with contextlib.nullcontext() if sync else self.ddp_model.no_sync():
+                with self._autocast():
+                    out = self.ddp_model(**batch)
+                if not isinstance(out, Mapping) or out.get("loss") is None:
+                    raise BertforgeError("model output has no 'loss' (does the batch carry labels?)")
+                (out["loss"].float() / cfg.grad_accum).backward()
+            self._accumulate(out, tokens)
+        if cfg.max_grad_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            self._window_sums["grad_norm"] = self._window_sums.get("grad_norm", 0.0) + norm.detach().double()
+        self._lr_used = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self._update_horizon(time.perf_counter() - t0)
+        self.scheduler.step()
+        self.pbar.update(1)
+
+    def _update_horizon(self, step_seconds: float) -> None:
+        """Time budget: stop before the next step would overrun, and keep the LR horizon on the budget.
+
+        The horizon is re-estimated every step as `step + remaining / mean_step_time`, the mean excluding the first
+        (warm-up-heavy) step of each run. Time spent in eval/checkpoints is not in the mean but eats the remaining
+        time, so the estimate shrinks when they happen and the LR still reaches ~0 when the budget runs out.
+        """
+        if self._first_step_of_run:  # lazy init and cold caches: a provisional estimate only, not in the mean
+            self._first_step_of_run = False
+        else:
+            self._step_time[0] += step_seconds
+            self._step_time[1] += 1
+        budget = self.cfg.time_budget_s
+        if budget is None:
+            return
+        mean = self._step_time[0] / self._step_time[1] if self._step_time[1] else step_seconds
+        remaining = budget - self._elapsed()
+        decision = torch.tensor([float(remaining < mean), self.step + max(0.0, remaining) / max(mean, 1e-9)],
+                                dtype=torch.float64, device=self.device)
+        stop, horizon = D.broadcast_tensor(decision).tolist()  # every rank must stop at the same step, same LR
+        self._stop = bool(stop)
+        if self.total_steps is None:
+            self.schedule.set_total(max(int(horizon), self.step))
+            self.pbar.total = self.schedule.total
+
+    def _elapsed(self) -> float:
+        return self._elapsed_before + time.perf_counter() - self._run_start
+
+    # ---- logging -----------------------------------------------------------------------------------------------
+    def _reset_window(self) -> None:
+        # sums over the log window, kept as (device) tensors or floats so no step forces a host sync
+        self._window_sums: dict[str, Any] = {}
+        self._window = [0, 0]  # micro-batches, tokens
+        self._window_time = 0.0
+        self._window_start = time.perf_counter()
+
+    def _accumulate(self, out: Mapping[str, Any], tokens: int) -> None:
+        sums = self._window_sums
+        for key, value in out.items():
+            if isinstance(value, torch.Tensor):
+                if value.ndim != 0:
+                    continue  # logits and other non-scalars are not logged
+                value = value.detach().double()
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            sums[key] = sums.get(key, 0.0) + value
+        self._window[0] += 1
+        self._window[1] += tokens
+
+    def _window_state(self) -> dict[str, Any]:
+        return {
+            "sums": {k: float(v) for k, v in self._window_sums.items()},
+            "counts": list(self._window),
+            "time": time.perf_counter() - self._window_start,
+        }
+
+    def _load_window(self, state: dict[str, Any]) -> None:
+        self._window_sums = dict(state["sums"])
+        self._window = list(state["counts"])
+        self._window_time = float(state["time"])
+
+    def _log(self) -> None:
+        keys = sorted(self._window_sums)
+        micro, tokens = self._window
+        steps_in_window = max(1, math.ceil(micro / self.cfg.grad_accum))
+        vec = torch.tensor([float(self._window_sums[k]) for k in keys] + [micro, tokens],
+                           dtype=torch.float64, device=self.device)
+        vec = D.all_reduce_sum(vec).tolist()  # mean over ranks; tokens summed over ranks
+        total_micro, total_tokens = vec[-2], vec[-1]
+        now = time.perf_counter()
+        record: dict[str, Any] = {"step": self.step, "split": "train"}
+        epoch = self._epoch()
+        if epoch is not None:
+            record["epoch"] = round(epoch, 4)
+        for key, total in zip(keys, vec):
+            if key == "grad_norm":  # one value per optimizer step, identical on all ranks
+                record[key] = total / (steps_in_window * self.world_size)
+            else:
+                record[key] = total / total_micro
+        record["lr"] = self._lr_used
+        record["tokens_per_s"] = total_tokens / max(now - self._window_start, 1e-9)
+        record["elapsed_s"] = round(self._elapsed(), 3)
+        self._reset_window()
+        self.history.append(record)
+        if self.is_main:
+            self._metrics_log.write(record)  # type: ignore[union-attr]
+            self.pbar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
+                                  tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
+            log.info(json.dumps(record))
+
+    def _epoch(self) -> float | None:
+        epoch = getattr(self.loader, "epoch", None)
+        if epoch is None:
+            return None
+        try:
+            return epoch + getattr(self.loader, "position", 0) / max(1, len(self.loader))  # type: ignore[arg-type]
+        except TypeError:
+            return float(epoch)
+
+    # ---- evaluation --------------------------------------------------------------------------------------------
+    def _evaluate(self) -> None:
+        metrics: dict[str, float] | None = None
+        if self.is_main:
+            self.model.eval()
+            with torch.no_grad(), self._autocast():
+                raw = self.eval_fn(self.model)  # type: ignore[misc]
+            self.model.train()
+            if not isinstance(raw, Mapping):
+                raise BertforgeError(f"eval_fn must return a dict of floats, got {type(raw).__name__}")
+            metrics = {k: float(v) for k, v in raw.items()}
+        metrics = D.broadcast_object(metrics)
+        self._last_eval = self.step
+        record = {"step": self.step, "split": "eval", **metrics}
+        self.history.append(record)
+        if self.is_main:
+            self._metrics_log.write(record)  # type: ignore[union-attr]
+            self.pbar.write("eval step %d: %s" % (self.step, ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())))
+        key = self.cfg.best_metric
+        if key is None:
+            return
+        if key not in metrics:
+            raise BertforgeError(f"TrainConfig.best_metric: {key!r} not among eval metrics {sorted(metrics)}")
+        value = metrics[key]
+        better = self.best_value is None or (value > self.best_value if self.cfg.greater_is_better
+                                             else value < self.best_value)
+        if better:
+            self.best_value, self.best_step = value, self.step
+            if self.is_main:
+                def write(tmp: Path) -> None:
+                    self.save_fn(self.model, tmp)
+                    (tmp / "best_metrics.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+                atomic_write_dir(self.best_dir, write)
+            D.barrier()
+
+    # ---- checkpoints -------------------------------------------------------------------------------------------
+    def _save_checkpoint(self) -> None:
+        per_rank = D.all_gather_object({"rng": capture_rng(), "window": self._window_state()})
+        if self.is_main:
+            state = {
+                "step": self.step,
+                "loader": self.loader.state_dict() if hasattr(self.loader, "state_dict") else None,
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "per_rank": per_rank,
+                "history": self.history,
+                "best": {"value": self.best_value, "step": self.best_step},
+                "elapsed_s": self._elapsed(),
+                "step_time": list(self._step_time),
+                "world_size": self.world_size,
+                "config": json.loads(json.dumps(dataclasses.asdict(self.cfg), default=str)),
+            }
+
+            def write(tmp: Path) -> None:
+                self.save_fn(self.model, tmp)
+                torch.save(state, tmp / STATE_FILE)
+
+            self.checkpoints.save(self.step, write)
+        self._last_saved = self.step
+        D.barrier()  # nobody runs ahead (or reads the checkpoint) before it is complete

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import torch
 from safetensors import SafetensorError
@@ -22,6 +20,7 @@ from torch import nn
 
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.fileio import atomic_write, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -103,29 +102,6 @@ def _canonical_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 # ---- saving ------------------------------------------------------------------------------------------------------
-def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
-    """Call write(tmp_path) for a temporary file beside `path`, then rename it over `path` (never half-written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    def write(tmp: str) -> None:
-        Path(tmp).write_text(text, encoding="utf-8")
-    atomic_write(path, write)
-
-
 def hf_state_dict(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """The tensors to save, under the family's HF names; tied weights once; shared layers as HF expects them."""
     from bertforge.model import Encoder

@@ -26,6 +26,7 @@ from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, Unigram, WordPiece
 
 from bertforge.errors import BertforgeError
+from bertforge.fileio import atomic_write_text
 
 KINDS = ("wordpiece", "bpe", "unigram")
 _MODEL_KIND = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
@@ -192,18 +193,6 @@ def _read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise BertforgeError(f"{path}: expected a JSON object")
     return data
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # readers see the old file or the new one, never half of one
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------------------------- Tokenizer
@@ -389,7 +378,7 @@ class Tokenizer:
         if self.kind == "wordpiece":
             files["vocab.txt"] = "".join(tok + "\n" for tok in self._id_ordered_vocab())
         for name, text in files.items():
-            _atomic_write(directory / name, text)
+            atomic_write_text(directory / name, text)
             written.append(directory / name)
         return written
 

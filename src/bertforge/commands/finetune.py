@@ -1,0 +1,161 @@
+"""`bertforge finetune | evaluate | predict`: fine-tune on a task, score a fine-tuned model, write predictions."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+from bertforge.errors import BertforgeError
+
+TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
+             "v1.1/v2.0), swag (multiple choice); generic: classify regress (csv/tsv/jsonl with --text-col/"
+             "--text-pair-col/--label-col), tag (CoNLL format), qa (SQuAD json), choice (SWAG csv or jsonl)")
+
+
+def _task_choices() -> tuple[str, ...]:
+    from bertforge.tasks.finetune import TASKS  # lazily: `bertforge --help` stays fast
+
+    return TASKS
+
+
+def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
+    p.add_argument("--task", required=True, type=str.lower, choices=_task_choices(), metavar="TASK", help=TASK_HELP)
+    p.add_argument("--data", metavar="PATH",
+                   help="task folder (train.* and dev.*/valid.*; e.g. ../shared/data/glue/SST-2) or one file"
+                        + ("; SQuAD without a train file: the dev file is split by article, first half train"
+                           if train else ""))
+    if train:
+        p.add_argument("--train", metavar="FILE", help="training file (instead of finding it in --data)")
+    p.add_argument("--eval", metavar="FILE", help="evaluation file (instead of finding it in --data)")
+    p.add_argument("--text-col", default="text", metavar="COL", help="classify/regress: text column (default: text)")
+    p.add_argument("--text-pair-col", metavar="COL", help="classify/regress: second text column for pairs")
+    p.add_argument("--label-col", default="label", metavar="COL", help="classify/regress: label column (default: label)")
+    p.add_argument("--max-seq-len", type=int, metavar="N", help="tokens per input (default: 128; SQuAD 384)")
+    p.add_argument("--eval-batch-size", type=int, default=64, metavar="N", help="evaluation batch size (default: 64)")
+    p.add_argument("--limit", type=int, metavar="N", help="use only the first N evaluation examples")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    ft = subparsers.add_parser(
+        "finetune", help="fine-tune a model on a task",
+        description="Fine-tune a pretrained model directory on a task with the BERT paper's recipe (AdamW, lr 3e-5, "
+                    "10%% warm-up then linear decay, batch 32, 3 epochs, weight decay 0.01), evaluating after every "
+                    "epoch and keeping the best checkpoint in OUT/best (a Hugging Face directory that "
+                    "BertFor<Task>.from_pretrained loads).",
+        epilog="examples:\n  bertforge finetune --task sst2 --data ../shared/data/glue/SST-2 --model MODEL --out runs/sst2\n"
+               "  bertforge finetune --task squad --data ../shared/data/squad --model MODEL --out runs/squad --epochs 2\n"
+               "  bertforge finetune --task conll --data ../shared/data/conll2003 --model MODEL --out runs/ner "
+               "--freeze --features concat_last4 --head bilstm",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ft.add_argument("--model", required=True, metavar="DIR", help="pretrained model directory (config.json, weights, tokenizer)")
+    ft.add_argument("--out", required=True, metavar="DIR", help="output folder (OUT/best, checkpoints, metrics.jsonl, results.json)")
+    _data_args(ft, train=True)
+    length = ft.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=float, default=3.0, metavar="N", help="epochs (default: 3)")
+    length.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps instead of epochs")
+    ft.add_argument("--lr", type=float, default=3e-5, help="peak learning rate (default: 3e-5; try 2e-5..5e-5)")
+    ft.add_argument("--batch-size", type=int, default=32, metavar="N", help="training batch size (default: 32)")
+    ft.add_argument("--warmup-ratio", type=float, default=0.1, metavar="R", help="warm-up fraction (default: 0.1)")
+    ft.add_argument("--weight-decay", type=float, default=0.01, metavar="W", help="AdamW weight decay (default: 0.01)")
+    ft.add_argument("--seed", type=int, default=42, help="random seed of the first run (default: 42)")
+    ft.add_argument("--runs", type=int, default=1, metavar="N",
+                    help="repeat with seeds SEED..SEED+N-1 and report median and spread of the main metric")
+    ft.add_argument("--train-limit", type=int, metavar="N", help="use only the first N training examples")
+    ft.add_argument("--freeze", action="store_true",
+                    help="feature-based mode: frozen encoder, only the head trains (classify/regress/tag)")
+    ft.add_argument("--features", default="concat_last4",
+                    choices=("last", "second_last", "sum_last4", "concat_last4", "weighted"),
+                    help="with --freeze: which hidden states feed the head (default: concat_last4; weighted = learned "
+                         "softmax mix of all layers)")
+    ft.add_argument("--head", default="linear", choices=("linear", "bilstm"), help="with --freeze: head (default: linear)")
+    ft.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="bf16 autocast or fp32 (default)")
+    ft.add_argument("--no-group-by-length", dest="group_by_length", action="store_false",
+                    help="random batches instead of length-grouped ones (more padding)")
+    ft.add_argument("--resume", action="store_true", help="continue an interrupted fine-tune in OUT")
+    ft.add_argument("--doc-stride", type=int, default=128, metavar="N", help="SQuAD window stride (default: 128)")
+    ft.set_defaults(func=run_finetune)
+
+    ev = subparsers.add_parser("evaluate", help="score a fine-tuned model on a task's data (JSON metrics)",
+                               description="Evaluate a fine-tuned model directory (or a finetune OUT folder, which "
+                                           "means OUT/best) and print the metrics as JSON.")
+    ev.add_argument("--model", required=True, metavar="DIR", help="fine-tuned model directory")
+    _data_args(ev, train=False)
+    ev.add_argument("--split", default="dev", choices=("dev", "test"),
+                    help="which file of --data to score: dev (dev/valid/validation) or test (default: dev)")
+    ev.set_defaults(func=run_evaluate)
+
+    pr = subparsers.add_parser("predict", help="predictions of a fine-tuned model as JSONL",
+                               description="Predict with a fine-tuned model; the task is read from its config.json. "
+                                           "Input: JSONL ({'text','text_pair'} | {'tokens'} | {'question','context'} | "
+                                           "{'context','endings'}), a text file (one input a line), a GLUE tsv, a "
+                                           "CoNLL file or a SQuAD json.")
+    pr.add_argument("--model", required=True, metavar="DIR", help="fine-tuned model directory")
+    pr.add_argument("--input", required=True, metavar="FILE", help="inputs to predict")
+    pr.add_argument("--out", metavar="FILE", help="write JSONL here (default: stdout)")
+    pr.add_argument("--batch-size", type=int, default=64, metavar="N", help="batch size (default: 64)")
+    pr.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    pr.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    pr.set_defaults(func=run_predict)
+
+
+def _positive(name: str, value: int | float | None) -> None:
+    if value is not None and value <= 0:
+        raise BertforgeError(f"{name} must be positive, got {value}")
+
+
+def _config(args: argparse.Namespace, model: str, out: str):
+    from bertforge.tasks.finetune import FinetuneConfig
+
+    for name in ("max_seq_len", "eval_batch_size", "limit", "epochs", "max_steps", "batch_size", "lr", "runs",
+                 "train_limit"):
+        _positive("--" + name.replace("_", "-"), getattr(args, name, None))
+    kw = dict(task=args.task, model=model, out=out, data=args.data, train=getattr(args, "train", None),
+              eval=args.eval, max_seq_len=args.max_seq_len, eval_batch_size=args.eval_batch_size,
+              eval_limit=args.limit, text_col=args.text_col, text_pair_col=args.text_pair_col,
+              label_col=args.label_col, device=args.device, progress=args.progress)
+    if args.func is run_finetune:
+        kw.update(epochs=args.epochs, max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size,
+                  warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, seed=args.seed, runs=args.runs,
+                  train_limit=args.train_limit, freeze=args.freeze, features=args.features, head=args.head,
+                  precision=args.precision, group_by_length=args.group_by_length, resume=args.resume,
+                  doc_stride=args.doc_stride)
+    return FinetuneConfig(**kw)
+
+
+def run_finetune(args: argparse.Namespace) -> int:
+    from bertforge.tasks.finetune import finetune
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.data is None and args.train is None:
+        raise BertforgeError("give --data DIR (or --train FILE [--eval FILE])")
+    result = finetune(_config(args, args.model, args.out))
+    s = result.summary
+    if s:
+        spread = f" (min {s['min']:.4f}, max {s['max']:.4f}, std {s['std']:.4f}, {s['n']} runs)" if s["n"] > 1 else ""
+        print(f"{args.task}: best {result.main_metric} median {s['median']:.4f}{spread} -> {result.best_dir}")
+    else:
+        print(f"{args.task}: trained (no evaluation data) -> {result.best_dir}")
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from bertforge.tasks.finetune import evaluate_model
+
+    if args.data is None and args.eval is None:
+        raise BertforgeError("give --data DIR or --eval FILE")
+    metrics = evaluate_model(args.model, _config(args, args.model, "."), split=args.split)
+    print(json.dumps(metrics, indent=2, sort_keys=True))
+    return 0
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from bertforge.tasks.predict import predict, write_jsonl
+
+    _positive("--batch-size", args.batch_size)
+    records = predict(args.model, args.input, batch_size=args.batch_size, device=args.device, progress=args.progress)
+    write_jsonl(records, args.out)
+    if args.out:
+        print(f"{len(records)} predictions -> {args.out}")
+    return 0

@@ -1,0 +1,349 @@
+"""Fine-tuning models: an encoder (`.bert`) plus a task head named as Hugging Face names it.
+
+| class | head | HF class it loads in |
+|---|---|---|
+| `SequenceClassifier` | `dropout` + `classifier` (H -> num_labels) on the pooled output | `BertForSequenceClassification` |
+| `TokenClassifier` | `dropout` + `classifier` (H -> num_labels) on every token | `BertForTokenClassification` |
+| `QuestionAnswering` | `qa_outputs` (H -> 2: start, end logits) | `BertForQuestionAnswering` |
+| `MultipleChoice` | `dropout` + `classifier` (H -> 1) on each choice's pooled output, softmax across choices | `BertForMultipleChoice` |
+| `FeatureModel` | frozen encoder, layer mix (`mix`), optional `lstm`, `classifier` | (bertforge only) |
+
+The pooled output is BERT's tanh([CLS]) pooler. A model without one (DistilBERT, ELECTRA, or a checkpoint whose file has
+no pooler weights) pools by the mean of the last layer over real tokens instead: HF's classes for those families put
+different heads on [CLS], so only pooler-bearing families (BERT, RoBERTa, ALBERT) round-trip into transformers.
+
+Every `forward(**batch)` returns a dict with `logits` and, when `labels` are given, `loss` (the shared Trainer's
+contract). Task metadata (label names, task, pooling, QA null threshold) travels in config.json.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.config import ModelConfig
+from bertforge.errors import BertforgeError
+from bertforge.model import Encoder
+
+KINDS = ("classify", "regress", "tag", "qa", "choice")
+HF_PREFIX = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "distilbert": "DistilBert", "electra": "Electra"}
+HF_SUFFIX = {"classify": "ForSequenceClassification", "regress": "ForSequenceClassification",
+             "tag": "ForTokenClassification", "qa": "ForQuestionAnswering", "choice": "ForMultipleChoice"}
+FEATURE_MODES = ("last", "second_last", "sum_last4", "concat_last4", "weighted")
+HEADS = ("linear", "bilstm")
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of token vectors over real (unpadded) positions: [B, T, H] -> [B, H]."""
+    if attention_mask is None:
+        return hidden.mean(1)
+    m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+
+class _TaskModel(nn.Module):
+    """Shared plumbing: the encoder, the pooled vector, and the task metadata saved with the model."""
+
+    kind: str = ""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.bert = Encoder(cfg)
+        drop = cfg.extra.get("classifier_dropout")
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob if drop is None else drop)
+
+    def encode(self, input_ids, attention_mask=None, token_type_ids=None):
+        return self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+
+    def pooled(self, out, attention_mask) -> torch.Tensor:
+        """BERT's pooler when the encoder has one, else mean pooling (see the module docstring)."""
+        if out.pooler_output is not None:
+            return out.pooler_output
+        return mean_pool(out.last_hidden_state, attention_mask)
+
+    @property
+    def architecture(self) -> str:
+        return HF_PREFIX[self.config.model_type] + HF_SUFFIX[self.kind]
+
+    def _init_head(self, *modules: nn.Module) -> None:
+        for m in modules:
+            self.bert._init_weights(m)
+
+
+class SequenceClassifier(_TaskModel):
+    """Sentence (pair) classification, or regression with `num_labels=1` and MSE loss."""
+
+    kind = "classify"
+
+    def __init__(self, cfg: ModelConfig, num_labels: int, regression: bool = False):
+        super().__init__(cfg)
+        if regression and num_labels != 1:
+            raise BertforgeError(f"regression needs num_labels=1, got {num_labels}")
+        self.kind = "regress" if regression else "classify"
+        self.num_labels = num_labels
+        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
+        self._init_head(self.classifier)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> dict[str, Any]:
+        out = self.encode(input_ids, attention_mask, token_type_ids)
+        logits = self.classifier(self.dropout(self.pooled(out, attention_mask)))
+        result: dict[str, Any] = {"logits": logits}
+        if labels is not None:
+            if self.kind == "regress":
+                result["loss"] = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                result["loss"] = F.cross_entropy(logits.float(), labels)
+        return result
+
+
+class TokenClassifier(_TaskModel):
+    """One label per token (NER); labels of -100 (continuation sub-tokens, specials, padding) are ignored."""
+
+    kind = "tag"
+
+    def __init__(self, cfg: ModelConfig, num_labels: int):
+        super().__init__(cfg)
+        self.num_labels = num_labels
+        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
+        self._init_head(self.classifier)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> dict[str, Any]:
+        out = self.encode(input_ids, attention_mask, token_type_ids)
+        logits = self.classifier(self.dropout(out.last_hidden_state))
+        result: dict[str, Any] = {"logits": logits}
+        if labels is not None:
+            result["loss"] = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return result
+
+
+class QuestionAnswering(_TaskModel):
+    """Extractive QA: start and end logits per token; the loss is the mean of the two cross-entropies."""
+
+    kind = "qa"
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        del self.dropout  # HF's BertForQuestionAnswering has no dropout before qa_outputs
+        self.qa_outputs = nn.Linear(cfg.hidden_size, 2)
+        self._init_head(self.qa_outputs)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, start_positions=None,
+                end_positions=None) -> dict[str, Any]:
+        out = self.encode(input_ids, attention_mask, token_type_ids)
+        # unmasked, like HF: the post-processing only ever considers context tokens
+        start, end = self.qa_outputs(out.last_hidden_state).float().unbind(-1)
+        result: dict[str, Any] = {"start_logits": start, "end_logits": end}
+        if start_positions is not None and end_positions is not None:
+            # positions outside the window (clamped to T) are ignored, as in HF
+            t = start.shape[1]
+            sp, ep = start_positions.clamp(0, t), end_positions.clamp(0, t)
+            result["loss"] = (F.cross_entropy(start, sp, ignore_index=t) + F.cross_entropy(end, ep, ignore_index=t)) / 2
+        return result
+
+
+class MultipleChoice(_TaskModel):
+    """Scores each (context, ending) pair with H -> 1 on its pooled output; softmax across the choices."""
+
+    kind = "choice"
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.classifier = nn.Linear(cfg.hidden_size, 1)
+        self._init_head(self.classifier)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> dict[str, Any]:
+        b, c, t = input_ids.shape
+        flat = lambda x: None if x is None else x.reshape(b * c, t)  # noqa: E731
+        out = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids))
+        logits = self.classifier(self.dropout(self.pooled(out, flat(attention_mask)))).view(b, c)
+        result: dict[str, Any] = {"logits": logits}
+        if labels is not None:
+            result["loss"] = F.cross_entropy(logits.float(), labels)
+        return result
+
+
+# ---- feature-based mode (BERT paper, section 5.3) -----------------------------------------------------------------
+class ScalarMix(nn.Module):
+    """ELMo's scalar mix: gamma * sum_j softmax(w)_j * layer_j, over the embeddings output and every layer."""
+
+    def __init__(self, num_layers: int):
+        super().__init__()
+        self.weights = nn.Parameter(torch.zeros(num_layers))
+        self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, layers: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        w = self.weights.softmax(0)
+        return self.gamma * sum(wi * h for wi, h in zip(w, layers))
+
+
+class FeatureModel(nn.Module):
+    """A frozen encoder whose hidden states feed a small trained head (tagging or sentence classification).
+
+    `features`: last | second_last | sum_last4 | concat_last4 | weighted (learned scalar mix of all layers).
+    `head`: linear, or bilstm (a 2-layer BiLSTM of 768 units per direction in the paper; `lstm_hidden` here).
+    Sentence classification mean-pools the head's token vectors over real tokens. The encoder stays in eval mode
+    (no dropout) and gets no gradients, so its weights are exactly the pretrained ones.
+    """
+
+    def __init__(self, cfg: ModelConfig, kind: str, num_labels: int, features: str = "concat_last4",
+                 head: str = "linear", lstm_hidden: int = 256, dropout: float = 0.1):
+        super().__init__()
+        if features not in FEATURE_MODES:
+            raise BertforgeError(f"unknown --features {features!r} (choose from {', '.join(FEATURE_MODES)})")
+        if head not in HEADS:
+            raise BertforgeError(f"unknown --head {head!r} (choose from {', '.join(HEADS)})")
+        if kind not in ("classify", "regress", "tag"):
+            raise BertforgeError(f"feature-based mode supports classify, regress and tag tasks, not {kind!r}")
+        if cfg.num_hidden_layers < 4 and features in ("sum_last4", "concat_last4"):
+            raise BertforgeError(f"--features {features} needs at least 4 layers (the model has {cfg.num_hidden_layers})")
+        self.config, self.kind, self.num_labels = cfg, kind, num_labels
+        self.features, self.head = features, head
+        self.bert = Encoder(cfg)
+        self.bert.requires_grad_(False)
+        h = cfg.hidden_size
+        dim = 4 * h if features == "concat_last4" else h
+        self.mix = ScalarMix(cfg.num_hidden_layers + 1) if features == "weighted" else None
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = (nn.LSTM(dim, lstm_hidden, num_layers=2, bidirectional=True, batch_first=True, dropout=dropout)
+                     if head == "bilstm" else None)
+        self.classifier = nn.Linear(2 * lstm_hidden if self.lstm is not None else dim, num_labels)
+
+    def train(self, mode: bool = True) -> "FeatureModel":
+        super().train(mode)
+        self.bert.eval()  # frozen features: never dropout inside the encoder
+        return self
+
+    def token_features(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        with torch.no_grad():
+            hs = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                           output_hidden_states=True).hidden_states
+        if self.features == "last":
+            return hs[-1]
+        if self.features == "second_last":
+            return hs[-2]
+        if self.features == "sum_last4":
+            return torch.stack(hs[-4:]).sum(0)
+        if self.features == "concat_last4":
+            return torch.cat(hs[-4:], dim=-1)
+        return self.mix(hs)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> dict[str, Any]:
+        x = self.dropout(self.token_features(input_ids, attention_mask, token_type_ids))
+        if self.lstm is not None:
+            lengths = (attention_mask.sum(1) if attention_mask is not None
+                       else torch.full((x.shape[0],), x.shape[1], device=x.device)).cpu()
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            x, _ = self.lstm(packed)
+            x, _ = nn.utils.rnn.pad_packed_sequence(x, batch_first=True, total_length=input_ids.shape[1])
+            x = self.dropout(x)
+        if self.kind != "tag":
+            x = mean_pool(x, attention_mask)
+        logits = self.classifier(x)
+        result: dict[str, Any] = {"logits": logits}
+        if labels is not None:
+            if self.kind == "tag":
+                result["loss"] = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+            elif self.kind == "regress":
+                result["loss"] = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                result["loss"] = F.cross_entropy(logits.float(), labels)
+        return result
+
+    @property
+    def architecture(self) -> str:
+        return "BertforgeFeatureModel"
+
+
+# ---- building, saving, loading -------------------------------------------------------------------------------------
+def build_model(cfg: ModelConfig, kind: str, num_labels: int = 2, freeze: dict[str, Any] | None = None) -> nn.Module:
+    """A fresh task model of `kind` on an encoder of `cfg` (weights initialised; load a checkpoint next)."""
+    if kind not in KINDS:
+        raise BertforgeError(f"unknown task kind {kind!r} (choose from {', '.join(KINDS)})")
+    if freeze:
+        return FeatureModel(cfg, kind, num_labels, **freeze)
+    if kind in ("tag", "qa") and cfg.use_pooler:  # HF builds these without a pooler (add_pooling_layer=False)
+        cfg = cfg.replace(use_pooler=False)
+    if kind in ("classify", "regress"):
+        return SequenceClassifier(cfg, num_labels, regression=kind == "regress")
+    if kind == "tag":
+        return TokenClassifier(cfg, num_labels)
+    if kind == "qa":
+        return QuestionAnswering(cfg)
+    return MultipleChoice(cfg)
+
+
+def task_config(model: nn.Module, labels: list[str] | None, task: dict[str, Any]) -> dict[str, Any]:
+    """The config.json fields HF reads (id2label with string keys, label2id, problem_type) plus bertforge's task."""
+    kind = model.kind
+    out: dict[str, Any] = {"bertforge_task": dict(task, kind=kind)}
+    if kind in ("classify", "regress", "tag"):
+        names = labels if labels is not None else ["LABEL_0"]
+        out["id2label"] = {str(i): name for i, name in enumerate(names)}
+        out["label2id"] = {name: i for i, name in enumerate(names)}
+        out["num_labels"] = len(names)
+    if kind == "classify":
+        out["problem_type"] = "single_label_classification"
+    elif kind == "regress":
+        out["problem_type"] = "regression"
+    return out
+
+
+def save_task_model(model: nn.Module, path: str | Path, labels: list[str] | None, task: dict[str, Any],
+                    tokenizer: Any = None) -> Path:
+    """Write an HF directory that transformers' `<Family>For<Task>` loads with no missing or unexpected keys."""
+    from bertforge.checkpoint import save_pretrained
+
+    extra = task_config(model, labels, task)
+    if isinstance(model, FeatureModel):
+        extra["bertforge_task"].update(features=model.features, head=model.head,
+                                       lstm_hidden=model.lstm.hidden_size if model.lstm is not None else None)
+    return save_pretrained(model, path, model.config, architecture=model.architecture, tokenizer=tokenizer,
+                           extra_config=extra)
+
+
+def init_from_pretrained(path: str | Path, kind: str, num_labels: int = 2,
+                         freeze: dict[str, Any] | None = None) -> tuple[nn.Module, list[str]]:
+    """A task model whose encoder comes from the checkpoint at `path` (heads freshly initialised unless present).
+
+    A checkpoint without pooler weights gets no pooler (mean pooling) rather than a random one: a random tanh
+    pooler would make the classifier's input noise at the start of fine-tuning. Returns (model, missing names).
+    """
+    from bertforge.checkpoint import load_pretrained, read_state_dict
+
+    cfg = ModelConfig.from_file(path)
+    if cfg.use_pooler and kind in ("classify", "regress", "choice") and not freeze:
+        state, _ = read_state_dict(path)
+        if not any(k.endswith("pooler.dense.weight") or k.endswith("albert.pooler.weight") for k in state):
+            cfg = cfg.replace(use_pooler=False)
+    cfg = cfg.replace(extra=dict(cfg.extra))
+    model = build_model(cfg, kind, num_labels, freeze)
+    missing = load_pretrained(model, path)
+    return model, missing
+
+
+def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[str] | None]:
+    """Load a fine-tuned directory written by `save_task_model`: (model in eval mode, task info, label names)."""
+    from bertforge.checkpoint import load_pretrained
+
+    cfg = ModelConfig.from_file(path)
+    task = cfg.extra.get("bertforge_task")
+    if not isinstance(task, dict) or task.get("kind") not in KINDS:
+        raise BertforgeError(f"{Path(path) / 'config.json'}: not a bertforge fine-tuned model (no bertforge_task "
+                             "field); fine-tune it first with `bertforge finetune`")
+    labels = None
+    if "id2label" in cfg.extra:
+        id2label = cfg.extra["id2label"]
+        labels = [id2label[str(i)] for i in range(len(id2label))]
+    freeze = None
+    if task.get("features"):
+        freeze = {"features": task["features"], "head": task["head"], "lstm_hidden": task.get("lstm_hidden") or 256}
+    model = build_model(cfg, task["kind"], len(labels) if labels else 2, freeze)
+    missing = load_pretrained(model, path)
+    head_missing = [m for m in missing if not m.startswith("bert.")]
+    if head_missing:
+        raise BertforgeError(f"{path}: the task head is missing from the checkpoint ({', '.join(head_missing[:3])})")
+    return model.eval(), task, labels

@@ -158,22 +158,12 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
             best = preds.nbest[ex.qid][0] if preds.nbest[ex.qid] else None
             answer = preds.predictions[ex.qid]
             rec = {"id": ex.qid, "answer": answer, "score": best["score"] if best else None}
-            if answer and best:
-                start_char = _span_start(ex.context, answer, best)
-                rec.update(start=start_char, end=None if start_char is None else start_char + len(answer))
+            if answer and best:  # postprocess cuts the answer from the context at these character offsets
+                rec.update(start=int(best["start"]), end=int(best["end"]))
             if v2:
                 rec["null_score_diff"] = preds.null_diffs[ex.qid]
             out.append(rec)
     return out
-
-
-def _span_start(context: str, answer: str, best: dict) -> int | None:
-    """Character start of the answer: the offset postprocess reports when it does, else the text's first
-    occurrence (squad.postprocess cuts answers from the context by offsets but returns only the text)."""
-    if "start" in best:
-        return int(best["start"])
-    i = context.find(answer)
-    return i if i >= 0 else None
 
 
 def write_jsonl(records: list[dict[str, Any]], path: str | Path | None) -> None:

@@ -329,7 +329,7 @@ def postprocess(
             text = ex.context[cs:ce]
             if text not in seen:
                 seen.add(text)
-                nbest.append({"text": text, "score": score})
+                nbest.append({"text": text, "score": score, "start": cs, "end": ce})
             if len(nbest) == n_best:
                 break
         best_text, best_score = (nbest[0]["text"], nbest[0]["score"]) if nbest else ("", -np.inf)

@@ -149,7 +149,7 @@ def test_postprocess_rules(tmp_path, tok):
     end[0, c[-1]] = 9.0  # the last context token: span longer than max_answer_length=3 tokens
     out = postprocess(ex, f, start, end, max_answer_length=3)
     assert out.predictions["q1"] == "Paris"
-    assert out.nbest["q1"][0] == {"text": "Paris", "score": 9.0}
+    assert out.nbest["q1"][0] == {"text": "Paris", "score": 9.0, "start": 0, "end": 5}
     # an end before the start is never taken
     start2, end2 = torch.zeros(n, length), torch.zeros(n, length)
     start2[0, c[2]] = 9.0

@@ -1,0 +1,247 @@
+"""Sentence-embedding verbs: `embed`, `embed-train`, `embed-eval`, and `index build | add | query`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bertforge.errors import BertforgeError
+
+POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
+PRECISIONS = ("fp32", "bf16", "int8")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("embed", help="encode a text file (one text per line) to vectors (.npy or .jsonl)",
+                       description="Encode one text per line. Empty lines are embedded as the empty string so row i "
+                                   "is line i; texts longer than the model's max_seq_length are truncated.")
+    p.add_argument("--model", required=True, metavar="DIR", help="sentence-transformers folder or HF encoder dir")
+    p.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text file, one text per line")
+    p.add_argument("--out", required=True, metavar="FILE", help="output .npy (float32 [N, dim]) or .jsonl")
+    _encode_options(p)
+    p.add_argument("--pooling", choices=POOLINGS, help="override the model's pooling (plain HF dirs: mean)")
+    p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors (ST models that end in "
+                                                            "Normalize always are)")
+    p.set_defaults(func=embed_command)
+
+    p = sub.add_parser("embed-train", help="fine-tune a sentence encoder (cosine / softmax / triplet / mnrl loss)",
+                       description="Fine-tune a bi-encoder on pair, scored-pair, NLI or triplet data and save it in "
+                                   "the sentence-transformers layout.")
+    p.add_argument("--model", required=True, metavar="DIR", help="starting model (ST folder or HF encoder dir)")
+    p.add_argument("--train", required=True, metavar="FILE", help="training file (tsv / jsonl; see docs/embeddings.md)")
+    p.add_argument("--out", required=True, metavar="DIR", help="where the trained model goes")
+    p.add_argument("--loss", default="cosine", choices=("cosine", "softmax", "triplet", "mnrl"))
+    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=2e-5)
+    p.add_argument("--pooling", choices=POOLINGS, help="pooling for a plain HF dir (default mean)")
+    p.add_argument("--eval", metavar="FILE", help="scored-pair file for STS Spearman after training")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=train_command)
+
+    p = sub.add_parser("embed-eval", help="STS correlation or retrieval metrics of a sentence encoder (JSON)",
+                       description="Print JSON: Spearman/Pearson of cosine vs gold (--sts), or Recall@k and MRR@10 "
+                                   "of questions against passages (--squad, or --queries/--passages/--qrels).")
+    p.add_argument("--model", required=True, metavar="DIR")
+    p.add_argument("--sts", metavar="FILE", help="scored pairs (STS-benchmark layout, GLUE STS-B tsv, jsonl)")
+    p.add_argument("--squad", metavar="FILE", help="SQuAD v1.1 json: questions retrieve their paragraphs")
+    p.add_argument("--queries", metavar="FILE", help="query per line (with --passages and --qrels)")
+    p.add_argument("--passages", metavar="FILE", help="passage per line")
+    p.add_argument("--qrels", metavar="FILE", help="per line: comma-separated 0-based passage rows relevant to that "
+                                                   "query")
+    p.add_argument("--limit", type=int, help="evaluate only the first N pairs / queries")
+    _encode_options(p)
+    p.add_argument("--pooling", choices=POOLINGS)
+    p.set_defaults(func=eval_command, progress=False)
+
+    p = sub.add_parser("index", help="FAISS vector index: build, add, query")
+    isub = p.add_subparsers(dest="index_command", metavar="ACTION")
+    b = isub.add_parser("build", help="encode a corpus and build an index directory")
+    b.add_argument("--model", required=True, metavar="DIR")
+    b.add_argument("--corpus", required=True, metavar="FILE", help='one passage per line, or jsonl {"id", "text"}')
+    b.add_argument("--out", required=True, metavar="DIR")
+    b.add_argument("--kind", default="flat", choices=("flat", "hnsw", "ivf"),
+                   help="flat: exact inner product on unit vectors (default); hnsw / ivf: approximate")
+    b.add_argument("--pooling", choices=POOLINGS)
+    _encode_options(b)
+    b.set_defaults(func=index_build)
+    a = isub.add_parser("add", help="encode more passages into an existing index (same model required)")
+    a.add_argument("--index", required=True, metavar="DIR")
+    a.add_argument("--corpus", required=True, metavar="FILE")
+    a.add_argument("--model", metavar="DIR", help="default: the model recorded in the index")
+    a.add_argument("--batch-size", type=int, default=32)
+    a.add_argument("--no-progress", dest="progress", action="store_false")
+    a.set_defaults(func=index_add)
+    q = isub.add_parser("query", help="top-k passages for a question")
+    q.add_argument("--index", required=True, metavar="DIR")
+    q.add_argument("question", nargs="+", help="one or more questions")
+    q.add_argument("-k", type=int, default=10)
+    q.add_argument("--model", metavar="DIR", help="default: the model recorded in the index")
+    q.add_argument("--rerank", metavar="DIR", help="cross-encoder (BertForSequenceClassification, 1 label) that "
+                                                    "re-orders the top-k")
+    q.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    q.set_defaults(func=index_query)
+    p.set_defaults(func=lambda args: _index_help(p))
+
+
+def _encode_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="fp32 (exact), bf16, or int8 (dynamic quantisation of the Linear layers)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def _index_help(p: argparse.ArgumentParser) -> int:
+    p.print_help()
+    return 2
+
+
+def _load(args: argparse.Namespace, normalize: bool | None = None):
+    from bertforge.embed import SentenceEncoder
+    return SentenceEncoder.from_pretrained(args.model, pooling=getattr(args, "pooling", None), normalize=normalize)
+
+
+# ---- embed ---------------------------------------------------------------------------------------------------------
+def embed_command(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from bertforge.checkpoint import atomic_write
+    from bertforge.embed.data import read_texts
+
+    out = Path(args.out)
+    if out.suffix not in (".npy", ".jsonl"):
+        raise BertforgeError(f"--out {out}: use a .npy or .jsonl file name")
+    texts = read_texts(args.input)
+    model = _load(args, normalize=True if args.normalize else None)
+    vectors = model.encode(texts, batch_size=args.batch_size, precision=args.precision, progress=args.progress)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:  # a handle, so numpy does not append ".npy" to the temporary name
+            if out.suffix == ".npy":
+                np.save(fh, vectors)
+            else:
+                for i, (text, vec) in enumerate(zip(texts, vectors)):
+                    rec = {"line": i + 1, "text": text, "embedding": [round(float(x), 7) for x in vec]}
+                    fh.write((json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8"))
+    atomic_write(out, write)
+    print(f"{len(texts)} texts -> {out} ({vectors.shape[0]} x {vectors.shape[1]}, {args.precision})",
+          file=sys.stderr)
+    return 0
+
+
+# ---- train / eval --------------------------------------------------------------------------------------------------
+def train_command(args: argparse.Namespace) -> int:
+    from bertforge.embed.data import read_examples
+    from bertforge.embed.evaluate import evaluate_sts
+    from bertforge.embed.train import fit
+
+    model = _load(args)
+    dataset = read_examples(args.train)
+    eval_set = read_examples(args.eval) if args.eval else None
+    before = evaluate_sts(model, eval_set) if eval_set else None
+    fit(model, dataset, args.out, loss=args.loss, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+        max_steps=args.max_steps, seed=args.seed)
+    report = {"out": str(args.out), "examples": len(dataset), "loss": args.loss}
+    if eval_set:
+        report.update(sts_before=before, sts_after=evaluate_sts(model, eval_set))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    from bertforge.embed.data import Dataset, read_examples, read_squad_retrieval, read_texts
+    from bertforge.embed.evaluate import evaluate_retrieval, evaluate_sts
+
+    chosen = [x for x in (args.sts, args.squad, args.queries) if x]
+    if len(chosen) != 1:
+        raise BertforgeError("give exactly one of --sts FILE, --squad FILE, or --queries/--passages/--qrels")
+    model = _load(args)
+    opts = dict(batch_size=args.batch_size, precision=args.precision, progress=args.progress)
+    if args.sts:
+        data = read_examples(args.sts)
+        if args.limit:
+            data = Dataset(data.examples[:args.limit], data.kind)
+        result = {"task": "sts", "file": args.sts, **evaluate_sts(model, data, **opts)}
+    else:
+        if args.squad:
+            queries, passages, relevant = read_squad_retrieval(args.squad)
+        else:
+            if not (args.passages and args.qrels):
+                raise BertforgeError("--queries needs --passages and --qrels")
+            queries, passages = read_texts(args.queries), read_texts(args.passages)
+            relevant = _read_qrels(args.qrels, len(passages))
+            if len(relevant) != len(queries):
+                raise BertforgeError(f"{args.qrels}: {len(relevant)} lines for {len(queries)} queries")
+        if args.limit:
+            queries, relevant = queries[:args.limit], relevant[:args.limit]
+        result = {"task": "retrieval", **evaluate_retrieval(model, queries, passages, relevant, **opts)}
+    result.update(model=str(args.model), precision=args.precision)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _read_qrels(path: str, n_passages: int) -> list[set[int]]:
+    from bertforge.embed.data import read_texts
+
+    out = []
+    for no, line in enumerate(read_texts(path), 1):
+        try:
+            rows = {int(x) for x in line.replace(" ", "").split(",") if x}
+        except ValueError:
+            raise BertforgeError(f"{path}:{no}: expected comma-separated passage row numbers") from None
+        if any(not 0 <= r < n_passages for r in rows):
+            raise BertforgeError(f"{path}:{no}: passage row out of range 0..{n_passages - 1}")
+        out.append(rows)
+    return out
+
+
+# ---- index ---------------------------------------------------------------------------------------------------------
+def index_build(args: argparse.Namespace) -> int:
+    from bertforge.embed.data import read_corpus
+    from bertforge.embed.index import VectorIndex
+
+    ids, texts = read_corpus(args.corpus)
+    model = _load(args)
+    index = VectorIndex.build(args.out, model, ids, texts, kind=args.kind, batch_size=args.batch_size,
+                              precision=args.precision, progress=args.progress)
+    print(f"indexed {len(index)} passages ({index.meta['kind']}, dim {index.meta['dim']}) -> {args.out}",
+          file=sys.stderr)
+    return 0
+
+
+def index_add(args: argparse.Namespace) -> int:
+    from bertforge.embed.data import read_corpus
+    from bertforge.embed.index import VectorIndex
+
+    index = VectorIndex.load(args.index)
+    ids, texts = read_corpus(args.corpus)
+    model = index.load_model(args.model)
+    n = index.add(model, ids, texts, batch_size=args.batch_size, progress=args.progress)
+    print(f"added {n} passages; {len(index)} in {args.index}", file=sys.stderr)
+    return 0
+
+
+def index_query(args: argparse.Namespace) -> int:
+    from bertforge.embed.index import VectorIndex, rerank
+
+    if args.k <= 0:
+        raise BertforgeError(f"-k must be positive, got {args.k}")
+    index = VectorIndex.load(args.index)
+    model = index.load_model(args.model)
+    results = index.search(model, args.question, k=args.k)
+    if args.rerank:
+        from bertforge.embed.cross_encoder import CrossEncoder
+        ce = CrossEncoder.from_pretrained(args.rerank)
+        results = [rerank(hits, q, ce) for q, hits in zip(args.question, results)]
+    for question, hits in zip(args.question, results):
+        if args.json:
+            print(json.dumps({"query": question, "hits": [h.as_dict() for h in hits]}, ensure_ascii=False))
+            continue
+        print(f"# {question}")
+        for h in hits:
+            extra = f"  rerank {h.rerank_score:8.4f}" if h.rerank_score is not None else ""
+            text = h.text if len(h.text) <= 100 else h.text[:97] + "..."
+            print(f"{h.rank:3d}  {h.score:7.4f}{extra}  [{h.id}]  {text}")
+    return 0

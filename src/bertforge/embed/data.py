@@ -1,0 +1,220 @@
+"""Readers for sentence-embedding training and evaluation files.
+
+Accepted layouts (the reader decides per file; errors name file:line):
+  * jsonl: {"premise", "hypothesis", "label"} (NLI; label a name or an id; SNLI's "-" rows are skipped),
+    {"sentence1", "sentence2", "score"|"label"}, {"anchor", "positive"[, "negative"]}, {"query", "positive"},
+    or {"texts": [...], "label": ...};
+  * tsv with a header naming sentence1 / sentence2 (GLUE STS-B: the score column is "score" or "label");
+  * the STS-benchmark layout (sts-test.tsv: genre, file, year, id, score, sentence1, sentence2[, ...]);
+  * plain tsv without header: `a<TAB>b` (pair), `a<TAB>b<TAB>number` (scored pair), `a<TAB>b<TAB>c` (triplet).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bertforge.embed.losses import NLI_LABELS
+from bertforge.errors import BertforgeError
+
+
+@dataclass
+class Example:
+    texts: list[str]
+    label: float | int | None = None
+
+
+@dataclass
+class Dataset:
+    examples: list[Example] = field(default_factory=list)
+    kind: str = "pair"  # "pair" | "scored" | "nli" | "triplet"
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int) -> Example:
+        return self.examples[i]
+
+
+def _float(value: str) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _lines(path: Path):
+    if not path.is_file():
+        raise BertforgeError(f"{path}: file not found")
+    with open(path, "rb") as fh:
+        for no, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                raise BertforgeError(f"{path}:{no}: invalid UTF-8 ({err.reason} at byte {err.start})") from None
+            if line.strip():
+                yield no, line
+
+
+def _nli_label(value, where: str) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if value == "-" or value is None:  # SNLI: no annotator majority
+        return None
+    if str(value).lower() not in NLI_LABELS:
+        raise BertforgeError(f"{where}: unknown NLI label {value!r} (expected {', '.join(NLI_LABELS)})")
+    return NLI_LABELS[str(value).lower()]
+
+
+def _read_jsonl(path: Path) -> Dataset:
+    ds = Dataset()
+    kinds = set()
+    for no, line in _lines(path):
+        where = f"{path}:{no}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise BertforgeError(f"{where}: not valid JSON ({err.msg})") from None
+        if not isinstance(rec, dict):
+            raise BertforgeError(f"{where}: expected a JSON object")
+        if "premise" in rec and "hypothesis" in rec:
+            label = _nli_label(rec.get("label"), where)
+            if label is None:
+                continue
+            kinds.add("nli")
+            ds.examples.append(Example([rec["premise"], rec["hypothesis"]], label))
+        elif "sentence1" in rec and "sentence2" in rec:
+            score = _float(rec.get("score", rec.get("label")))
+            kinds.add("scored" if score is not None else "pair")
+            ds.examples.append(Example([rec["sentence1"], rec["sentence2"]], score))
+        elif ("anchor" in rec or "query" in rec) and "positive" in rec:
+            texts = [rec.get("anchor", rec.get("query")), rec["positive"]]
+            if rec.get("negative") is not None:
+                texts.append(rec["negative"])
+            kinds.add("triplet" if len(texts) == 3 else "pair")
+            ds.examples.append(Example(texts))
+        elif isinstance(rec.get("texts"), list):
+            ds.examples.append(Example(list(rec["texts"]), rec.get("label")))
+            kinds.add("scored" if rec.get("label") is not None else ("triplet" if len(rec["texts"]) == 3 else "pair"))
+        else:
+            raise BertforgeError(f"{where}: unrecognised record keys {sorted(rec)} "
+                                 "(expected premise/hypothesis/label, sentence1/sentence2/score, anchor/positive)")
+        for t in ds.examples[-1].texts:
+            if not isinstance(t, str):
+                raise BertforgeError(f"{where}: texts must be strings")
+    return _finish(ds, kinds, path)
+
+
+def _read_tsv(path: Path) -> Dataset:
+    ds = Dataset()
+    kinds = set()
+    header: dict[str, int] | None = None
+    for no, line in _lines(path):
+        cols = line.split("\t")
+        where = f"{path}:{no}"
+        if header is None and not ds.examples and "sentence1" in cols and "sentence2" in cols:
+            header = {name: i for i, name in enumerate(cols)}
+            continue
+        if header is not None:
+            score_col = header.get("score", header.get("label"))
+            try:
+                texts = [cols[header["sentence1"]], cols[header["sentence2"]]]
+            except IndexError:
+                raise BertforgeError(f"{where}: fewer columns than the header") from None
+            score = _float(cols[score_col]) if score_col is not None and score_col < len(cols) else None
+        elif len(cols) >= 7 and _float(cols[4]) is not None:  # STS-benchmark layout
+            texts, score = [cols[5], cols[6]], _float(cols[4])
+        elif len(cols) == 3 and _float(cols[2]) is not None:
+            texts, score = cols[:2], _float(cols[2])
+        elif len(cols) in (2, 3):
+            texts, score = cols, None
+        else:
+            raise BertforgeError(f"{where}: expected 2 or 3 tab-separated columns (or the STS-benchmark layout), "
+                                 f"got {len(cols)}")
+        kinds.add("scored" if score is not None else ("triplet" if len(texts) == 3 else "pair"))
+        ds.examples.append(Example(texts, score))
+    return _finish(ds, kinds, path)
+
+
+def _finish(ds: Dataset, kinds: set[str], path: Path) -> Dataset:
+    if not ds.examples:
+        raise BertforgeError(f"{path}: no examples")
+    if len(kinds) > 1:
+        raise BertforgeError(f"{path}: mixes example kinds {sorted(kinds)}")
+    ds.kind = kinds.pop() if kinds else "pair"
+    return ds
+
+
+def read_examples(path: str | Path) -> Dataset:
+    """Read a pair / scored-pair / NLI / triplet file (see the module docstring for the layouts)."""
+    path = Path(path)
+    return _read_jsonl(path) if path.suffix in (".jsonl", ".json") else _read_tsv(path)
+
+
+def read_texts(path: str | Path) -> list[str]:
+    """One text per line (UTF-8). Empty lines are kept (as "") so output row i is input line i."""
+    path = Path(path)
+    if not path.is_file():
+        raise BertforgeError(f"{path}: file not found")
+    texts = []
+    with open(path, "rb") as fh:
+        for no, raw in enumerate(fh, 1):
+            try:
+                texts.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as err:
+                raise BertforgeError(f"{path}:{no}: invalid UTF-8 ({err.reason} at byte {err.start})") from None
+    return texts
+
+
+def read_corpus(path: str | Path) -> tuple[list[str], list[str]]:
+    """(ids, texts) of a corpus: jsonl {"id", "text"} records (id defaults to the line number), or a text file
+    with one passage per line (id = "FILENAME:LINE", so adding the same file twice is caught as duplicate ids).
+
+    Empty lines of a text file are skipped (an empty passage is never a useful search hit).
+    """
+    path = Path(path)
+    ids: list[str] = []
+    texts: list[str] = []
+    if path.suffix == ".jsonl":
+        for no, line in _lines(path):
+            try:
+                rec = json.loads(line)
+                text = rec["text"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise BertforgeError(f"{path}:{no}: expected a JSON object with a \"text\" field") from None
+            if not isinstance(text, str):
+                raise BertforgeError(f"{path}:{no}: \"text\" must be a string")
+            ids.append(str(rec.get("id", no)))
+            texts.append(text)
+    else:
+        for no, line in _lines(path):
+            ids.append(f"{path.name}:{no}")
+            texts.append(line)
+    if not texts:
+        raise BertforgeError(f"{path}: empty corpus")
+    return ids, texts
+
+
+def read_squad_retrieval(path: str | Path) -> tuple[list[str], list[str], list[set[int]]]:
+    """SQuAD v1.1 as retrieval: (questions, unique paragraphs, relevant paragraph ids per question)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))["data"]
+    except FileNotFoundError:
+        raise BertforgeError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as err:
+        raise BertforgeError(f"{path}: not a SQuAD json file ({err})") from None
+    passages: list[str] = []
+    index: dict[str, int] = {}
+    questions: list[str] = []
+    relevant: list[set[int]] = []
+    for article in data:
+        for para in article["paragraphs"]:
+            ctx = para["context"]
+            pid = index.setdefault(ctx, len(passages))
+            if pid == len(passages):
+                passages.append(ctx)
+            for qa in para["qas"]:
+                questions.append(qa["question"])
+                relevant.append({pid})
+    return questions, passages, relevant

@@ -1,0 +1,148 @@
+"""`bertforge prepare`, `bertforge pretrain`, `bertforge ablate`: the pretraining verbs."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bertforge.errors import BertforgeError
+
+RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta = MLM, dynamic masks, full "
+               "sentences (byte-level BPE); albert = MLM+SOP, E=128, all layers shared (Unigram); spanbert = span "
+               "masking + span-boundary objective; electra = replaced-token detection with a 1/4-size generator")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from bertforge.pretrain.objectives import OBJECTIVES
+    from bertforge.pretrain.recipes import INPUT_FORMATS, MASKINGS, RECIPES, SIZES
+
+    prep = subparsers.add_parser(
+        "prepare", help="tokenise a corpus into memory-mapped shards",
+        description="Tokenise text files (.txt/.txt.gz/.jsonl; folders and globs) into memory-mapped shards for "
+                    "`bertforge pretrain --data`.")
+    prep.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files, folders or globs")
+    prep.add_argument("--tokenizer", required=True, metavar="DIR", help="tokenizer directory (or tokenizer.json)")
+    prep.add_argument("--out", required=True, metavar="DIR", help="output directory for the shards")
+    prep.add_argument("--workers", type=int, default=1, metavar="N", help="tokenising processes (default: 1)")
+    prep.add_argument("--doc-boundary", choices=("blank", "file"), default="blank",
+                      help="a blank line ends a document (default), or one document per file")
+    prep.add_argument("--heldout-fraction", type=float, default=0.05, metavar="F",
+                      help="share of documents held out for evaluation (default: 0.05)")
+    prep.set_defaults(func=run_prepare)
+
+    pre = subparsers.add_parser(
+        "pretrain", help="pretrain a BERT-family model (default: a ~5 minute demo on the stdlib docs)",
+        description="Pretrain from scratch or continue a checkpoint (--init-from). With no --corpus the corpus is "
+                    "the Python standard library's own documentation (docstrings + pydoc topics), a WordPiece "
+                    "tokenizer of 8k is trained, and a small model trains for a few minutes.",
+        epilog="recipes: " + RECIPE_HELP)
+    _add_model_args(pre, RECIPES, SIZES, OBJECTIVES, MASKINGS, INPUT_FORMATS)
+    pre.add_argument("--corpus", nargs="+", metavar="PATH", help="text files, folders or globs (default: stdlib docs)")
+    pre.add_argument("--data", metavar="DIR", help="shards from `bertforge prepare` (instead of --corpus)")
+    pre.add_argument("--tokenizer", metavar="DIR", help="use this tokenizer instead of training one")
+    pre.add_argument("--vocab-size", type=int, metavar="N",
+                     help="vocabulary of the trained tokenizer (default: 8192 for stdlib docs, else 30522)")
+    pre.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps")
+    pre.add_argument("--time-budget", metavar="DUR",
+                     help="wall-clock training budget, e.g. 90s, 30m, 1h (default: 3m when no --max-steps)")
+    pre.add_argument("--out", metavar="DIR", help="output directory (default: runs/pretrain-RECIPE)")
+    pre.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    pre.add_argument("--init-from", metavar="DIR",
+                     help="continue pretraining this checkpoint with its own tokenizer (domain-adaptive)")
+    pre.add_argument("--save-every", type=int, metavar="N", help="checkpoint every N steps (default: at the end)")
+    pre.add_argument("--log-every", type=int, default=10, metavar="N", help="log every N steps (default: 10)")
+    pre.add_argument("--eval-batches", type=int, default=20, metavar="N", help="held-out batches (default: 20)")
+    pre.add_argument("--heldout-fraction", type=float, default=0.05, metavar="F",
+                     help="share of documents held out for evaluation (default: 0.05)")
+    pre.add_argument("--workers", type=int, default=1, metavar="N", help="tokenising processes (default: 1)")
+    pre.add_argument("--threads", type=int, metavar="N",
+                     help="torch threads per process (default: the cores not busy with other programs)")
+    pre.add_argument("--no-progress", action="store_true", help="no progress bars")
+    pre.set_defaults(func=run_pretrain)
+
+    abl = subparsers.add_parser(
+        "ablate", help="run an ablation matrix at equal wall-clock per arm",
+        description="Train each arm (NSP vs SOP vs none; static vs dynamic masks; MLM vs ELECTRA; token vs span "
+                    "masking) for the same wall-clock budget on one corpus and compare held-out MLM accuracy. "
+                    "Writes ablation.md, ablation.json and ablation.png in --out.")
+    abl.add_argument("--corpus", nargs="+", metavar="PATH", help="corpus (default: stdlib docs)")
+    abl.add_argument("--arms", nargs="+", metavar="ARM",
+                     help="subset of arms (default: all; see `bertforge ablate --list`)")
+    abl.add_argument("--list", action="store_true", help="list the arms and exit")
+    abl.add_argument("--size", choices=SIZES, default="bert-mini", help="model size (default: bert-mini)")
+    abl.add_argument("--seq-len", type=int, default=128, metavar="N")
+    abl.add_argument("--batch-size", type=int, default=32, metavar="N")
+    abl.add_argument("--budget", default="2m", metavar="DUR", help="training wall clock per arm (default: 2m)")
+    abl.add_argument("--vocab-size", type=int, metavar="N", help="tokenizer vocabulary (default: 8192)")
+    abl.add_argument("--precision", choices=("fp32", "bf16"), help="default: bf16 where the CPU/GPU has it")
+    abl.add_argument("--seed", type=int, default=0)
+    abl.add_argument("--out", default="runs/ablation", metavar="DIR", help="output directory (default: runs/ablation)")
+    abl.set_defaults(func=run_ablate)
+
+
+def _add_model_args(p, recipes, sizes, objectives, maskings, formats) -> None:
+    p.add_argument("--recipe", choices=list(recipes), default="bert", help="pretraining recipe (default: bert)")
+    p.add_argument("--size", choices=sizes, default=None,
+                   help="model size (default: bert-mini; bert-tiny for the built-in demo corpus)")
+    p.add_argument("--objective", choices=objectives, help="override the recipe's objective")
+    p.add_argument("--masking", choices=maskings, help="override the recipe's masking unit")
+    dyn = p.add_mutually_exclusive_group()
+    dyn.add_argument("--dynamic", dest="dynamic", action="store_true", default=None, help="re-mask every epoch")
+    dyn.add_argument("--static", dest="dynamic", action="store_false", help="masks fixed at preparation")
+    p.add_argument("--dupe-factor", type=int, metavar="N", help="static masking: masked copies of the data")
+    p.add_argument("--input-format", choices=formats, help="override the recipe's input format")
+    p.add_argument("--seq-len", type=int, metavar="N",
+                   help="sequence length (default: 128; 64 for the built-in demo corpus)")
+    p.add_argument("--batch-size", type=int, default=32, metavar="N", help="batch size per process (default: 32)")
+    p.add_argument("--lr", type=float, help="peak learning rate (default: the recipe's)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), help="default: bf16 where the CPU/GPU has it")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    from bertforge.data import prepare_corpus
+    from bertforge.tokenization import Tokenizer
+    tok = Tokenizer.from_pretrained(args.tokenizer)
+    m = prepare_corpus(args.corpus, tok, args.out, workers=args.workers, doc_boundary=args.doc_boundary,
+                       heldout_fraction=args.heldout_fraction)
+    print(f"prepared {m['num_tokens']:,} tokens, {m['num_sentences']:,} sentences, {m['num_documents']:,} "
+          f"documents in {len(m['shards'])} shard(s) ({m['stats']['seconds']:.1f} s) -> {args.out}")
+    return 0
+
+
+def run_pretrain(args: argparse.Namespace) -> int:
+    from bertforge.pretrain.recipes import resolve
+    from bertforge.pretrain.run import PretrainOptions, default_precision, pretrain
+    recipe = resolve(args.recipe, objective=args.objective, masking=args.masking, dynamic=args.dynamic,
+                     input_format=args.input_format, dupe_factor=args.dupe_factor)
+    embedded = args.corpus is None and args.data is None
+    if args.corpus is not None and args.data is not None:
+        raise BertforgeError("give --corpus or --data, not both")
+    if (args.seq_len is not None and args.seq_len < 8) or args.batch_size < 1:
+        raise BertforgeError(f"--seq-len must be >= 8 and --batch-size >= 1 (got {args.seq_len}, {args.batch_size})")
+    time_budget = args.time_budget
+    if args.max_steps is None and time_budget is None:
+        time_budget = "3m"
+    opts = PretrainOptions(
+        recipe=recipe, out=Path(args.out or f"runs/pretrain-{recipe.name}"),
+        corpus=args.corpus, data=Path(args.data) if args.data else None,
+        tokenizer=Path(args.tokenizer) if args.tokenizer else None, vocab_size=args.vocab_size,
+        size=args.size or ("bert-tiny" if embedded else "bert-mini"),
+        seq_len=args.seq_len or (64 if embedded else 128), batch_size=args.batch_size, max_steps=args.max_steps, time_budget=time_budget, lr=args.lr,
+        precision=args.precision or default_precision(), seed=args.seed, resume=args.resume,
+        init_from=Path(args.init_from) if args.init_from else None, heldout_fraction=args.heldout_fraction,
+        eval_batches=args.eval_batches, log_every=args.log_every, save_every=args.save_every,
+        workers=args.workers, threads=args.threads, progress=not args.no_progress)
+    pretrain(opts)
+    return 0
+
+
+def run_ablate(args: argparse.Namespace) -> int:
+    from bertforge.pretrain.ablation import ARMS, run_ablation
+    if args.list:
+        for name, arm in ARMS.items():
+            print(f"{name:>14}: {arm['describe']}")
+        return 0
+    run_ablation(corpus=args.corpus, out=Path(args.out), arms=args.arms, size=args.size, seq_len=args.seq_len,
+                 batch_size=args.batch_size, budget=args.budget, vocab_size=args.vocab_size,
+                 precision=args.precision, seed=args.seed)
+    return 0

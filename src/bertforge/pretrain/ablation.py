@@ -1,0 +1,144 @@
+"""`bertforge ablate`: pretraining design choices compared at equal wall-clock on one corpus.
+
+Every arm shares one WordPiece tokenizer and one set of shards, trains for the same time budget, and is scored on
+the same held-out task: token-level MLM (15%, static masks, fixed seed) over full-sentence sequences of held-out
+documents, so the numbers are comparable across objectives and input formats. (ELECTRA's MLM number is its
+small generator's; its discriminator is scored by RTD accuracy.) Writes ablation.json, ablation.md, ablation.png.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertforge.checkpoint import atomic_write, atomic_write_text
+from bertforge.errors import BertforgeError
+from bertforge.pretrain.objectives import IGNORE
+from bertforge.pretrain.recipes import resolve
+
+# name -> (recipe, overrides, description). Pairs to read: nsp/sop/no-nsp; static/dynamic; dynamic/electra;
+# dynamic (token) / span / span+sbo.
+ARMS: dict[str, dict[str, Any]] = {
+    "nsp": dict(recipe="bert", over={}, describe="MLM + NSP, segment pairs, static masks (BERT)"),
+    "sop": dict(recipe="bert", over=dict(objective="mlm+sop"), describe="MLM + SOP, segment pairs, static masks"),
+    "no-nsp": dict(recipe="bert", over=dict(objective="mlm"), describe="MLM only, segment pairs, static masks"),
+    "static": dict(recipe="bert", over=dict(objective="mlm", input_format="full-sentences", dynamic=False),
+                   describe="MLM, full sentences, static masks (x5)"),
+    "dynamic": dict(recipe="bert", over=dict(objective="mlm", input_format="full-sentences", dynamic=True),
+                    describe="MLM, full sentences, dynamic masks (RoBERTa-style, WordPiece)"),
+    "span": dict(recipe="bert", over=dict(objective="mlm", input_format="full-sentences", dynamic=True,
+                                          masking="span"), describe="MLM with span masking, dynamic"),
+    "span+sbo": dict(recipe="spanbert", over={}, describe="span masking + span-boundary objective (SpanBERT)"),
+    "electra": dict(recipe="electra", over={}, describe="replaced-token detection, 1/4-size generator"),
+}
+
+
+@torch.no_grad()
+def common_mlm_eval(model: nn.Module, batches: list[dict], most_frequent: int) -> dict[str, float]:
+    """MLM accuracy / loss of `model.predict_masked` on shared held-out batches (any objective)."""
+    was = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    correct = total = base = 0
+    loss_sum = 0.0
+    for b in batches:
+        b = {k: v.to(device) for k, v in b.items()}
+        pos = b["mlm_labels"].ne(IGNORE)
+        logits = model.predict_masked(b["input_ids"], b["attention_mask"], b.get("token_type_ids"), pos).float()
+        targets = b["mlm_labels"][pos]
+        correct += int(logits.argmax(-1).eq(targets).sum())
+        base += int(targets.eq(most_frequent).sum())
+        loss_sum += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
+        total += int(targets.numel())
+    model.train(was)
+    return {"mlm_acc": correct / max(total, 1), "mlm_loss": loss_sum / max(total, 1),
+            "baseline_acc": base / max(total, 1), "masked_tokens": total}
+
+
+def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = None, size: str = "bert-mini",
+                 seq_len: int = 128, batch_size: int = 32, budget: str = "2m", vocab_size: int | None = None,
+                 precision: str | None = None, seed: int = 0) -> dict[str, Any]:
+    from bertforge.data import ShardedCorpus
+    from bertforge.pretrain.run import (PretrainOptions, default_precision, make_dataset, prepare_data,
+                                        prepare_tokenizer, pretrain, token_frequencies)
+    names = arms or list(ARMS)
+    unknown = [a for a in names if a not in ARMS]
+    if unknown:
+        raise BertforgeError(f"--arms: unknown {', '.join(unknown)} (choose from {', '.join(ARMS)})")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    precision = precision or default_precision()
+    if corpus is None:
+        from bertforge.pretrain.default_corpus import default_corpus
+        corpus = [str(default_corpus())]
+    # One tokenizer and one set of shards for every arm.
+    base = PretrainOptions(recipe=resolve("bert"), out=out, corpus=corpus, vocab_size=vocab_size or 8192,
+                           seq_len=seq_len)
+    tok = prepare_tokenizer(base, corpus, is_main=True)
+    data_dir = prepare_data(base, corpus, tok, is_main=True)
+    held = ShardedCorpus(data_dir, split="heldout", heldout_fraction=base.heldout_fraction)
+    common_recipe = resolve("bert", objective="mlm", input_format="full-sentences")
+    held_ds = make_dataset(held, common_recipe, seq_len, seed=12345, static=True, dupe_factor=1)
+    collate = held_ds.collator()
+    n = min(len(held_ds), 20 * batch_size)
+    batches = [collate([held_ds[i] for i in range(s, min(s + batch_size, n))]) for s in range(0, n, batch_size)]
+    counts = token_frequencies(held)
+    counts[list(held.special_ids)] = 0
+    most_frequent = int(counts.argmax())  # token_frequencies reads every shard: train + held-out
+
+    rows = []
+    for name in names:
+        arm = ARMS[name]
+        recipe = resolve(arm["recipe"], **arm["over"])
+        print(f"\n=== arm {name}: {arm['describe']} ({budget}) ===", flush=True)
+        opts = PretrainOptions(recipe=recipe, out=out / "arms" / name, data=data_dir, tokenizer=out / "tokenizer",
+                               size=size, seq_len=seq_len, batch_size=batch_size, time_budget=budget,
+                               precision=precision, seed=seed, heldout_fraction=base.heldout_fraction,
+                               progress=False, log_every=25, fill_mask_examples=0,
+                               extra_eval=lambda m: common_mlm_eval(m, batches, most_frequent))
+        res = pretrain(opts)
+        own = res["heldout"]
+        rows.append({"arm": name, "describe": arm["describe"], "objective": recipe.objective,
+                     "masking": recipe.masking, "masks": "dynamic" if recipe.dynamic else f"static x{recipe.dupe_factor}",
+                     "input_format": recipe.input_format, "steps": res["steps"], "tokens_seen": res["tokens_seen"],
+                     "train_seconds": res["seconds"]["train"], "heldout_mlm_acc": res["common"]["mlm_acc"],
+                     "heldout_mlm_loss": res["common"]["mlm_loss"], "baseline_acc": res["common"]["baseline_acc"],
+                     **{k: own[k] for k in ("nsp_acc", "sop_acc", "sbo_acc", "rtd_acc") if k in own}})
+        _write(out, rows, dict(size=size, seq_len=seq_len, batch_size=batch_size, budget=budget,
+                               precision=precision, corpus=[str(c) for c in corpus], seed=seed))
+    return {"rows": rows}
+
+
+def _write(out: Path, rows: list[dict], setup: dict) -> None:
+    """ablation.json, ablation.md and ablation.png (rewritten after every arm, so a partial run leaves results)."""
+    atomic_write_text(out / "ablation.json", json.dumps({"setup": setup, "rows": rows}, indent=2) + "\n")
+    lines = [f"Held-out MLM accuracy at equal wall-clock ({setup['budget']} per arm, {setup['size']}, seq "
+             f"{setup['seq_len']}, batch {setup['batch_size']}, {setup['precision']}); same held-out task for "
+             f"every arm (token masking, full sentences).", "",
+             "| arm | objective | masking | masks | input | steps | held-out MLM acc | MLM loss | baseline | "
+             "own task |", "|---|---|---|---|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        own = ", ".join(f"{k.replace('_acc', '').upper()} {r[k]:.3f}" for k in ("nsp_acc", "sop_acc", "sbo_acc",
+                                                                                "rtd_acc") if k in r)
+        lines.append(f"| {r['arm']} | {r['objective']} | {r['masking']} | {r['masks']} | {r['input_format']} | "
+                     f"{r['steps']} | {r['heldout_mlm_acc']:.3f} | {r['heldout_mlm_loss']:.2f} | "
+                     f"{r['baseline_acc']:.3f} | {own or '-'} |")
+    atomic_write_text(out / "ablation.md", "\n".join(lines) + "\n")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(1.1 * len(rows) + 2, 3.5))
+    ax.bar([r["arm"] for r in rows], [r["heldout_mlm_acc"] for r in rows], color="#4a7ab5")
+    ax.axhline(rows[0]["baseline_acc"], color="grey", ls="--", lw=1, label="most-frequent-token baseline")
+    ax.set_ylabel("held-out MLM accuracy")
+    ax.set_title(f"equal wall-clock ({setup['budget']} per arm, {setup['size']})")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    atomic_write(out / "ablation.png", lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)

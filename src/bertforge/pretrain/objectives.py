@@ -1,0 +1,241 @@
+"""Pretraining objectives: models whose `forward(**batch)` returns {"loss", scalar metrics}.
+
+Each objective subclasses (or holds) a `bertforge.heads` wrapper, so its parameters keep the canonical BERT names
+(`bert.*`, `cls.*`) and `save_pretrained` writes a directory Hugging Face loads with no missing keys:
+
+  MLMObjective(cfg, relation=None|"nsp"|"sop")  MLM (+ NSP / SOP)      -> BertForPreTraining / AlbertForPreTraining
+  SpanBERTObjective(cfg)                         span MLM + SBO         -> BertForPreTraining (+ `sbo.*`, ignored by HF)
+  ELECTRAObjective(cfg)                          generator MLM + RTD    -> discriminator/ + generator/
+
+A batch is what `bertforge.data` collates: input_ids, token_type_ids, attention_mask, mlm_labels (-100 where not
+masked), optionally sentence_label (NSP/SOP) and sbo_left / sbo_right / sbo_pos (span boundaries).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.config import ModelConfig
+from bertforge.heads import ARCHITECTURES, MaskedLM, PreTrainingModel, ReplacedTokenDetector
+from bertforge.model import activation
+
+IGNORE = -100
+RELATIONS = (None, "nsp", "sop")
+
+
+def masked_lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy and accuracy over the selected positions (logits [N, V], targets [N]); 0 when N == 0."""
+    if targets.numel() == 0:  # a batch with nothing masked still has to take part in backward (DDP)
+        zero = logits.sum() * 0.0
+        return zero, zero.detach()
+    logits = logits.float()  # the softmax in fp32 under autocast; argmax on fp32 is also far faster on CPU than bf16
+    loss = F.cross_entropy(logits, targets)
+    acc = (logits.detach().argmax(-1) == targets).float().mean()
+    return loss, acc
+
+
+def _relation_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    loss = F.cross_entropy(logits.float(), labels)
+    return loss, (logits.argmax(-1) == labels).float().mean().detach()
+
+
+class MLMObjective(PreTrainingModel):
+    """Masked LM, optionally with next-sentence prediction (BERT) or sentence-order prediction (ALBERT).
+
+    Vocabulary logits are computed only at masked positions (the MLM head's `positions` mask): with a 30k
+    vocabulary that projection is the largest matmul of a small model, and only ~15% of positions need it.
+    """
+
+    def __init__(self, cfg: ModelConfig, relation: str | None = None):
+        if relation not in RELATIONS:
+            raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+        super().__init__(cfg, sentence_relation=relation is not None)
+        self.relation = relation
+
+    def encode(self, input_ids, attention_mask=None, token_type_ids=None):
+        return self.bert(input_ids, attention_mask, token_type_ids)
+
+    def forward(self, input_ids: torch.Tensor, mlm_labels: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, sentence_label: torch.Tensor | None = None,
+                **_: Any) -> dict[str, torch.Tensor]:
+        out = self.encode(input_ids, attention_mask, token_type_ids)
+        positions = mlm_labels.ne(IGNORE)
+        logits = self.cls.predictions(out.last_hidden_state, positions)
+        loss, acc = masked_lm_loss(logits, mlm_labels[positions])
+        result = {"mlm_loss": loss.detach(), "mlm_acc": acc}
+        if self.relation is not None:
+            if sentence_label is None:
+                raise ValueError(f"the {self.relation.upper()} objective needs `sentence_label` in the batch")
+            rel_loss, rel_acc = _relation_loss(self.cls.seq_relationship(out.pooler_output), sentence_label)
+            loss = loss + rel_loss
+            result.update({f"{self.relation}_loss": rel_loss.detach(), f"{self.relation}_acc": rel_acc})
+        result["loss"] = loss
+        return result
+
+    @torch.no_grad()
+    def predict_masked(self, input_ids, attention_mask=None, token_type_ids=None, positions=None) -> torch.Tensor:
+        """Vocabulary logits at `positions` (fill-mask / evaluation)."""
+        hidden = self.encode(input_ids, attention_mask, token_type_ids).last_hidden_state
+        return self.cls.predictions(hidden, positions)
+
+    def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
+        from bertforge.checkpoint import save_pretrained
+        kind = "pretraining" if self.relation is not None else "mlm"
+        if (kind, self.config.model_type) not in ARCHITECTURES:
+            kind = "mlm"  # RoBERTa / ELECTRA have no *ForPreTraining with a sentence head in transformers
+        save_pretrained(self, path, self.config, architecture=ARCHITECTURES[(kind, self.config.model_type)],
+                        tokenizer=tokenizer)
+
+
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's span-boundary objective: predict each span token from the two tokens just outside the span
+    and its position inside the span: y = LN(GELU(W2 LN(GELU(W1 [x_left; x_right; p_rel])))), then the tied
+    vocabulary projection. Saved as `sbo.*`; transformers ignores these tensors."""
+
+    def __init__(self, cfg: ModelConfig, max_span_length: int = 32):
+        super().__init__()
+        h, e = cfg.hidden_size, cfg.embedding_size
+        self.position_embeddings = nn.Embedding(max_span_length, h)
+        self.dense1 = nn.Linear(3 * h, h)
+        self.LayerNorm1 = nn.LayerNorm(h, eps=cfg.layer_norm_eps)
+        self.dense2 = nn.Linear(h, e)
+        self.LayerNorm2 = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
+        self.act = activation(cfg.hidden_act)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        for m in (self.position_embeddings, self.dense1, self.dense2):
+            nn.init.normal_(m.weight, 0.0, cfg.initializer_range)
+        nn.init.zeros_(self.dense1.bias)
+        nn.init.zeros_(self.dense2.bias)
+
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
+                rel: torch.Tensor, decoder_weight: torch.Tensor) -> torch.Tensor:
+        """Logits [N, V] for the N True entries of `positions` [B, T]; left/right/rel are [B, T] index tensors."""
+        rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None].expand_as(positions)[positions]
+        x_left = hidden[rows, left[positions]]
+        x_right = hidden[rows, right[positions]]
+        p = self.position_embeddings(rel[positions].clamp(0, self.position_embeddings.num_embeddings - 1))
+        y = self.LayerNorm1(self.act(self.dense1(torch.cat([x_left, x_right, p], dim=-1))))
+        y = self.LayerNorm2(self.act(self.dense2(y)))
+        return F.linear(y, decoder_weight, self.bias)
+
+
+class SpanBERTObjective(MLMObjective):
+    """Span masking + MLM + span-boundary objective (no NSP), as in SpanBERT (Joshi et al. 2020)."""
+
+    def __init__(self, cfg: ModelConfig, max_span_length: int = 32):
+        super().__init__(cfg, relation=None)
+        self.sbo = SpanBoundaryHead(cfg, max_span_length)
+
+    def forward(self, input_ids, mlm_labels, attention_mask=None, token_type_ids=None, sbo_left=None,
+                sbo_right=None, sbo_pos=None, **_: Any) -> dict[str, torch.Tensor]:
+        if sbo_left is None or sbo_right is None or sbo_pos is None:
+            raise ValueError("the SBO objective needs sbo_left / sbo_right / sbo_pos (use span masking)")
+        hidden = self.encode(input_ids, attention_mask, token_type_ids).last_hidden_state
+        positions = mlm_labels.ne(IGNORE)
+        targets = mlm_labels[positions]
+        mlm, mlm_acc = masked_lm_loss(self.cls.predictions(hidden, positions), targets)
+        # Masked tokens without a recorded boundary (left < 0) are left out of the SBO term.
+        sbo_positions = positions & sbo_left.ge(0) & sbo_right.ge(0)
+        sbo_logits = self.sbo(hidden, sbo_positions, sbo_left, sbo_right, sbo_pos,
+                              self.cls.predictions.decoder.weight)
+        sbo, sbo_acc = masked_lm_loss(sbo_logits, mlm_labels[sbo_positions])
+        return {"loss": mlm + sbo, "mlm_loss": mlm.detach(), "mlm_acc": mlm_acc, "sbo_loss": sbo.detach(),
+                "sbo_acc": sbo_acc}
+
+
+def generator_config(disc: ModelConfig, divisor: int = 4) -> ModelConfig:
+    """ELECTRA's generator: hidden, intermediate and heads divided by `divisor`, same embedding size
+    (so the embeddings can be shared; an `embeddings_project` maps E to the smaller hidden size)."""
+    hidden = max(disc.hidden_size // divisor, 16)
+    heads = max(disc.num_attention_heads // divisor, 1)
+    while hidden % heads:
+        heads -= 1
+    return disc.replace(model_type="electra", hidden_size=hidden, num_attention_heads=heads,
+                        intermediate_size=max(disc.intermediate_size // divisor, hidden),
+                        embedding_size=disc.embedding_size, use_pooler=False, extra={})
+
+
+class ELECTRAObjective(nn.Module):
+    """Replaced-token detection (Clark et al. 2020).
+
+    The generator (a small MaskedLM sharing the discriminator's embedding module: word, position and token-type
+    tables are the same Parameter objects) is trained with MLM. Replacements are sampled from its softmax without
+    gradient; the discriminator labels every non-pad token replaced (1) or original (0); a sample equal to the
+    original token counts as original. loss = mlm + rtd_weight * BCE.
+    """
+
+    def __init__(self, cfg: ModelConfig, generator_divisor: int = 4, rtd_weight: float = 50.0):
+        super().__init__()
+        self.config = cfg if cfg.model_type == "electra" else cfg.replace(model_type="electra", use_pooler=False)
+        self.rtd_weight = rtd_weight
+        self.discriminator = ReplacedTokenDetector(self.config)
+        self.generator = MaskedLM(generator_config(self.config, generator_divisor))
+        # Share the whole embedding module; the generator's tied decoder then points at the shared word table.
+        self.generator.bert.embeddings = self.discriminator.bert.embeddings
+        self.generator.cls.predictions.decoder.weight = self.discriminator.bert.embeddings.word_embeddings.weight
+
+    def forward(self, input_ids, mlm_labels, attention_mask=None, token_type_ids=None, **_: Any):
+        positions = mlm_labels.ne(IGNORE)
+        targets = mlm_labels[positions]
+        gen_logits = self.generator(input_ids, attention_mask, token_type_ids, positions=positions)
+        mlm, mlm_acc = masked_lm_loss(gen_logits, targets)
+        with torch.no_grad():  # sampling is not differentiable; the discriminator's loss does not reach the generator
+            sampled = torch.multinomial(gen_logits.float().softmax(-1), 1).squeeze(-1) if targets.numel() else targets
+            original = torch.where(positions, mlm_labels, input_ids)
+            corrupted = original.clone()
+            corrupted[positions] = sampled
+            labels = corrupted.ne(original).float()
+        disc_logits = self.discriminator(corrupted, attention_mask, token_type_ids)
+        real = attention_mask.bool() if attention_mask is not None else torch.ones_like(labels, dtype=torch.bool)
+        rtd = F.binary_cross_entropy_with_logits(disc_logits[real].float(), labels[real])
+        pred = disc_logits[real].gt(0).float()
+        return {"loss": mlm + self.rtd_weight * rtd, "mlm_loss": mlm.detach(), "mlm_acc": mlm_acc,
+                "rtd_loss": rtd.detach(), "rtd_acc": pred.eq(labels[real]).float().mean(),
+                "replaced_frac": labels[real].mean()}
+
+    @torch.no_grad()
+    def predict_masked(self, input_ids, attention_mask=None, token_type_ids=None, positions=None) -> torch.Tensor:
+        """The generator's vocabulary logits at `positions` (ELECTRA's fill-mask model)."""
+        return self.generator(input_ids, attention_mask, token_type_ids, positions=positions)
+
+    def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
+        """discriminator/ (ElectraForPreTraining), generator/ (ElectraForMaskedLM), and the discriminator at the
+        top level, so `from_pretrained(path)` gives the model one fine-tunes."""
+        path = Path(path)
+        self.discriminator.save_pretrained(path / "discriminator", tokenizer=tokenizer)
+        self.generator.save_pretrained(path / "generator", tokenizer=tokenizer)
+        self.discriminator.save_pretrained(path, tokenizer=tokenizer)
+
+
+OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", "electra")
+
+
+def uses_pooler(name: str) -> bool:
+    """Only the sentence-pair objectives train the [CLS] pooler."""
+    return name in ("mlm+nsp", "mlm+sop")
+
+
+def build_objective(name: str, cfg: ModelConfig, keep_pooler: bool = False) -> nn.Module:
+    """The objective module named `name` (one of OBJECTIVES) for encoder config `cfg`.
+
+    Objectives without a sentence task drop the pooler (as BertForMaskedLM does): an untrained layer in the
+    checkpoint helps nobody, and DDP rejects parameters that get no gradient. `keep_pooler` keeps a pooler the
+    config has (continuing a checkpoint that was trained with one).
+    """
+    if not uses_pooler(name) and not keep_pooler and cfg.use_pooler:
+        cfg = cfg.replace(use_pooler=False)
+    if name == "mlm":
+        return MLMObjective(cfg)
+    if name == "mlm+nsp":
+        return MLMObjective(cfg, "nsp")
+    if name == "mlm+sop":
+        return MLMObjective(cfg, "sop")
+    if name == "span+sbo":
+        return SpanBERTObjective(cfg)
+    if name == "electra":
+        return ELECTRAObjective(cfg)
+    raise ValueError(f"unknown objective {name!r} (choose from {', '.join(OBJECTIVES)})")

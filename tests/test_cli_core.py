@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from bertforge.config import ModelConfig
+from bertforge.errors import BertforgeError
 from bertforge.heads import MaskedLM
 from bertforge.tokenization import Tokenizer
 
@@ -117,5 +118,16 @@ def test_missing_mlm_head(tmp_path):
     enc = Encoder(ModelConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                               intermediate_size=32))
     enc.save_pretrained(tmp_path)
-    with pytest.raises(Exception, match="cls.predictions"):
+    with pytest.raises(BertforgeError, match="cls.predictions"):
         MaskedLM.from_pretrained(tmp_path)
+
+
+def test_config_errors_are_one_line(tiny_dir, tmp_path):
+    bad = _copy(tiny_dir, tmp_path / "bad")
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["hidden_act"] = "quick_gelu"
+    (bad / "config.json").write_text(json.dumps(cfg))
+    _one_line_error(run("fill-mask", "--model", str(bad), "a [MASK]"), "quick_gelu")
+    _one_line_error(run("fill-mask", "--model", str(tiny_dir), "--top-k", "0", "a [MASK]"), "--top-k")
+    with pytest.raises(BertforgeError, match="embedding_size"):
+        ModelConfig(model_type="bert", hidden_size=32, embedding_size=16, num_attention_heads=2)

@@ -20,6 +20,7 @@ from bertforge.errors import BertforgeError
 
 MODEL_TYPES = ("bert", "roberta", "albert", "distilbert", "electra")
 SHARE_MODES = ("none", "all", "attention", "ffn")
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish")
 
 
 @dataclass
@@ -52,8 +53,12 @@ class ModelConfig:
         if self.hidden_size % self.num_attention_heads:
             raise BertforgeError(
                 f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}")
+        if self.hidden_act.lower() not in ACTIVATIONS:
+            raise BertforgeError(f"unsupported hidden_act {self.hidden_act!r} (expected one of {', '.join(ACTIVATIONS)})")
         if self.embedding_size is None:
             self.embedding_size = self.hidden_size
+        if self.model_type in ("bert", "roberta", "distilbert") and self.embedding_size != self.hidden_size:
+            raise BertforgeError(f"{self.model_type} cannot have embedding_size != hidden_size; use albert or electra")
 
     @property
     def head_dim(self) -> int:
@@ -92,8 +97,6 @@ class ModelConfig:
                 d["inner_group_num"] = 1
             if self.model_type == "roberta":
                 d.update(bos_token_id=0, eos_token_id=2)
-        if self.model_type in ("bert", "roberta") and self.embedding_size != self.hidden_size:
-            raise BertforgeError(f"{self.model_type} cannot have embedding_size != hidden_size; use albert or electra")
         d["tie_word_embeddings"] = True
         d["bertforge"] = {"share_layers": self.share_layers, "use_pooler": self.use_pooler}
         if architectures:

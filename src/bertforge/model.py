@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.config import ModelConfig
+from bertforge.errors import BertforgeError
 
 
 def activation(name: str):
@@ -28,7 +29,7 @@ def activation(name: str):
         return F.relu
     if name in ("silu", "swish"):
         return F.silu
-    raise ValueError(f"unsupported hidden_act {name!r}")
+    raise BertforgeError(f"unsupported hidden_act {name!r}")
 
 
 @dataclass

@@ -39,83 +39,18 @@ SPECIAL_TOKENS: dict[str, dict[str, str]] = {
     "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
 }
 HF_TOKENIZER_CLASS = {"wordpiece": "BertTokenizerFast", "bpe": "RobertaTokenizerFast", "unigram": "AlbertTokenizerFast"}
-CORPUS_SUFFIXES = (".txt", ".txt.gz")
-_GUTENBERG_START = re.compile(r"^\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
-_GUTENBERG_END = re.compile(r"^\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
-_HEADER_LINES = 400  # the Gutenberg "*** START OF" marker sits within the first few dozen lines
 
 
-# ----------------------------------------------------------------------------------------------- corpus reading
-
-def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Expand files, folders (every .txt / .txt.gz inside, recursively) and glob patterns into a sorted file list."""
-    out: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(CORPUS_SUFFIXES))
-            if not found:
-                raise BertforgeError(f"corpus folder {p} holds no .txt or .txt.gz files")
-            out.extend(found)
-        elif p.is_file():
-            out.append(p)
-        elif glob.has_magic(str(raw)):
-            found = sorted(Path(f) for f in glob.glob(str(raw), recursive=True) if Path(f).is_file())
-            if not found:
-                raise BertforgeError(f"corpus pattern {raw} matches no files")
-            out.extend(found)
-        else:
-            raise BertforgeError(f"corpus file {p} does not exist")
-    if not out:
-        raise BertforgeError("no corpus files given")
-    return list(dict.fromkeys(out))  # de-duplicate, keep order
-
-
-def _open_text(path: Path):
-    # utf-8-sig drops the byte-order mark many Gutenberg files start with.
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace")
-    return open(path, encoding="utf-8-sig", errors="replace")
-
-
-def iter_text_lines(path: Path) -> Iterator[str]:
-    """Non-blank lines of a text file, without a Project Gutenberg header/footer when the file has one."""
-    try:
-        yield from _iter_text_lines(Path(path))
-    except (OSError, EOFError) as err:  # unreadable file, bad or truncated gzip
-        raise BertforgeError(f"{path}: cannot read ({err})") from None
-
-
-def _iter_text_lines(path: Path) -> Iterator[str]:
-    with _open_text(path) as f:
-        head = []
-        for line in f:  # look for the Gutenberg start marker near the top; plain files just pass through
-            head.append(line)
-            if len(head) >= _HEADER_LINES:
-                break
-        start = next((i + 1 for i, line in enumerate(head) if _GUTENBERG_START.match(line)), 0)
-        gutenberg = start > 0
-        for line in _chain(head[start:], f):
-            if gutenberg and _GUTENBERG_END.match(line):
-                return
-            line = line.strip()
-            if line:
-                yield line
-
-
-def _chain(*its: Iterable[str]) -> Iterator[str]:
-    for it in its:
-        yield from it
-
-
-def _batched_lines(files: Sequence[Path], batch: int = 1000) -> Iterator[list[str]]:
+def _document_batches(paths: Iterable[str | os.PathLike], batch: int = 1000) -> Iterator[list[str]]:
+    """Document texts in batches, read exactly as `prepare` reads them (bertforge.data.corpus: .txt/.gz/.jsonl,
+    Gutenberg header and footer stripped, bad files reported), so a tokenizer sees the text its shards hold."""
+    from bertforge.data.corpus import iter_documents
     buf: list[str] = []
-    for path in files:
-        for line in iter_text_lines(path):
-            buf.append(line)
-            if len(buf) == batch:
-                yield buf
-                buf = []
+    for doc in iter_documents(paths):
+        buf.append(doc.text)
+        if len(buf) == batch:
+            yield buf
+            buf = []
     if buf:
         yield buf
 
@@ -244,14 +179,14 @@ class Tokenizer:
     def train(cls, files: Iterable[str | os.PathLike], kind: str = "wordpiece", vocab_size: int = 30522,
               lowercase: bool = True, min_frequency: int = 2, show_progress: bool = False,
               model_max_length: int = 512) -> "Tokenizer":
-        """Train a tokenizer on text files, folders or globs (.txt / .txt.gz).
+        """Train a tokenizer on text files, folders or globs (.txt, .txt.gz, .jsonl with a `text` field).
 
         `lowercase` applies to WordPiece and Unigram; byte-level BPE is always cased, as RoBERTa is.
         `min_frequency` applies to WordPiece and BPE (the Unigram trainer has none).
         """
         if kind not in KINDS:
             raise BertforgeError(f"unknown tokenizer kind {kind!r} (choose from {', '.join(KINDS)})")
-        paths = corpus_files(files)
+        paths = [str(f) for f in files]
         specials = _special_added_tokens(kind)
         if vocab_size <= len(specials):
             raise BertforgeError(f"vocab_size {vocab_size} is too small (the {len(specials)} special tokens alone)")
@@ -274,18 +209,8 @@ class Tokenizer:
             _albert_pipeline(backend, lowercase)
             trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>",
                                               show_progress=show_progress)
-        empty = True
-
-        def batches() -> Iterator[list[str]]:
-            nonlocal empty
-            for batch in _batched_lines(paths):
-                empty = False
-                yield batch
-
-        backend.train_from_iterator(batches(), trainer=trainer)
-        if empty:
-            raise BertforgeError(f"corpus is empty: no text lines in {', '.join(map(str, paths[:3]))}"
-                                 + (" ..." if len(paths) > 3 else ""))
+        # iter_documents raises a BertforgeError naming the paths when they hold no usable text.
+        backend.train_from_iterator(_document_batches(paths), trainer=trainer)
         _set_post_processor(backend, kind, SPECIAL_TOKENS[kind])
         return cls(backend, kind, SPECIAL_TOKENS[kind], do_lower_case=lowercase, model_max_length=model_max_length)
 

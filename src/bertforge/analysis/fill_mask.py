@@ -21,6 +21,8 @@ class Candidate:
 
 def fill_mask(model: MaskedLM, tokenizer: Tokenizer, text: str, top_k: int = 5) -> list[list[Candidate]]:
     """For each mask in `text` (written [MASK] or <mask>, whatever the tokenizer calls it), the top-k tokens."""
+    if top_k < 1:
+        raise BertforgeError(f"--top-k must be at least 1, got {top_k}")
     for spelling in MASK_SPELLINGS:  # let users write either spelling whatever the vocabulary
         text = text.replace(spelling, tokenizer.mask_token)
     batch = tokenizer([text], max_length=model.config.max_position_embeddings - model.config.position_offset)

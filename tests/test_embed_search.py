@@ -149,3 +149,25 @@ def test_top_k_exact():
     assert (ids == np.argsort(-full, axis=1)[:, :4]).all()
     assert np.allclose(scores, np.sort(full, axis=1)[:, ::-1][:, :4], atol=1e-5)
     assert ivf_lists(100_000) == int(4 * 100_000 ** 0.5) and ivf_lists(10) == 1
+
+
+def test_fingerprint_follows_the_weights_in_memory(tiny_dirs, tmp_path):
+    a = SentenceEncoder.from_pretrained(tiny_dirs[0])
+    again = SentenceEncoder.from_pretrained(tiny_dirs[0])
+    assert a.fingerprint() == again.fingerprint()  # same weights, same fingerprint
+    a.save_pretrained(tmp_path / "copy")
+    assert SentenceEncoder.from_pretrained(tmp_path / "copy").fingerprint() == again.fingerprint()
+    with torch.no_grad():  # changed after loading: no longer the model on disk
+        a.transformer.bert.encoder.layer[0].output.dense.bias.add_(0.01)
+    assert a.fingerprint() != again.fingerprint()
+
+
+def test_damaged_index_gives_one_line_errors(tiny_dirs, tmp_path):
+    model = SentenceEncoder.from_pretrained(tiny_dirs[0])
+    idx = VectorIndex.build(tmp_path / "idx", model, ["1", "2"], ["a b", "c d"], progress=False)
+    (tmp_path / "idx" / "docs.jsonl").write_text('{"id": "1", "text": "a b"}\nnot json\n')
+    with pytest.raises(BertforgeError, match=r"docs.jsonl:2"):
+        VectorIndex.load(idx.path)
+    (tmp_path / "idx" / "index.faiss").write_bytes(b"garbage")
+    with pytest.raises(BertforgeError, match="index.faiss"):
+        VectorIndex.load(idx.path)

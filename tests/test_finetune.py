@@ -117,6 +117,52 @@ def test_saved_model_loads_in_transformers_and_predicts_identically(base, tmp_pa
         torch.testing.assert_close(again(**enc)[keys[0]], ours[keys[0]])
 
 
+SMALL = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+             max_position_embeddings=40)
+
+
+@pytest.mark.parametrize("with_pooler", [True, False])
+def test_roberta_classifier_matches_transformers_head(tmp_path, with_pooler):
+    """RoBERTa's head is dense -> tanh -> out_proj on <s>; transformers must load it with nothing random."""
+    from bertforge.config import ModelConfig
+    transformers = pytest.importorskip("transformers")
+    cfg = ModelConfig(model_type="roberta", pad_token_id=1, type_vocab_size=1, use_pooler=with_pooler, **SMALL)
+    torch.manual_seed(0)
+    save_pretrained(Encoder(cfg), tmp_path / "base", cfg)
+    model, missing = init_from_pretrained(tmp_path / "base", "classify", 3)
+    # a pretrained pooler seeds the head's dense layer; without one it is freshly initialised (as in HF)
+    assert ("classifier.dense.weight" in missing) != with_pooler
+    save_task_model(model, tmp_path / "ft", ["a", "b", "c"], {"name": "x"})
+    assert json.loads((tmp_path / "ft" / "config.json").read_text())["architectures"] == [
+        "RobertaForSequenceClassification"]
+    hf, info = transformers.RobertaForSequenceClassification.from_pretrained(tmp_path / "ft", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    ids = torch.tensor([[0, 5, 9, 7, 2, 1], [0, 11, 2, 1, 1, 1]])
+    mask = (ids != 1).long()
+    model.eval(), hf.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, mask)["logits"], hf(input_ids=ids, attention_mask=mask).logits,
+                                   atol=1e-5, rtol=1e-5)
+        again, _, _ = load_task_model(tmp_path / "ft")
+        torch.testing.assert_close(again(ids, mask)["logits"], model(ids, mask)["logits"])
+
+
+@pytest.mark.parametrize("family", ["distilbert", "electra"])
+def test_families_with_other_hf_heads_are_not_named_as_hf_classes(tmp_path, family):
+    """HF's DistilBERT/ELECTRA classifier heads differ from ours: never claim their class name (random head)."""
+    from bertforge.config import ModelConfig
+    extra = {"type_vocab_size": 0} if family == "distilbert" else {"embedding_size": 16}
+    cfg = ModelConfig(model_type=family, use_pooler=False, **extra, **SMALL)
+    save_pretrained(Encoder(cfg), tmp_path / "base", cfg)
+    arch = {}
+    for kind in ("classify", "choice", "tag"):
+        model, _ = init_from_pretrained(tmp_path / "base", kind, 2)
+        save_task_model(model, tmp_path / kind, ["x", "y"] if kind != "choice" else None, {"name": kind})
+        arch[kind] = json.loads((tmp_path / kind / "config.json").read_text())["architectures"][0]
+    assert arch["classify"] == "BertforgeSequenceClassifier" and arch["choice"] == "BertforgeMultipleChoice"
+    assert arch["tag"].endswith("ForTokenClassification") and not arch["tag"].startswith("Bertforge")
+
+
 def test_loss_falls_and_accuracy_beats_chance(base, tmp_path):
     data = write_sst(tmp_path / "sst")
     cfg = FinetuneConfig(task="sst2", model=base, out=tmp_path / "out", data=data, epochs=4, lr=1e-3,
@@ -182,7 +228,7 @@ def test_squad2_tunes_and_stores_null_threshold(base, tmp_path):
     path = tmp_path / "dev-v2.0.json"
     path.write_text(json.dumps({"version": "v2.0", "data": articles}))
     cfg = FinetuneConfig(task="squad2", model=base, out=tmp_path / "out", data=path, max_steps=3, batch_size=8,
-                         max_seq_len=32, progress=False, save_checkpoints=False)
+                         max_seq_len=32, doc_stride=16, max_query_length=8, progress=False, save_checkpoints=False)
     result = finetune(cfg)
     best = result.runs[0]["best"]
     assert {"exact", "f1", "best_f1", "null_threshold"} <= set(best)
@@ -190,6 +236,28 @@ def test_squad2_tunes_and_stores_null_threshold(base, tmp_path):
     assert config["bertforge_task"]["version_2"] is True
     assert config["bertforge_task"]["null_threshold"] == pytest.approx(best["null_threshold"])
     assert config["architectures"] == ["BertForQuestionAnswering"]
+    # the headline exact/f1 use the fixed threshold 0, not the one tuned on these same questions
+    assert {"best_exact", "best_exact_thresh", "best_f1_thresh"} <= set(best)
+    assert best["best_f1"] >= best["f1"] and best["null_threshold"] == pytest.approx(best["best_f1_thresh"])
+    # only a dev file: training used the first 2 articles, so `evaluate` must score just the other 2, with the
+    # doc_stride / max_query_length the model was trained with (not the CLI defaults)
+    task = config["bertforge_task"]
+    assert task["num_train_articles"] == 2 and task["doc_stride"] == 16 and task["max_query_length"] == 8
+    from bertforge.tasks.finetune import evaluate_model
+    again = evaluate_model(tmp_path / "out" / "best", FinetuneConfig(task="squad2", model=base, out=tmp_path / "e",
+                                                                    data=path, max_seq_len=32, progress=False))
+    for k in ("exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1"):
+        assert again[k] == pytest.approx(best[k]), k
+
+
+def test_squad2_headline_scores_use_fixed_threshold():
+    """exact/f1 at threshold 0 (a null answer wins when its score diff is > 0); best_* search the threshold."""
+    from bertforge.tasks.metrics import squad_v2_metrics
+    refs = {"a": ["paris"], "b": [], "c": ["rome"]}
+    preds = {"a": "paris", "b": "oslo", "c": "rome"}
+    diffs = {"a": -1.0, "b": 0.5, "c": 0.2}  # c's null beats its span at 0: abstaining on c costs it
+    s = squad_v2_metrics(preds, refs, na_probs=diffs, na_prob_thresh=0.0)
+    assert s["exact"] == pytest.approx(200 / 3) and s["best_exact"] == pytest.approx(100.0)
 
 
 # ---- CLI -------------------------------------------------------------------------------------------------------------

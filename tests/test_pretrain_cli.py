@@ -64,6 +64,7 @@ def test_pretrain_end_to_end_loads_in_transformers_with_same_fill_mask(corpus, t
     assert res["steps"] == 25 and 0.0 <= res["heldout"]["mlm_acc"] <= 1.0 and "nsp_acc" in res["heldout"]
     hist = losses(out)
     assert hist[25] < hist[10]  # it learned something
+    assert res["fill_mask"] and all(len(f["predictions"]) == 5 and f["answer"] for f in res["fill_mask"])
 
     hf, info = BertForPreTraining.from_pretrained(out, output_loading_info=True)
     assert not info["missing_keys"]
@@ -158,7 +159,8 @@ def test_two_process_gloo_run(corpus, tmp_path):
                           capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((out / "eval_results.json").read_text())
-    assert res["steps"] == 4 and res["tokens_seen"] == 4 * 8 * 32 * 2
+    # real non-padding tokens over both ranks: at most the padded size, and most of it
+    assert res["steps"] == 4 and 0.5 * 4 * 8 * 32 * 2 < res["tokens_seen"] <= 4 * 8 * 32 * 2
     assert (out / "model.safetensors").is_file()
 
 
@@ -176,3 +178,90 @@ def test_prepare_then_pretrain_from_shards(corpus, tmp_path):
                "--out", str(out), "--max-steps", "2", *args) == 0
     assert not (out / "data").exists()  # the given shards were used
     assert (out / "vocab.txt").read_text() == (tmp_path / "tok" / "vocab.txt").read_text()
+
+
+def test_roberta_with_pair_inputs_uses_one_segment_id(corpus, tmp_path):
+    """RoBERTa has type_vocab_size 1: pair builders' segment id 1 would index past the embedding table."""
+    out = tmp_path / "rp"
+    assert run("pretrain", "--corpus", str(corpus), "--out", str(out), "--max-steps", "2", "--recipe", "roberta",
+               "--input-format", "segment-pair", *TINY) == 0
+    assert json.loads((out / "config.json").read_text())["type_vocab_size"] == 1
+
+
+def test_init_from_a_model_that_cannot_take_the_recipe_is_one_clear_error(corpus, tmp_path):
+    first = tmp_path / "mlm-only"
+    assert run("pretrain", "--corpus", str(corpus), "--out", str(first), "--max-steps", "1", "--recipe", "roberta",
+               *TINY) == 0
+    with pytest.raises(BertforgeError, match="without a pooler cannot train NSP"):
+        run("pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "z"), "--max-steps", "1",
+            "--objective", "mlm+nsp", "--input-format", "segment-pair", "--init-from", str(first), *TINY)
+
+
+def test_pair_inputs_need_two_token_types_unless_roberta():
+    from bertforge.config import ModelConfig
+    from bertforge.pretrain.recipes import resolve
+    from bertforge.pretrain.run import check_model_fits_recipe, single_segment
+    recipe = resolve("bert", objective="mlm")  # segment pairs
+    bert = ModelConfig(model_type="bert", vocab_size=100, hidden_size=8, num_hidden_layers=1,
+                       num_attention_heads=2, intermediate_size=16, type_vocab_size=1)
+    with pytest.raises(BertforgeError, match="type_vocab_size 1"):
+        check_model_fits_recipe(bert, recipe, "--init-from x")
+    roberta = bert.replace(model_type="roberta")
+    check_model_fits_recipe(roberta, recipe, "--init-from x")
+    assert single_segment(roberta, recipe) and not single_segment(bert.replace(type_vocab_size=2), recipe)
+
+
+def test_heldout_fraction_comes_from_the_manifest_of_given_shards(corpus, tmp_path):
+    from bertforge.pretrain.run import PretrainOptions
+    from bertforge.pretrain.recipes import resolve
+    from bertforge.tokenization import Tokenizer
+    assert PretrainOptions(recipe=resolve("bert"), out=tmp_path).heldout_fraction is None
+    tok = Tokenizer.train([corpus], kind="wordpiece", vocab_size=200)
+    tok.save_pretrained(tmp_path / "tok")
+    assert run("prepare", "--corpus", str(corpus), "--tokenizer", str(tmp_path / "tok"), "--out",
+               str(tmp_path / "shards"), "--heldout-fraction", "0") == 0
+    args = [a for a in TINY if a not in ("--vocab-size", "200", "--heldout-fraction", "0.1")]
+    # the manifest's 0 held-out share is honoured (a default of 0.05 would have overridden it)
+    with pytest.raises(BertforgeError, match="no held-out documents at heldout_fraction=0"):
+        run("pretrain", "--data", str(tmp_path / "shards"), "--tokenizer", str(tmp_path / "tok"),
+            "--out", str(tmp_path / "run"), "--max-steps", "1", *args)
+
+
+def test_fresh_run_does_not_reuse_tokenizer_or_shards_of_another_corpus(corpus, tmp_path):
+    import os
+    from bertforge.pretrain.recipes import resolve
+    from bertforge.pretrain.run import PretrainOptions, prepare_data, prepare_tokenizer
+    text = tmp_path / "c.txt"
+    text.write_text(corpus.read_text())
+    opts = PretrainOptions(recipe=resolve("bert"), out=tmp_path / "out", corpus=[str(text)], vocab_size=200,
+                           progress=False)
+    tok = prepare_tokenizer(opts, [str(text)], is_main=True)
+    opts.vocab_size = tok.vocab_size  # the tiny corpus has fewer than 200 pieces: ask for what it has
+    tok_json = tmp_path / "out" / "tokenizer" / "tokenizer.json"
+    first = json.loads((prepare_data(opts, [str(text)], tok, True) / "manifest.json").read_text())
+    # same files, same kind and size: reused (not retrained)
+    before = tok_json.stat().st_mtime_ns
+    prepare_tokenizer(opts, [str(text)], is_main=True)
+    assert tok_json.stat().st_mtime_ns == before
+    # same path, new contents: a new tokenizer and new shards
+    text.write_text("zebra quagga okapi narwhal.\n\n" * 200 + corpus.read_text())
+    os.utime(text, ns=(1, 1))
+    tok2 = prepare_tokenizer(opts, [str(text)], is_main=True)
+    assert '"zebra"' in tok_json.read_text()
+    second = json.loads((prepare_data(opts, [str(text)], tok2, True) / "manifest.json").read_text())
+    assert second["num_documents"] > first["num_documents"]
+
+
+def test_token_counter_counts_real_tokens_in_training_only():
+    from bertforge.pretrain.run import TokenCounter
+
+    class M(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None):
+            return input_ids
+    m = M()
+    counter = TokenCounter(m)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    m(input_ids=torch.zeros(2, 4), attention_mask=mask)
+    m.eval()
+    m(input_ids=torch.zeros(2, 4), attention_mask=mask)  # evaluation: not counted
+    assert counter.total(torch.device("cpu")) == 5

@@ -148,3 +148,12 @@ def test_squad_v2_best_threshold_by_hand():
     # when abstaining everywhere is best the official script reports threshold 0.0
     score, thresh = find_best_threshold({"a": "x"}, {"a": 0.0}, {"a": 0.5}, {"a": False})
     assert (score, thresh) == (100.0, 0.0)
+
+
+def test_squad_v2_has_ans_from_gold_list_and_missing_na_prob():
+    # gold "the" normalises to "": still an answerable question (the official script: bool(qa["answers"]))
+    refs = {"q1": ["the"], "q2": []}
+    m = squad_v2_metrics({"q1": "", "q2": ""}, refs)
+    assert m["HasAns_total"] == 1 and m["NoAns_total"] == 1
+    with pytest.raises(BertforgeError, match="q2"):
+        squad_v2_metrics({"q1": "", "q2": ""}, refs, na_probs={"q1": 0.3})

@@ -51,8 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--save-every", type=int, metavar="N", help="checkpoint every N steps (default: at the end)")
     pre.add_argument("--log-every", type=int, default=10, metavar="N", help="log every N steps (default: 10)")
     pre.add_argument("--eval-batches", type=int, default=20, metavar="N", help="held-out batches (default: 20)")
-    pre.add_argument("--heldout-fraction", type=float, default=0.05, metavar="F",
-                     help="share of documents held out for evaluation (default: 0.05)")
+    pre.add_argument("--heldout-fraction", type=float, default=None, metavar="F",
+                     help="share of documents held out for evaluation (default: what --data's manifest says; "
+                          "0.05 for shards prepared here)")
     pre.add_argument("--workers", type=int, default=1, metavar="N", help="tokenising processes (default: 1)")
     pre.add_argument("--threads", type=int, metavar="N",
                      help="torch threads per process (default: the cores not busy with other programs)")

@@ -11,11 +11,14 @@ Accepted layouts (the reader decides per file; errors name file:line):
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertforge.embed.losses import NLI_LABELS
 from bertforge.errors import BertforgeError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -57,8 +60,10 @@ def _lines(path: Path):
 
 
 def _nli_label(value, where: str) -> int | None:
+    """A class id in `NLI_LABELS` order (HF's: an integer label indexes NLI3_LABELS); None for rows to skip."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
+        # -1 is HF's "no gold label"; anything else outside the classes is a bad row, not a crash in the loss
+        return value if 0 <= value < len(NLI_LABELS) else None
     if value == "-" or value is None:  # SNLI: no annotator majority
         return None
     if str(value).lower() not in NLI_LABELS:
@@ -69,6 +74,7 @@ def _nli_label(value, where: str) -> int | None:
 def _read_jsonl(path: Path) -> Dataset:
     ds = Dataset()
     kinds = set()
+    skipped = 0
     for no, line in _lines(path):
         where = f"{path}:{no}"
         try:
@@ -80,6 +86,7 @@ def _read_jsonl(path: Path) -> Dataset:
         if "premise" in rec and "hypothesis" in rec:
             label = _nli_label(rec.get("label"), where)
             if label is None:
+                skipped += 1
                 continue
             kinds.add("nli")
             ds.examples.append(Example([rec["premise"], rec["hypothesis"]], label))
@@ -102,6 +109,9 @@ def _read_jsonl(path: Path) -> Dataset:
         for t in ds.examples[-1].texts:
             if not isinstance(t, str):
                 raise BertforgeError(f"{where}: texts must be strings")
+    if skipped:
+        log.warning("%s: skipped %d NLI rows without a usable label (\"-\", -1 or an id outside 0..%d)",
+                    path, skipped, len(NLI_LABELS) - 1)
     return _finish(ds, kinds, path)
 
 
@@ -196,25 +206,20 @@ def read_corpus(path: str | Path) -> tuple[list[str], list[str]]:
 
 
 def read_squad_retrieval(path: str | Path) -> tuple[list[str], list[str], list[set[int]]]:
-    """SQuAD v1.1 as retrieval: (questions, unique paragraphs, relevant paragraph ids per question)."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))["data"]
-    except FileNotFoundError:
-        raise BertforgeError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as err:
-        raise BertforgeError(f"{path}: not a SQuAD json file ({err})") from None
+    """SQuAD v1.1 as retrieval: (questions, unique paragraphs, relevant paragraph ids per question).
+
+    Read by `tasks.squad.read_squad`, which validates the layout (a malformed file is a BertforgeError naming it).
+    """
+    from bertforge.tasks.squad import read_squad
+
     passages: list[str] = []
     index: dict[str, int] = {}
     questions: list[str] = []
     relevant: list[set[int]] = []
-    for article in data:
-        for para in article["paragraphs"]:
-            ctx = para["context"]
-            pid = index.setdefault(ctx, len(passages))
-            if pid == len(passages):
-                passages.append(ctx)
-            for qa in para["qas"]:
-                questions.append(qa["question"])
-                relevant.append({pid})
+    for ex in read_squad(path):
+        pid = index.setdefault(ex.context, len(passages))
+        if pid == len(passages):
+            passages.append(ex.context)
+        questions.append(ex.question)
+        relevant.append({pid})
     return questions, passages, relevant

@@ -125,13 +125,25 @@ class VectorIndex:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise BertforgeError(f"{meta_path}: not valid JSON ({err})") from None
-        index = faiss.read_index(str(path / "index.faiss"))
+        missing = [k for k in ("kind", "count", "fingerprint") if k not in meta]
+        if missing:
+            raise BertforgeError(f"{meta_path}: missing field {missing[0]!r}")
+        try:
+            index = faiss.read_index(str(path / "index.faiss"))
+        except RuntimeError as err:
+            raise BertforgeError(f"{path / 'index.faiss'}: cannot be read ({str(err).splitlines()[0]})") from None
         ids, texts = [], []
-        with open(path / "docs.jsonl", encoding="utf-8") as fh:
-            for line in fh:
-                rec = json.loads(line)
-                ids.append(rec["id"])
-                texts.append(rec["text"])
+        docs = path / "docs.jsonl"
+        if not docs.is_file():
+            raise BertforgeError(f"{docs}: missing (an index keeps its texts beside the vectors)")
+        with open(docs, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                try:
+                    rec = json.loads(line)
+                    ids.append(rec["id"])
+                    texts.append(rec["text"])
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise BertforgeError(f"{docs}:{n}: expected a JSON object with id and text") from None
         if not (index.ntotal == len(ids) == meta["count"]):
             raise BertforgeError(f"{path}: index.faiss has {index.ntotal} vectors, docs.jsonl {len(ids)} documents, "
                                  f"meta.json says {meta['count']} (interrupted write?)")

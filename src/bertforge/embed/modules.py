@@ -359,22 +359,25 @@ class SentenceEncoder(nn.Sequential):
 
     # ---- identity ----------------------------------------------------------------------------------------------
     def fingerprint(self) -> str:
-        """sha256 over the encoder's weights file (or its tensors when unsaved) and the pooling/head config.
+        """sha256 over every weight tensor in memory, the vocabulary and the pooling/head config.
 
         Two models whose vectors point in different directions for the same text get different fingerprints, so
-        an index built with one refuses queries from the other. A final Normalize is left out: indexes always
-        store unit vectors, so it cannot change a ranking.
+        an index built with one refuses queries from the other. The tensors in memory are hashed (not a file on
+        disk), so a model changed after loading is a different model; the same weights hash the same wherever
+        they came from. A final Normalize is left out: indexes always store unit vectors, so it cannot change a
+        ranking. Cached until a parameter changes (every in-place update bumps its version counter).
         """
+        stamp = tuple((id(p), p._version) for p in self.parameters())
+        cached = getattr(self, "_fingerprint_cache", None)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
         h = hashlib.sha256()
-        weights = self.source / "model.safetensors" if self.source else None
-        if weights is not None and weights.is_file():
-            with open(weights, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-        else:  # in-memory model: hash the tensors themselves
-            for name, tensor in sorted(self.transformer.bert.state_dict().items()):
-                h.update(name.encode())
-                h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        for name, tensor in sorted(self.state_dict().items()):
+            if not torch.is_floating_point(tensor) and tensor.dtype != torch.long:
+                continue
+            h.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+            h.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(self.transformer.tokenizer.backend.to_str().encode())
         layout = []
         for module in self:
             if isinstance(module, Transformer):
@@ -382,10 +385,10 @@ class SentenceEncoder(nn.Sequential):
             elif isinstance(module, Pooling):
                 layout.append(module.config())
             elif isinstance(module, Dense):
-                layout.append({"dense": hashlib.sha256(module.linear.weight.detach().cpu().numpy().tobytes())
-                               .hexdigest(), "act": module.activation_name})
+                layout.append({"act": module.activation_name})  # its weights are in the state_dict above
         h.update(json.dumps(layout, sort_keys=True).encode())
-        return h.hexdigest()
+        self._fingerprint_cache = (stamp, h.hexdigest())
+        return self._fingerprint_cache[1]
 
 
 def _version() -> str:

@@ -10,7 +10,7 @@ from torch import nn
 
 from bertforge.checkpoint import load_pretrained
 from bertforge.embed.data import Dataset, Example
-from bertforge.embed.losses import SoftmaxLoss, make_loss
+from bertforge.embed.losses import ENTAILMENT, SoftmaxLoss, make_loss
 from bertforge.embed.modules import Dense, SentenceEncoder
 from bertforge.errors import BertforgeError
 from bertforge.train import ResumableLoader, TrainConfig, Trainer
@@ -62,8 +62,7 @@ def prepare(dataset: Dataset, loss_name: str) -> tuple[Dataset, float]:
         raise BertforgeError(f"loss {loss_name!r} needs {' or '.join(sorted(LOSS_KINDS[loss_name]))} examples, "
                              f"the training file holds {dataset.kind} examples")
     if loss_name == "mnrl" and dataset.kind == "nli":
-        entail = 1  # NLI_LABELS["entailment"]
-        dataset = Dataset([Example(ex.texts) for ex in dataset.examples if ex.label == entail], "pair")
+        dataset = Dataset([Example(ex.texts) for ex in dataset.examples if ex.label == ENTAILMENT], "pair")
     scale = 1.0
     if loss_name == "cosine":
         top = max(float(ex.label) for ex in dataset.examples)

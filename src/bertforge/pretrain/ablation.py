@@ -11,12 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
 from bertforge.checkpoint import atomic_write, atomic_write_text
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.objectives import IGNORE
 from bertforge.pretrain.recipes import resolve
 
 # name -> (recipe, overrides, description). Pairs to read: nsp/sop/no-nsp; static/dynamic; dynamic/electra;
@@ -36,34 +32,12 @@ ARMS: dict[str, dict[str, Any]] = {
 }
 
 
-@torch.no_grad()
-def common_mlm_eval(model: nn.Module, batches: list[dict], most_frequent: int) -> dict[str, float]:
-    """MLM accuracy / loss of `model.predict_masked` on shared held-out batches (any objective)."""
-    was = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    correct = total = base = 0
-    loss_sum = 0.0
-    for b in batches:
-        b = {k: v.to(device) for k, v in b.items()}
-        pos = b["mlm_labels"].ne(IGNORE)
-        logits = model.predict_masked(b["input_ids"], b["attention_mask"], b.get("token_type_ids"), pos).float()
-        targets = b["mlm_labels"][pos]
-        correct += int(logits.argmax(-1).eq(targets).sum())
-        base += int(targets.eq(most_frequent).sum())
-        loss_sum += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
-        total += int(targets.numel())
-    model.train(was)
-    return {"mlm_acc": correct / max(total, 1), "mlm_loss": loss_sum / max(total, 1),
-            "baseline_acc": base / max(total, 1), "masked_tokens": total}
-
-
 def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = None, size: str = "bert-mini",
                  seq_len: int = 128, batch_size: int = 32, budget: str = "2m", vocab_size: int | None = None,
                  precision: str | None = None, seed: int = 0) -> dict[str, Any]:
     from bertforge.data import ShardedCorpus
-    from bertforge.pretrain.run import (PretrainOptions, default_precision, make_dataset, prepare_data,
-                                        prepare_tokenizer, pretrain, token_frequencies)
+    from bertforge.pretrain.run import (PretrainOptions, default_precision, make_dataset, mlm_metrics,
+                                        prepare_data, prepare_tokenizer, pretrain, token_frequencies)
     names = arms or list(ARMS)
     unknown = [a for a in names if a not in ARMS]
     if unknown:
@@ -98,12 +72,12 @@ def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = N
                                size=size, seq_len=seq_len, batch_size=batch_size, time_budget=budget,
                                precision=precision, seed=seed, heldout_fraction=base.heldout_fraction,
                                progress=False, log_every=25, fill_mask_examples=0,
-                               extra_eval=lambda m: common_mlm_eval(m, batches, most_frequent))
+                               extra_eval=lambda m: mlm_metrics(m, batches, most_frequent, precision=precision))
         res = pretrain(opts)
         own = res["heldout"]
         rows.append({"arm": name, "describe": arm["describe"], "objective": recipe.objective,
                      "masking": recipe.masking, "masks": "dynamic" if recipe.dynamic else f"static x{recipe.dupe_factor}",
-                     "input_format": recipe.input_format, "steps": res["steps"], "tokens_seen": res["tokens_seen"],
+                     "input_format": recipe.input_format, "steps": res["steps"], "tokens_seen": res["tokens_seen"],  # counted, not estimated
                      "train_seconds": res["seconds"]["train"], "heldout_mlm_acc": res["common"]["mlm_acc"],
                      "heldout_mlm_loss": res["common"]["mlm_loss"], "baseline_acc": res["common"]["baseline_acc"],
                      **{k: own[k] for k in ("nsp_acc", "sop_acc", "sbo_acc", "rtd_acc") if k in own}})

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +33,8 @@ log = logging.getLogger("bertforge.pretrain")
 
 DEFAULT_VOCAB_EMBEDDED = 8192   # the small stdlib-docs corpus: a small vocabulary trains fast and fits it
 DEFAULT_VOCAB = 30522
+PREPARE_HELDOUT = 0.05   # held-out share of shards this driver prepares itself
+PAIR_FORMATS = ("segment-pair", "sentence-pair")
 
 
 @dataclass
@@ -55,7 +56,7 @@ class PretrainOptions:
     seed: int = 0
     resume: bool = False
     init_from: Path | None = None
-    heldout_fraction: float = 0.05
+    heldout_fraction: float | None = None  # None: what the shards' manifest says (PREPARE_HELDOUT when made here)
     eval_batches: int = 20
     log_every: int = 10
     save_every: int | None = None
@@ -133,59 +134,84 @@ def token_frequencies(corpus, chunk: int = 1 << 24) -> np.ndarray:
 
 # ---- evaluation ---------------------------------------------------------------------------------------------------
 @torch.no_grad()
+def mlm_metrics(model: nn.Module, batches: list[dict], most_frequent: int, device: torch.device | None = None,
+                precision: str = "fp32") -> dict[str, float]:
+    """MLM accuracy / loss of `model.predict_masked` (any objective; ELECTRA's generator) at the masked positions
+    of `batches`, and the accuracy of always predicting `most_frequent` there (the baseline)."""
+    was_training = model.training
+    model.eval()
+    device = device or next(model.parameters()).device
+    correct = total = base = 0
+    loss_sum = 0.0
+    for b in batches:
+        b = {k: v.to(device) for k, v in b.items()}
+        pos = b["mlm_labels"].ne(IGNORE)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits = model.predict_masked(b["input_ids"], b["attention_mask"], b.get("token_type_ids"), pos)
+        logits = logits.float()
+        targets = b["mlm_labels"][pos]
+        correct += int(logits.argmax(-1).eq(targets).sum())
+        base += int(targets.eq(most_frequent).sum())
+        loss_sum += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
+        total += int(targets.numel())
+    model.train(was_training)
+    loss = loss_sum / max(total, 1)
+    return {"mlm_acc": correct / max(total, 1), "mlm_loss": loss, "mlm_ppl": math.exp(min(loss, 50)),
+            "baseline_acc": base / max(total, 1), "masked_tokens": float(total)}
+
+
+@torch.no_grad()
 def evaluate(model: nn.Module, loader_batches: list[dict], most_frequent: int, device: torch.device,
              precision: str = "fp32") -> dict[str, float]:
-    """Held-out metrics: MLM loss/accuracy (the generator's for ELECTRA), NSP/SOP, RTD accuracy, and the accuracy
-    of always predicting the most frequent training token at the masked positions."""
+    """Held-out metrics: the objective's own numbers (NSP/SOP, SBO, RTD accuracy) from its forward, and MLM
+    loss/accuracy/baseline from `mlm_metrics` (the one place they are computed; ablation uses it too)."""
     was_training = model.training
     model.eval()
     sums: dict[str, float] = {}
-    n_masked = n_base = 0
     weights: dict[str, float] = {}
     for batch in loader_batches:
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
             out = model(**batch)
-        targets = batch["mlm_labels"][batch["mlm_labels"].ne(IGNORE)]
-        k = int(targets.numel())
-        n_masked += k
-        n_base += int(targets.eq(most_frequent).sum())
+        k = int(batch["mlm_labels"].ne(IGNORE).sum())
         for name, value in out.items():
-            if not isinstance(value, torch.Tensor) or value.ndim:
+            if not isinstance(value, torch.Tensor) or value.ndim or name.startswith("mlm") or name == "loss":
                 continue
-            # MLM numbers are per masked token; the rest per batch
-            w = k if name.startswith(("mlm", "sbo")) else 1
+            w = k if name.startswith("sbo") else 1  # SBO numbers are per masked token; the rest per batch
             sums[name] = sums.get(name, 0.0) + float(value) * w
             weights[name] = weights.get(name, 0.0) + w
     model.train(was_training)
     res = {name: sums[name] / max(weights[name], 1e-9) for name in sums}
     res.pop("replaced_frac", None)
-    if "mlm_loss" in res:
-        res["mlm_ppl"] = math.exp(min(res["mlm_loss"], 50))
-    res["baseline_acc"] = n_base / max(n_masked, 1)
-    res["masked_tokens"] = float(n_masked)
+    res.update(mlm_metrics(model, loader_batches, most_frequent, device, precision))
     return res
 
 
-def fill_mask(model: nn.Module, tok, texts: list[str], device: torch.device, top_k: int = 5) -> list[dict]:
-    """Top-k predictions for the first mask token of each text."""
-    enc = tok(texts, max_length=128, padding="longest", return_tensors="pt")
-    enc = {k: v.to(device) for k, v in enc.items()}
-    positions = enc["input_ids"].eq(tok.mask_token_id)
+class _MaskedLMView:
+    """An objective seen as the `MaskedLM` that `bertforge.analysis.fill_mask` expects (config, eval, __call__)."""
+
+    def __init__(self, objective: nn.Module):
+        self.objective, self.config = objective, objective.config
+
+    def eval(self) -> "_MaskedLMView":
+        self.objective.eval()
+        return self
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, positions=None) -> torch.Tensor:
+        device = next(self.objective.parameters()).device
+        to = (lambda t: None if t is None else t.to(device))
+        return self.objective.predict_masked(to(input_ids), to(attention_mask), to(token_type_ids), to(positions))
+
+
+def fill_mask(model: nn.Module, tok, texts: list[str], top_k: int = 5) -> list[dict]:
+    """Top-k predictions for the first mask token of each text (via bertforge.analysis.fill_mask)."""
+    from bertforge.analysis.fill_mask import fill_mask as analysis_fill_mask
+    view = _MaskedLMView(model)
     out = []
-    model.eval()
-    with torch.no_grad():
-        logits = model.predict_masked(enc["input_ids"], enc["attention_mask"], enc.get("token_type_ids"), positions)
-    row_of = positions.nonzero()[:, 0].tolist()
-    seen = set()
-    for j, row in enumerate(row_of):
-        if row in seen:
-            continue
-        seen.add(row)
-        top = logits[j].float().softmax(-1).topk(top_k)
-        out.append({"text": texts[row], "predictions": [
-            {"token": tok.convert_ids_to_tokens([int(i)])[0], "score": round(float(s), 4)}
-            for s, i in zip(top.values, top.indices)]})
+    for text in texts:
+        first = analysis_fill_mask(view, tok, text, top_k=top_k)[0]
+        out.append({"text": text, "predictions": [{"token": c.token, "score": round(float(c.probability), 4)}
+                                                  for c in first]})
     return out
 
 
@@ -245,6 +271,27 @@ def _barrier():
     barrier()
 
 
+FINGERPRINT = "corpus_fingerprint.json"
+
+
+def corpus_fingerprint(corpus_paths: list[str]) -> list[list]:
+    """[path, size, mtime_ns] of every corpus file, sorted: what decides whether OUT/tokenizer and OUT/data were
+    made from this corpus (a changed --corpus, or an edited file, must not silently reuse them)."""
+    files = sorted(str(Path(p).resolve()) for p in _find(corpus_paths))
+    return [[f, (st := Path(f).stat()).st_size, st.st_mtime_ns] for f in files]
+
+
+def _fingerprint_matches(directory: Path, fingerprint: list[list]) -> bool:
+    try:
+        return json.loads((directory / FINGERPRINT).read_text()) == fingerprint
+    except (OSError, ValueError):
+        return False
+
+
+def _write_fingerprint(directory: Path, fingerprint: list[list]) -> None:
+    atomic_write_text(directory / FINGERPRINT, json.dumps(fingerprint) + "\n")
+
+
 def prepare_tokenizer(opts: PretrainOptions, corpus_paths: list[str], is_main: bool):
     """The tokenizer: --init-from's, --tokenizer, a previously trained OUT/tokenizer, or one trained now."""
     from bertforge.tokenization import Tokenizer
@@ -258,10 +305,13 @@ def prepare_tokenizer(opts: PretrainOptions, corpus_paths: list[str], is_main: b
     if src is not None:
         return Tokenizer.from_pretrained(src)
     vocab = opts.vocab_size or (DEFAULT_VOCAB_EMBEDDED if opts.corpus is None else DEFAULT_VOCAB)
+    fingerprint = corpus_fingerprint(corpus_paths)  # every rank: all must take the same branch below
     if (out_tok / "tokenizer.json").is_file():
-        # A resumed run must keep its tokenizer; a fresh one reuses it when it is what would be trained anyway.
+        # A resumed run must keep its tokenizer; a fresh one reuses it only when it is what would be trained
+        # anyway: same kind, same vocabulary size, same corpus files (paths, sizes, mtimes).
         old = Tokenizer.from_pretrained(out_tok)
-        if opts.resume or (old.kind == opts.recipe.tokenizer_kind and old.vocab_size == vocab):
+        if opts.resume or (old.kind == opts.recipe.tokenizer_kind and old.vocab_size == vocab
+                           and _fingerprint_matches(out_tok, fingerprint)):
             return old
     _barrier()  # every rank has looked at the old tokenizer before rank 0 replaces it
     if is_main:
@@ -269,6 +319,7 @@ def prepare_tokenizer(opts: PretrainOptions, corpus_paths: list[str], is_main: b
         tok = Tokenizer.train(corpus_paths, kind=opts.recipe.tokenizer_kind, vocab_size=vocab,
                               model_max_length=max(512, opts.seq_len))
         tok.save_pretrained(out_tok)
+        _write_fingerprint(out_tok, fingerprint)
         print(f"trained {opts.recipe.tokenizer_kind} tokenizer: vocab {tok.vocab_size} "
               f"({time.perf_counter() - t0:.1f} s) -> {out_tok}", flush=True)
     _barrier()
@@ -276,7 +327,7 @@ def prepare_tokenizer(opts: PretrainOptions, corpus_paths: list[str], is_main: b
 
 
 def prepare_data(opts: PretrainOptions, corpus_paths: list[str], tok, is_main: bool) -> Path:
-    """Shards for the corpus (reused when OUT/data already holds them for this tokenizer)."""
+    """Shards for the corpus (reused when OUT/data holds them for this tokenizer and these corpus files)."""
     from bertforge.data import ShardedCorpus, prepare_corpus
     if opts.data is not None:
         return opts.data
@@ -285,15 +336,16 @@ def prepare_data(opts: PretrainOptions, corpus_paths: list[str], tok, is_main: b
         reuse = False
         if (data_dir / "manifest.json").is_file():
             try:
-                ShardedCorpus(data_dir, tokenizer=tok)
-                manifest = json.loads((data_dir / "manifest.json").read_text())
-                reuse = sorted(manifest.get("sources", [])) == sorted(
-                    str(p) for p in _find(corpus_paths))
+                ShardedCorpus(data_dir, tokenizer=tok)  # raises when the shards were made by another tokenizer
+                reuse = _fingerprint_matches(data_dir, corpus_fingerprint(corpus_paths))
             except BertforgeError:
                 reuse = False
         if not reuse:
+            fingerprint = corpus_fingerprint(corpus_paths)
+            frac = PREPARE_HELDOUT if opts.heldout_fraction is None else opts.heldout_fraction
             manifest = prepare_corpus(corpus_paths, tok, data_dir, workers=opts.workers, progress=opts.progress,
-                                      heldout_fraction=opts.heldout_fraction)
+                                      heldout_fraction=frac)
+            _write_fingerprint(data_dir, fingerprint)
             print(f"prepared {manifest['num_tokens']:,} tokens in {manifest['num_documents']:,} documents "
                   f"({manifest['stats']['seconds']:.1f} s) -> {data_dir}", flush=True)
     _barrier()
@@ -316,11 +368,72 @@ def build_model(opts: PretrainOptions, tok) -> nn.Module:
         if opts.seq_len > cfg.max_position_embeddings - cfg.position_offset:
             raise BertforgeError(f"--seq-len {opts.seq_len} exceeds {src}'s max_position_embeddings")
         model = build_objective(opts.recipe.objective, cfg, keep_pooler=True)
+        check_model_fits_recipe(model.config, opts.recipe, f"--init-from {src}")
         load_objective(model, src)
         return model
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     cfg = opts.recipe.model_config(opts.size, tok.vocab_size, pad, opts.seq_len)
-    return build_objective(opts.recipe.objective, cfg)
+    model = build_objective(opts.recipe.objective, cfg)
+    check_model_fits_recipe(model.config, opts.recipe, f"--recipe {opts.recipe.name}")
+    return model
+
+
+def single_segment(cfg: ModelConfig, recipe: Recipe) -> bool:
+    """Pair inputs fed to a RoBERTa encoder (type_vocab_size 1) use one segment id for both segments, as RoBERTa
+    itself does; the [SEP] between them still marks the boundary."""
+    return recipe.input_format in PAIR_FORMATS and cfg.type_vocab_size < 2 and cfg.model_type == "roberta"
+
+
+def check_model_fits_recipe(cfg: ModelConfig, recipe: Recipe, source: str) -> None:
+    """One clear line, before any training, for a model that cannot take the recipe's batches."""
+    if recipe.sentence_task is not None and not cfg.use_pooler:
+        raise BertforgeError(f"{source}: a {cfg.model_type} model without a pooler cannot train "
+                             f"{recipe.sentence_task.upper()} (use --objective mlm)")
+    if recipe.input_format in PAIR_FORMATS and cfg.type_vocab_size < 2 and not single_segment(cfg, recipe):
+        raise BertforgeError(f"{source}: --input-format {recipe.input_format} needs 2 token types, the "
+                             f"{cfg.model_type} model has type_vocab_size {cfg.type_vocab_size} "
+                             f"(use --input-format full-sentences or doc-sentences)")
+
+
+class SingleSegmentCollator:
+    """Wraps a collator so every token_type_id is 0 (see `single_segment`); set_epoch etc. pass through."""
+
+    def __init__(self, collate: Callable[[list], dict]):
+        self.collate = collate
+
+    def __call__(self, items: list) -> dict:
+        batch = self.collate(items)
+        if "token_type_ids" in batch:
+            batch["token_type_ids"] = torch.zeros_like(batch["token_type_ids"])
+        return batch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.collate, name)
+
+
+class TokenCounter:
+    """Non-padding tokens (attention_mask sums) the objective trains on, counted by a forward pre-hook in training
+    mode (evaluation forwards run in eval mode and are not counted)."""
+
+    def __init__(self, model: nn.Module):
+        self.tokens = 0
+        self.handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if module.training:
+            mask = kwargs.get("attention_mask", args[2] if len(args) > 2 else None)
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            self.tokens += int(mask.sum()) if mask is not None else int(ids.numel())
+
+    def total(self, device: torch.device) -> int:
+        """Summed over ranks (every rank must call it)."""
+        from bertforge.training.distributed import is_distributed
+        self.handle.remove()
+        if not is_distributed():
+            return self.tokens
+        t = torch.tensor([self.tokens], dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(t)
+        return int(t.item())
 
 
 def pretrain(opts: PretrainOptions) -> dict[str, Any]:
@@ -347,10 +460,9 @@ def pretrain(opts: PretrainOptions) -> dict[str, Any]:
     if opts.max_steps is None and opts.time_budget is None:
         raise BertforgeError("give --max-steps or --time-budget")
     if not opts.resume and (opts.out / "checkpoints").is_dir() and rank == 0:
-        # Old step-N checkpoints would mix with this run's (and win `--resume` by step number): clear them.
+        # The Trainer (overwrite=True) deletes an earlier run's checkpoints; say so where the user looks.
         print(f"note: {opts.out} holds an earlier run; its checkpoints are replaced (--resume continues a run)",
               flush=True)
-        shutil.rmtree(opts.out / "checkpoints")
     opts.out.mkdir(parents=True, exist_ok=True)
 
     if opts.corpus is None and opts.data is None:
@@ -373,20 +485,23 @@ def pretrain(opts: PretrainOptions) -> dict[str, Any]:
     train_corpus = ShardedCorpus(data_dir, split="train", heldout_fraction=opts.heldout_fraction, tokenizer=tok)
     held_corpus = ShardedCorpus(data_dir, split="heldout", heldout_fraction=opts.heldout_fraction)
     if len(held_corpus) == 0:
-        raise BertforgeError(f"{data_dir}: no held-out documents at heldout_fraction={opts.heldout_fraction} "
+        frac = held_corpus.manifest.get("heldout_fraction") if opts.heldout_fraction is None else opts.heldout_fraction
+        raise BertforgeError(f"{data_dir}: no held-out documents at heldout_fraction={frac} "
                              f"(corpus of {len(train_corpus)} documents); raise --heldout-fraction")
     torch.manual_seed(opts.seed)
-    train_ds = make_dataset(train_corpus, opts.recipe, opts.seq_len, opts.seed)
-    loader = ResumableLoader(train_ds, opts.batch_size, collate_fn=train_ds.collator(), shuffle=True,
-                             seed=opts.seed, drop_last=True, rank=rank, world_size=world)
     model = build_model(opts, tok)
+    one_segment = single_segment(model.config, opts.recipe)
+    train_ds = make_dataset(train_corpus, opts.recipe, opts.seq_len, opts.seed)
+    collate = SingleSegmentCollator(train_ds.collator()) if one_segment else train_ds.collator()
+    loader = ResumableLoader(train_ds, opts.batch_size, collate_fn=collate, shuffle=True,
+                             seed=opts.seed, drop_last=True, rank=rank, world_size=world)
 
     eval_batches: list[dict] = []
     most_frequent = -1
     if is_main:
         # Held-out: static masks with a fixed seed, so every evaluation (and every ablation arm) sees the same task.
         held_ds = make_dataset(held_corpus, opts.recipe, opts.seq_len, seed=12345, static=True, dupe_factor=1)
-        collate = held_ds.collator()
+        collate = SingleSegmentCollator(held_ds.collator()) if one_segment else held_ds.collator()
         n = min(len(held_ds), opts.eval_batches * opts.batch_size)
         eval_batches = [collate([held_ds[i] for i in range(s, min(s + opts.batch_size, n))])
                         for s in range(0, n, opts.batch_size)]
@@ -416,9 +531,11 @@ def pretrain(opts: PretrainOptions) -> dict[str, Any]:
               f"{opts.size} ({model.config.model_type}, {n_params / 1e6:.1f}M parameters), seq {opts.seq_len}, "
               f"batch {opts.batch_size}x{world}, lr {lr:g}, {opts.precision}, {threads} thread(s), "
               f"{len(train_ds):,} training examples", flush=True)
+    counter = TokenCounter(model)
     t_train = time.perf_counter()
     history = trainer.train()
     t_trained = time.perf_counter()
+    tokens_seen = counter.total(device)
 
     result: dict[str, Any] = {}
     if is_main:
@@ -427,7 +544,7 @@ def pretrain(opts: PretrainOptions) -> dict[str, Any]:
         metrics = {k: v for k, v in evals[-1].items() if k not in ("step", "split")} if evals else eval_fn(model)
         model.save_pretrained(opts.out, tokenizer=tok)
         prompts = fill_mask_prompts(held_corpus, tok, opts.fill_mask_examples)
-        fills = fill_mask(model, tok, [p for p, _ in prompts], next(model.parameters()).device) if prompts else []
+        fills = fill_mask(model, tok, [p for p, _ in prompts]) if prompts else []
         for f, (_, answer) in zip(fills, prompts):
             f["answer"] = answer
         result = {
@@ -436,7 +553,8 @@ def pretrain(opts: PretrainOptions) -> dict[str, Any]:
             "heldout": metrics, "fill_mask": fills,
             "seconds": {"prepare": round(t_prepared - t_start, 2), "train": round(t_trained - t_train, 2),
                         "total": round(time.perf_counter() - t_start, 2)},
-            "tokens_seen": int(trainer.step * opts.batch_size * opts.seq_len * world),
+            # non-padding tokens trained on by this invocation, all ranks (a resumed run counts its own part)
+            "tokens_seen": tokens_seen,
         }
         if opts.extra_eval is not None:
             result["common"] = opts.extra_eval(model)

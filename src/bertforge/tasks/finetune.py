@@ -317,10 +317,23 @@ def prepare(cfg: FinetuneConfig, tokenizer, split: str = "dev", need_train: bool
     if need_train and not train_ex and eval_ex:  # the shared data has only dev-v1.1: split it by article
         n_articles = len({ex.article for ex in eval_ex})
         train_ex, eval_ex = S.split_by_article(eval_ex, n_articles // 2)
+        # stored with the model so that `evaluate` scores the same held-out articles, not the trained-on ones
+        info.update(num_train_articles=n_articles // 2, split_file=Path(eval_file).name)
         log.warning("no SQuAD train file: training on the first %d articles of %s, evaluating on the other %d",
                     n_articles // 2, eval_file, n_articles - n_articles // 2)
+    elif need_train:
+        info.pop("num_train_articles", None), info.pop("split_file", None)
+    elif eval_ex and info.get("num_train_articles") and info.get("split_file") == Path(eval_file).name:
+        _, eval_ex = S.split_by_article(eval_ex, int(info["num_train_articles"]))
+        log.warning("%s: evaluating on the %d held-out articles (the model trained on the first %d)",
+                    eval_file, len({ex.article for ex in eval_ex}), info["num_train_articles"])
     version_2 = version_2 or any(ex.is_impossible for ex in train_ex + eval_ex)
     fixed_tau = not need_train and "null_threshold" in info
+    if not need_train:  # evaluating a saved model: features as it was trained, unless the user chose otherwise
+        defaults = FinetuneConfig.__dataclass_fields__
+        for name in ("doc_stride", "max_query_length"):
+            if info.get(name) and getattr(cfg, name) == defaults[name].default:
+                setattr(cfg, name, int(info[name]))
     info.update(version_2=version_2, doc_stride=cfg.doc_stride, max_query_length=cfg.max_query_length)
     train_ex, eval_ex = _limit(train_ex, cfg.train_limit), _limit(eval_ex, cfg.eval_limit)
     qa_args = dict(max_seq_length=cfg.max_seq_len, doc_stride=cfg.doc_stride, max_query_length=cfg.max_query_length)
@@ -336,13 +349,14 @@ def prepare(cfg: FinetuneConfig, tokenizer, split: str = "dev", need_train: bool
             refs = S.references(eval_ex)
             if not version_2:
                 return M.squad_v1_metrics(preds.predictions, refs)
-            if fixed_tau:  # evaluating a saved model: use the threshold tuned when it was trained
+            # exact / f1 at the fixed threshold 0 (null answer when its score beats the best span), so the
+            # headline numbers are not tuned on the data they score; best_* are the tuned (optimistic) ones
+            scores = M.squad_v2_metrics(preds.best_non_null, refs, na_probs=preds.null_diffs, na_prob_thresh=0.0)
+            if fixed_tau:  # evaluating a saved model: report the threshold tuned when it was trained
                 tau = float(info["null_threshold"])
             else:
-                tau = S.best_threshold(eval_ex, preds)
-                info["null_threshold"] = tau  # saved with the checkpoint this evaluation may make the best
-            scores = M.squad_v2_metrics(preds.best_non_null, refs, na_probs=preds.null_diffs,
-                                        na_prob_thresh=tau)
+                tau = float(scores["best_f1_thresh"])
+                info["null_threshold"] = tau  # used by `predict`; saved with the checkpoint this eval may make best
             return {k: v for k, v in scores.items() if not k.endswith("total")} | {"null_threshold": tau}
     return TaskData(kind, None, "f1", train_rows, evaluate, info)
 

@@ -166,9 +166,10 @@ def _v2_raw_scores(
 ) -> tuple[dict[str, float], dict[str, float], dict[str, bool]]:
     exact, f1, has_ans = {}, {}, {}
     for qid, golds in references.items():
-        # gold answers that normalise to nothing do not count; a question left with none is a no-answer one
+        # as the official script: answerable iff the gold list is non-empty (bool(qa["answers"])); gold texts that
+        # normalise to nothing are dropped for scoring only
+        has_ans[qid] = bool(golds)
         golds = [g for g in golds if normalize_answer(g)] or [""]
-        has_ans[qid] = golds != [""]
         if qid not in predictions:
             raise BertforgeError(f"missing prediction for question {qid}")
         pred = predictions[qid]
@@ -216,6 +217,9 @@ def squad_v2_metrics(
         raise BertforgeError("no reference questions to score")
     exact_raw, f1_raw, has_ans = _v2_raw_scores(predictions, references)
     probs = na_probs if na_probs is not None else {q: 0.0 for q in references}
+    missing = [q for q in references if q not in probs]
+    if missing:
+        raise BertforgeError(f"no no-answer score for {len(missing)} question(s), e.g. {missing[0]}")
 
     def thresholded(raw: dict[str, float]) -> dict[str, float]:
         return {q: float(not has_ans[q]) if probs[q] > na_prob_thresh else s for q, s in raw.items()}

@@ -9,8 +9,12 @@
 | `FeatureModel` | frozen encoder, layer mix (`mix`), optional `lstm`, `classifier` | (bertforge only) |
 
 The pooled output is BERT's tanh([CLS]) pooler. A model without one (DistilBERT, ELECTRA, or a checkpoint whose file has
-no pooler weights) pools by the mean of the last layer over real tokens instead: HF's classes for those families put
-different heads on [CLS], so only pooler-bearing families (BERT, RoBERTa, ALBERT) round-trip into transformers.
+no pooler weights) pools by the mean of the last layer over real tokens instead. A RoBERTa `SequenceClassifier` has
+no pooler but HF's `RobertaClassificationHead` (`classifier.dense` -> tanh -> `classifier.out_proj` on <s>), so it
+loads in `RobertaForSequenceClassification`. HF's DistilBERT / ELECTRA sequence-classification and multiple-choice
+heads differ from ours, so those models are saved as `architectures=["Bertforge<Class>"]` (e.g.
+`BertforgeSequenceClassifier`): load them with bertforge, never with a transformers class (which would drop our head
+and use a random one). Token classification and QA heads are a plain linear layer in every family and round-trip.
 
 Every `forward(**batch)` returns a dict with `logits` and, when `labels` are given, `loss` (the shared Trainer's
 contract). Task metadata (label names, task, pooling, QA null threshold) travels in config.json.
@@ -67,6 +71,9 @@ class _TaskModel(nn.Module):
 
     @property
     def architecture(self) -> str:
+        """The HF class name when HF's class has exactly our layout, else a bertforge-only name (see the docstring)."""
+        if self.config.model_type in ("distilbert", "electra") and self.kind not in ("tag", "qa"):
+            return "Bertforge" + type(self).__name__
         return HF_PREFIX[self.config.model_type] + HF_SUFFIX[self.kind]
 
     def _init_head(self, *modules: nn.Module) -> None:
@@ -74,8 +81,25 @@ class _TaskModel(nn.Module):
             self.bert._init_weights(m)
 
 
+class RobertaClassificationHead(nn.Module):
+    """HF's RoBERTa head on the <s> vector: dropout, dense, tanh, dropout, out_proj (BERT's pooler maths, moved)."""
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout: nn.Dropout):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.dropout = dropout
+        self.out_proj = nn.Linear(hidden_size, num_labels)
+
+    def forward(self, first_token: torch.Tensor) -> torch.Tensor:
+        x = torch.tanh(self.dense(self.dropout(first_token)))
+        return self.out_proj(self.dropout(x))
+
+
 class SequenceClassifier(_TaskModel):
-    """Sentence (pair) classification, or regression with `num_labels=1` and MSE loss."""
+    """Sentence (pair) classification, or regression with `num_labels=1` and MSE loss.
+
+    RoBERTa uses HF's `RobertaClassificationHead` (its encoder is built without a pooler, as HF builds it).
+    """
 
     kind = "classify"
 
@@ -85,12 +109,20 @@ class SequenceClassifier(_TaskModel):
             raise BertforgeError(f"regression needs num_labels=1, got {num_labels}")
         self.kind = "regress" if regression else "classify"
         self.num_labels = num_labels
-        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
-        self._init_head(self.classifier)
+        self.roberta_head = cfg.model_type == "roberta"
+        if self.roberta_head:
+            self.classifier: nn.Module = RobertaClassificationHead(cfg.hidden_size, num_labels, self.dropout)
+            self._init_head(self.classifier.dense, self.classifier.out_proj)
+        else:
+            self.classifier = nn.Linear(cfg.hidden_size, num_labels)
+            self._init_head(self.classifier)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> dict[str, Any]:
         out = self.encode(input_ids, attention_mask, token_type_ids)
-        logits = self.classifier(self.dropout(self.pooled(out, attention_mask)))
+        if self.roberta_head:
+            logits = self.classifier(out.last_hidden_state[:, 0])
+        else:
+            logits = self.classifier(self.dropout(self.pooled(out, attention_mask)))
         result: dict[str, Any] = {"logits": logits}
         if labels is not None:
             if self.kind == "regress":
@@ -265,7 +297,8 @@ def build_model(cfg: ModelConfig, kind: str, num_labels: int = 2, freeze: dict[s
         raise BertforgeError(f"unknown task kind {kind!r} (choose from {', '.join(KINDS)})")
     if freeze:
         return FeatureModel(cfg, kind, num_labels, **freeze)
-    if kind in ("tag", "qa") and cfg.use_pooler:  # HF builds these without a pooler (add_pooling_layer=False)
+    no_pooler = kind in ("tag", "qa") or (kind in ("classify", "regress") and cfg.model_type == "roberta")
+    if no_pooler and cfg.use_pooler:  # HF builds these without a pooler (add_pooling_layer=False)
         cfg = cfg.replace(use_pooler=False)
     if kind in ("classify", "regress"):
         return SequenceClassifier(cfg, num_labels, regression=kind == "regress")
@@ -315,6 +348,7 @@ def init_from_pretrained(path: str | Path, kind: str, num_labels: int = 2,
     from bertforge.checkpoint import load_pretrained, read_state_dict
 
     cfg = ModelConfig.from_file(path)
+    state: dict[str, torch.Tensor] = {}
     if cfg.use_pooler and kind in ("classify", "regress", "choice") and not freeze:
         state, _ = read_state_dict(path)
         if not any(k.endswith("pooler.dense.weight") or k.endswith("albert.pooler.weight") for k in state):
@@ -322,6 +356,14 @@ def init_from_pretrained(path: str | Path, kind: str, num_labels: int = 2,
     cfg = cfg.replace(extra=dict(cfg.extra))
     model = build_model(cfg, kind, num_labels, freeze)
     missing = load_pretrained(model, path)
+    if isinstance(model, SequenceClassifier) and model.roberta_head and "classifier.dense.weight" in missing:
+        # start the head's dense layer from the pretrained pooler when there is one: the same maths as BERT's
+        for end in ("weight", "bias"):
+            key = next((k for k in state if k.endswith(f"pooler.dense.{end}")), None)
+            if key is not None:
+                with torch.no_grad():
+                    getattr(model.classifier.dense, end).copy_(state[key])
+                missing.remove(f"classifier.dense.{end}")
     return model, missing
 
 

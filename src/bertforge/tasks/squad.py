@@ -74,13 +74,19 @@ def read_squad(path: str | Path) -> list[SquadExample]:
         raise BertforgeError(f"{p.name}: not a SQuAD file (no top-level 'data' list)")
     out: list[SquadExample] = []
     for a, article in enumerate(data["data"]):
+        if not isinstance(article, dict) or not isinstance(article.get("paragraphs", []), list):
+            raise BertforgeError(f"{p.name}: article {a} is not an object with a 'paragraphs' list")
         title = article.get("title", "")
         for pi, para in enumerate(article.get("paragraphs", [])):
             where_p = f"{p.name}: article {a} ({title}) paragraph {pi}"
+            if not isinstance(para, dict) or not isinstance(para.get("qas", []), list):
+                raise BertforgeError(f"{where_p}: not an object with 'context' and a 'qas' list")
             context = para.get("context")
             if not isinstance(context, str) or not context.strip():
                 raise BertforgeError(f"{where_p}: empty context")
             for qa in para.get("qas", []):
+                if not isinstance(qa, dict):
+                    raise BertforgeError(f"{where_p}: a question is not a JSON object")
                 qid = str(qa.get("id", ""))
                 where = f"{p.name}: question {qid or '?'} (article {a}, paragraph {pi})"
                 question = qa.get("question")

@@ -34,9 +34,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from bertforge.data import ShardedCorpus, prepare_corpus
-    from bertforge.pretrain.ablation import common_mlm_eval
     from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.run import (PretrainOptions, default_precision, make_dataset, pretrain,
+    from bertforge.pretrain.run import (PretrainOptions, default_precision, make_dataset, mlm_metrics, pretrain,
                                         token_frequencies)
     from bertforge.tokenization import Tokenizer
 
@@ -59,7 +58,7 @@ def main() -> None:
         counts = token_frequencies(ShardedCorpus(out / "data", split="train"))
         counts[list(wiki.special_ids)] = 0
         holder["wiki_tokens"] = wiki.total_tokens
-        return common_mlm_eval(model, batches, int(counts.argmax()))
+        return mlm_metrics(model, batches, int(counts.argmax()), precision=opts.precision)
 
     opts = PretrainOptions(recipe=resolve(args.recipe), out=out, corpus=[args.corpus], vocab_size=args.vocab_size,
                            size=args.size, seq_len=args.seq_len, batch_size=args.batch_size,

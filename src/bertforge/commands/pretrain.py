@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "0.05 for shards prepared here)")
     pre.add_argument("--workers", type=int, default=1, metavar="N", help="tokenising processes (default: 1)")
     pre.add_argument("--threads", type=int, metavar="N",
-                     help="torch threads per process (default: the cores not busy with other programs)")
+                     help="torch threads per process (default: the cores divided among the processes; lower it on a machine shared with other jobs)")
     pre.add_argument("--no-progress", action="store_true", help="no progress bars")
     pre.set_defaults(func=run_pretrain)
 

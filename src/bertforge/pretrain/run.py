@@ -79,19 +79,13 @@ def default_precision() -> str:
 
 
 def auto_threads(world_size: int = 1) -> int:
-    """Torch threads per process: this process's share of the cores, minus cores other programs keep busy.
+    """Torch threads per process: this process's share of the cores (`--threads` overrides).
 
-    On a small shared machine an oversubscribed OpenMP pool is far slower than a smaller one (threads spin at
-    every barrier while a sibling waits for a core): measured here, 1 thread ran a bert-mini step 7x faster than 2
-    while another job was running.
+    Not load-dependent: the load average counts this run's own tokenising and preparation, so subtracting it
+    starved the training that follows. On a machine shared with other jobs, pass --threads.
     """
     import os
-    cores = os.cpu_count() or 1
-    try:
-        busy = int(round(os.getloadavg()[0]))
-    except OSError:
-        busy = 0
-    return max(1, min(cores // max(world_size, 1), cores - busy))
+    return max(1, (os.cpu_count() or 1) // max(world_size, 1))
 
 
 # ---- data ---------------------------------------------------------------------------------------------------------

@@ -248,3 +248,11 @@ def test_real_conll(split, count):
     assert len(sents) == count
     assert detect_tag_scheme([s.tags for s in sents]) == "iob2"  # as the manifest says
     assert tag_list(sents) == ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
+
+
+def test_jsonl_invalid_utf8_names_file_and_line(tmp_path):
+    from bertforge.tasks.readers import read_nli_jsonl
+    p = tmp_path / "dev.jsonl"
+    p.write_bytes(b'{"premise": "a", "hypothesis": "b", "label": 0}\n{"premise": "\xff", "hypothesis": "b"}\n')
+    with pytest.raises(BertforgeError, match=r"dev.jsonl:2: invalid UTF-8"):
+        read_nli_jsonl(p)

@@ -10,13 +10,13 @@ Accepted layouts (the reader decides per file; errors name file:line):
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertforge.embed.losses import NLI_LABELS
 from bertforge.errors import BertforgeError
+from bertforge.tasks.readers import jsonl_rows
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +75,8 @@ def _read_jsonl(path: Path) -> Dataset:
     ds = Dataset()
     kinds = set()
     skipped = 0
-    for no, line in _lines(path):
+    for no, rec in jsonl_rows(path):  # file:line errors for bad UTF-8, bad JSON, non-objects
         where = f"{path}:{no}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise BertforgeError(f"{where}: not valid JSON ({err.msg})") from None
-        if not isinstance(rec, dict):
-            raise BertforgeError(f"{where}: expected a JSON object")
         if "premise" in rec and "hypothesis" in rec:
             label = _nli_label(rec.get("label"), where)
             if label is None:
@@ -186,12 +180,10 @@ def read_corpus(path: str | Path) -> tuple[list[str], list[str]]:
     ids: list[str] = []
     texts: list[str] = []
     if path.suffix == ".jsonl":
-        for no, line in _lines(path):
-            try:
-                rec = json.loads(line)
-                text = rec["text"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise BertforgeError(f"{path}:{no}: expected a JSON object with a \"text\" field") from None
+        for no, rec in jsonl_rows(path):
+            text = rec.get("text")
+            if text is None:
+                raise BertforgeError(f"{path}:{no}: expected a JSON object with a \"text\" field")
             if not isinstance(text, str):
                 raise BertforgeError(f"{path}:{no}: \"text\" must be a string")
             ids.append(str(rec.get("id", no)))

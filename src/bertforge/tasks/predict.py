@@ -22,7 +22,7 @@ from bertforge.tasks import squad as S
 
 
 def _jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    return R._jsonl_rows(path)  # file:line errors, shared with the readers
+    return R.jsonl_rows(path)  # file:line errors, shared with the readers
 
 
 def _field(obj: dict, keys: tuple[str, ...], where: str, required: bool = True) -> Any:

@@ -102,10 +102,16 @@ def _csv_rows(path: str | Path, delimiter: str) -> Iterator[tuple[int, list[str]
             start = reader.line_num + 1
 
 
-def _jsonl_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
+def jsonl_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSONL file; bad UTF-8, bad JSON or a non-object line
+    raises a BertforgeError naming file:line. Shared by the task readers, `predict` and the embedding readers."""
     p = _check_exists(path)
-    with open(p, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(p, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BertforgeError(f"{_where(p, n)}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
             if not line.strip():
                 continue
             try:
@@ -241,7 +247,7 @@ def read_nli_jsonl(path: str | Path) -> list[TextExample]:
     ``NLI3_LABELS``. Examples without a gold label (SNLI's ``"-"``, or -1) are skipped with a warning."""
     out: list[TextExample] = []
     skipped = 0
-    for n, obj in _jsonl_rows(path):
+    for n, obj in jsonl_rows(path):
         where = _where(path, n)
         raw = obj.get("label", obj.get("gold_label"))
         if raw in ("-", -1):
@@ -300,7 +306,7 @@ def read_table(
 
     def records() -> Iterator[tuple[int, Callable[[str | int], object]]]:
         if fmt == "jsonl":
-            for n, obj in _jsonl_rows(p):
+            for n, obj in jsonl_rows(p):
                 yield n, lambda k, obj=obj, n=n: _field_json(obj, k, _where(p, n))
             return
         rows = _tsv_rows(p) if fmt == "tsv" else _csv_rows(p, ",")
@@ -442,7 +448,7 @@ def read_swag(path: str | Path, num_choices: int = 4) -> list[ChoiceExample]:
     p = _check_exists(path)
     out: list[ChoiceExample] = []
     if p.suffix.lower() in (".jsonl", ".json"):
-        for n, obj in _jsonl_rows(p):
+        for n, obj in jsonl_rows(p):
             where = _where(p, n)
             endings = obj.get("endings")
             if not isinstance(endings, list) or len(endings) < 2:

@@ -26,6 +26,7 @@ from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, Unigram, WordPiece
 
 from bertforge.errors import BertforgeError
+from bertforge.files import read_json
 from bertforge.fileio import atomic_write_text
 
 KINDS = ("wordpiece", "bpe", "unigram")
@@ -117,17 +118,6 @@ def _token_str(value: Any) -> str | None:
     if isinstance(value, dict):
         return value.get("content")
     return value if isinstance(value, str) else None
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError) as err:
-        raise BertforgeError(f"{path}: cannot read JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise BertforgeError(f"{path}: expected a JSON object")
-    return data
 
 
 # ----------------------------------------------------------------------------------------------- Tokenizer
@@ -227,7 +217,7 @@ class Tokenizer:
         config: dict = {}
         for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the config wins where both say
             if (directory / name).is_file():
-                config.update(_read_json(directory / name))
+                config.update(read_json(directory / name))
         specials = {role: _token_str(config.get(f"{role}_token")) for role in ROLES}
         max_len = config.get("model_max_length", 512)
         if not isinstance(max_len, int) or max_len > 1_000_000:  # transformers writes 1e30 for "unbounded"

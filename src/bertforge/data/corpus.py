@@ -9,20 +9,15 @@ skipped, invalid UTF-8 is replaced, huge lines are read in bounded chunks, and e
 from __future__ import annotations
 
 import glob
-import gzip
 import json
-import logging
 import os
 import re
-import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from bertforge.errors import BertforgeError
-
-log = logging.getLogger("bertforge.data")
+from bertforge.files import MAX_WARNINGS_PER_FILE, LineReader, open_binary, warn
 
 TEXT_SUFFIXES = (".txt", ".txt.gz")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz")
@@ -31,19 +26,12 @@ MAX_JSONL_LINE_BYTES = 64 << 20   # a jsonl record cannot be chunked (it must pa
 MAX_DOC_CHARS = 8 << 20           # a "document" this long is flushed early, so one huge line cannot fill memory
 MAX_SENTENCE_CHARS = 10_000       # sentences are cut at whitespace beyond this (no real sentence is this long)
 _SNIFF_BYTES = 8192
-_MAX_WARNINGS_PER_FILE = 5
 
 _GUTENBERG_START = re.compile(r"^\s*\*{3}\s*START OF (?:THE |THIS )?PROJECT GUTENBERG", re.IGNORECASE)
 _GUTENBERG_END = re.compile(r"^\s*(?:\*{3}\s*END OF (?:THE |THIS )?|END OF (?:THE )?)PROJECT GUTENBERG",
                             re.IGNORECASE)
 _GUTENBERG_HEADER_LINES = 1000    # the START marker is looked for in this many leading lines (and chars) only
 _GUTENBERG_HEADER_CHARS = 1 << 18
-
-
-def warn(message: str) -> None:
-    """Report a data problem once, on one line, through both logging and warnings."""
-    log.warning(message)
-    warnings.warn(message, UserWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)
@@ -91,15 +79,11 @@ def find_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[P
     return unique
 
 
-# ---------------------------------------------------------------------------------------------- robust line reader
-
-def _open(path: Path) -> BinaryIO:
-    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
-
+# ---------------------------------------------------------------------------------------------- sniffing
 
 def _sniff(path: Path) -> str | None:
     """Why `path` is not text (None if it looks like text): NUL bytes or mostly undecodable bytes up front."""
-    with _open(path) as fh:
+    with open_binary(path) as fh:
         head = fh.read(_SNIFF_BYTES)
     if b"\x00" in head:
         return "binary file (NUL bytes)"
@@ -109,73 +93,12 @@ def _sniff(path: Path) -> str | None:
     return None
 
 
-def _cut_point(chunk: bytes) -> int:
-    """Where to split a chunk of an over-long line: after the last whitespace in its tail, else on a UTF-8
-    character boundary, so that neither a word nor a multi-byte character is split across chunks."""
-    tail_start = len(chunk) - max(1, len(chunk) // 16)
-    ws = max(chunk.rfind(b" ", tail_start), chunk.rfind(b"\t", tail_start))
-    if ws > 0:
-        return ws + 1
-    cut = len(chunk)
-    while cut > len(chunk) - 3 and cut > 1 and (chunk[cut - 1] & 0xC0) == 0x80:  # back over continuation bytes
-        cut -= 1
-    if chunk[cut - 1] >= 0xC0:  # ... and over the lead byte of the (possibly split) last character
-        cut -= 1
-    return cut if cut > 0 else len(chunk)
-
-
-class _LineReader:
-    """Yield (line_number, text) from a binary stream; a line longer than `max_bytes` comes as several pieces
-    with the same line number. Invalid UTF-8 is replaced (U+FFFD) and reported with file:line."""
-
-    def __init__(self, path: Path, fh: BinaryIO, max_bytes: int, chunk_long_lines: bool = True):
-        self.path, self.fh, self.max_bytes, self.chunk_long_lines = path, fh, max_bytes, chunk_long_lines
-        self.bad_lines = 0
-
-    def _decode(self, raw: bytes, lineno: int) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            self.bad_lines += 1
-            if self.bad_lines <= _MAX_WARNINGS_PER_FILE:
-                warn(f"{self.path}:{lineno}: invalid UTF-8 (byte 0x{raw[err.start]:02x}) replaced with U+FFFD")
-            elif self.bad_lines == _MAX_WARNINGS_PER_FILE + 1:
-                warn(f"{self.path}:{lineno}: more invalid UTF-8; further warnings for this file suppressed")
-            return raw.decode("utf-8", errors="replace")
-
-    def __iter__(self) -> Iterator[tuple[int, str]]:
-        lineno, carry, continuing = 0, b"", False
-        while True:
-            raw = carry + self.fh.readline(max(1, self.max_bytes - len(carry)))
-            carry = b""
-            if not raw:
-                return
-            if not continuing:
-                lineno += 1
-            if raw.endswith(b"\n") or len(raw) < self.max_bytes:
-                continuing = False
-                yield lineno, self._decode(raw, lineno).rstrip("\r\n")
-                continue
-            # A piece of an over-long line.
-            if not self.chunk_long_lines:
-                warn(f"{self.path}:{lineno}: record longer than {self.max_bytes} bytes skipped")
-                while raw and not raw.endswith(b"\n"):
-                    raw = self.fh.readline(self.max_bytes)
-                continue
-            if not continuing:
-                warn(f"{self.path}:{lineno}: line longer than {self.max_bytes} bytes; read in chunks")
-            continuing = True
-            cut = _cut_point(raw)
-            raw, carry = raw[:cut], raw[cut:]
-            yield lineno, self._decode(raw, lineno)
-
-
 # ---------------------------------------------------------------------------------------------- documents
 
 def _read_file(path: Path, doc_boundary: str, strip_gutenberg: bool, max_line_bytes: int) -> Iterator[Document]:
     kind = _kind(path)
-    with _open(path) as fh:
-        reader = _LineReader(path, fh, MAX_JSONL_LINE_BYTES if kind == "jsonl" else max_line_bytes,
+    with open_binary(path) as fh:
+        reader = LineReader(path, fh, MAX_JSONL_LINE_BYTES if kind == "jsonl" else max_line_bytes,
                              chunk_long_lines=kind != "jsonl")
         if kind == "jsonl":
             yield from _jsonl_documents(path, reader)
@@ -258,7 +181,7 @@ def _jsonl_documents(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[D
                 problem = "field 'text' is not a string"
         if problem:
             bad += 1
-            if bad <= _MAX_WARNINGS_PER_FILE:
+            if bad <= MAX_WARNINGS_PER_FILE:
                 warn(f"{path}:{lineno}: {problem}; record skipped")
             continue
         text = record["text"].strip()

@@ -14,9 +14,9 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertforge.embed.losses import NLI_LABELS
 from bertforge.errors import BertforgeError
-from bertforge.tasks.readers import jsonl_rows
+from bertforge.files import jsonl_rows, text_lines
+from bertforge.labels import NLI3_IDS as NLI_LABELS
 
 log = logging.getLogger(__name__)
 
@@ -44,19 +44,6 @@ def _float(value: str) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
-
-
-def _lines(path: Path):
-    if not path.is_file():
-        raise BertforgeError(f"{path}: file not found")
-    with open(path, "rb") as fh:
-        for no, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as err:
-                raise BertforgeError(f"{path}:{no}: invalid UTF-8 ({err.reason} at byte {err.start})") from None
-            if line.strip():
-                yield no, line
 
 
 def _nli_label(value, where: str) -> int | None:
@@ -113,7 +100,7 @@ def _read_tsv(path: Path) -> Dataset:
     ds = Dataset()
     kinds = set()
     header: dict[str, int] | None = None
-    for no, line in _lines(path):
+    for no, line in text_lines(path):
         cols = line.split("\t")
         where = f"{path}:{no}"
         if header is None and not ds.examples and "sentence1" in cols and "sentence2" in cols:
@@ -189,7 +176,7 @@ def read_corpus(path: str | Path) -> tuple[list[str], list[str]]:
             ids.append(str(rec.get("id", no)))
             texts.append(text)
     else:
-        for no, line in _lines(path):
+        for no, line in text_lines(path):
             ids.append(f"{path.name}:{no}")
             texts.append(line)
     if not texts:

@@ -12,12 +12,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.tasks.readers import NLI3_LABELS  # stdlib-only module: cheap to import
+from bertforge.labels import NLI3_IDS
 
 # One NLI label order for the whole toolkit (HF's MNLI/SNLI: entailment=0, neutral=1, contradiction=2), so an integer
 # label means the same thing to `bertforge finetune` and to `bertforge embed train`.
-NLI_LABELS = {name: i for i, name in enumerate(NLI3_LABELS)}
-ENTAILMENT = NLI_LABELS["entailment"]
+NLI_LABELS = NLI3_IDS
+ENTAILMENT = NLI3_IDS["entailment"]
 
 
 class SoftmaxLoss(nn.Module):

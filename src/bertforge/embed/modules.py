@@ -22,6 +22,7 @@ from torch import nn
 
 from bertforge.checkpoint import atomic_write, atomic_write_text, save_pretrained
 from bertforge.errors import BertforgeError
+from bertforge.files import read_json
 from bertforge.model import Encoder
 from bertforge.tokenization import Tokenizer
 
@@ -37,15 +38,6 @@ POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len")  # ST's concatenation or
 _LEGACY_KEYS = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens",
                 "mean": "pooling_mode_mean_tokens", "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens"}
 _NEW_NAMES = {"cls": "cls", "max": "max", "mean": "mean", "mean_sqrt_len_tokens": "mean_sqrt_len"}
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BertforgeError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BertforgeError(f"{path}: not valid JSON ({err})") from None
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -82,7 +74,7 @@ class Transformer(nn.Module):
 
     @classmethod
     def load(cls, path: Path) -> "Transformer":
-        cfg = _read_json(path / "sentence_bert_config.json") if (path / "sentence_bert_config.json").is_file() else {}
+        cfg = read_json(path / "sentence_bert_config.json") if (path / "sentence_bert_config.json").is_file() else {}
         tok = Tokenizer.from_pretrained(path)
         max_len = cfg.get("max_seq_length") or _tokenizer_max_length(path) or 512
         return cls(Encoder.from_pretrained(path), tok, max_len, bool(cfg.get("do_lower_case", False)))
@@ -98,7 +90,7 @@ def _tokenizer_max_length(path: Path) -> int | None:
     cfg_path = path / "tokenizer_config.json"
     if not cfg_path.is_file():
         return None
-    value = _read_json(cfg_path).get("model_max_length")
+    value = read_json(cfg_path).get("model_max_length")
     return int(value) if isinstance(value, (int, float)) and 0 < value <= 100_000 else None
 
 
@@ -146,7 +138,7 @@ class Pooling(nn.Module):
 
     @classmethod
     def load(cls, path: Path) -> "Pooling":
-        cfg = _read_json(path / "config.json")
+        cfg = read_json(path / "config.json")
         if "pooling_mode" in cfg:  # sentence-transformers >= 6 layout: {"embedding_dimension", "pooling_mode"}
             raw = cfg["pooling_mode"]
             raw = [raw] if isinstance(raw, str) else list(raw)
@@ -190,7 +182,7 @@ class Dense(nn.Module):
 
     @classmethod
     def load(cls, path: Path) -> "Dense":
-        cfg = _read_json(path / "config.json")
+        cfg = read_json(path / "config.json")
         act = str(cfg.get("activation_function", "torch.nn.modules.activation.Tanh")).rsplit(".", 1)[-1]
         dense = cls(int(cfg["in_features"]), int(cfg["out_features"]), bool(cfg.get("bias", True)), act)
         weights = path / "model.safetensors"
@@ -310,7 +302,7 @@ class SentenceEncoder(nn.Sequential):
             raise BertforgeError(f"{path}: model directory not found")
         if (path / "modules.json").is_file():
             modules = []
-            entries = _read_json(path / "modules.json")
+            entries = read_json(path / "modules.json", expect=list)
             for entry in sorted(entries, key=lambda e: e.get("idx", 0)):
                 kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
                 if kind not in _KINDS:

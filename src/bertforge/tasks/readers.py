@@ -16,8 +16,6 @@ Only the standard library is imported here, so importing readers is cheap.
 
 from __future__ import annotations
 
-import csv
-import json
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
+from bertforge.files import csv_rows, jsonl_rows, require_file, tsv_rows
+from bertforge.files import where as _where  # `where` is the usual local name for a file:line string here
+from bertforge.labels import NLI2_LABELS, NLI3_LABELS
 
 log = logging.getLogger(__name__)
 
@@ -66,63 +67,6 @@ class ChoiceExample:
 # ----------------------------------------------------------------------------------------------- low-level
 
 
-def _where(path: str | Path, line: int) -> str:
-    return f"{Path(path).name}:{line}"
-
-
-def _check_exists(path: str | Path) -> Path:
-    p = Path(path)
-    if not p.is_file():
-        raise BertforgeError(f"{p}: no such file")
-    return p
-
-
-def _tsv_rows(path: str | Path) -> Iterator[tuple[int, list[str]]]:
-    """Yield (line number, fields) of a GLUE tsv. Quotes are ordinary characters in GLUE (QUOTE_NONE): an
-    unmatched ``"`` inside a sentence would otherwise swallow the following lines. Blank lines are skipped."""
-    p = _check_exists(path)
-    # utf-8-sig: the MRPC files start with a byte-order mark that would otherwise glue onto the first header
-    with open(p, encoding="utf-8-sig", newline="") as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        for row in reader:
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue
-            yield reader.line_num, row
-
-
-def _csv_rows(path: str | Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
-    """Yield (line number where the record starts, fields) of an ordinary (quoted) CSV file."""
-    p = _check_exists(path)
-    with open(p, encoding="utf-8-sig", newline="") as f:
-        reader = csv.reader(f, delimiter=delimiter)
-        start = 1
-        for row in reader:
-            if row and any(c.strip() for c in row):
-                yield start, row
-            start = reader.line_num + 1
-
-
-def jsonl_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for each non-blank line of a JSONL file; bad UTF-8, bad JSON or a non-object line
-    raises a BertforgeError naming file:line. Shared by the task readers, `predict` and the embedding readers."""
-    p = _check_exists(path)
-    with open(p, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise BertforgeError(f"{_where(p, n)}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise BertforgeError(f"{_where(p, n)}: invalid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise BertforgeError(f"{_where(p, n)}: expected a JSON object, found {type(obj).__name__}")
-            yield n, obj
-
-
 def _text(value: object, where: str, name: str) -> str:
     if value is None or not isinstance(value, str | int | float) or not str(value).strip():
         raise BertforgeError(f"{where}: empty {name}")
@@ -159,7 +103,7 @@ def _read_header_tsv(
 ) -> list[TextExample]:
     """A GLUE tsv whose first line names the columns. A file without ``label_col`` (a GLUE test split) gives
     unlabelled examples. ``labels`` None means the label column holds a float score (regression)."""
-    rows = _tsv_rows(path)
+    rows = tsv_rows(path)
     try:
         _, header = next(rows)
     except StopIteration:
@@ -200,7 +144,7 @@ def read_sst2(path: str | Path) -> list[TextExample]:
 def read_cola(path: str | Path) -> list[TextExample]:
     """CoLA: no header, ``source<TAB>label<TAB>original mark<TAB>sentence``. The GLUE test split instead has
     an ``index<TAB>sentence`` header and no labels."""
-    rows = _tsv_rows(path)
+    rows = tsv_rows(path)
     out: list[TextExample] = []
     for n, row in rows:
         where = _where(path, n)
@@ -228,8 +172,6 @@ def read_stsb(path: str | Path) -> list[TextExample]:
     return _read_header_tsv(path, "sentence1", "sentence2", "score", None)
 
 
-NLI2_LABELS = ("entailment", "not_entailment")
-NLI3_LABELS = ("entailment", "neutral", "contradiction")  # integer labels in jsonl index this tuple
 
 
 def read_rte(path: str | Path) -> list[TextExample]:
@@ -297,7 +239,7 @@ def read_table(
     unless ``label_list`` is given (then unknown labels raise). ``regression=True`` parses float labels and
     returns ``None`` as the label list. Returns ``(examples, label_list)``.
     """
-    p = _check_exists(path)
+    p = require_file(path)
     fmt = (fmt or p.suffix.lstrip(".")).lower()
     if fmt == "json":
         fmt = "jsonl"
@@ -309,7 +251,7 @@ def read_table(
             for n, obj in jsonl_rows(p):
                 yield n, lambda k, obj=obj, n=n: _field_json(obj, k, _where(p, n))
             return
-        rows = _tsv_rows(p) if fmt == "tsv" else _csv_rows(p, ",")
+        rows = tsv_rows(p) if fmt == "tsv" else csv_rows(p, ",")
         cols: dict[str | int, int] | None = None
         width = None
         for n, row in rows:
@@ -388,7 +330,7 @@ def read_conll(path: str | Path, tag_col: int | None = -1, scheme: str = "auto")
     detected, "iob1" always converts, "iob2" keeps the tags as they are."""
     if scheme not in ("auto", "iob1", "iob2"):
         raise BertforgeError(f"unknown tag scheme {scheme!r} (use auto, iob1 or iob2)")
-    p = _check_exists(path)
+    p = require_file(path)
     sents: list[TaggingExample] = []
     tokens: list[str] = []
     tags: list[str] = []
@@ -445,7 +387,7 @@ def read_swag(path: str | Path, num_choices: int = 4) -> list[ChoiceExample]:
     """SWAG: the official CSV (``video-id, fold-ind, startphrase, sent1, sent2, gold-source, ending0..3,
     label``; context = sent1, ending i = ``sent2 + " " + ending_i`` as in BERT's SWAG setup) or JSONL
     ``{"context", "endings": [...], "label"}``. ``label`` absent means unlabelled (test split)."""
-    p = _check_exists(path)
+    p = require_file(path)
     out: list[ChoiceExample] = []
     if p.suffix.lower() in (".jsonl", ".json"):
         for n, obj in jsonl_rows(p):
@@ -463,7 +405,7 @@ def read_swag(path: str | Path, num_choices: int = 4) -> list[ChoiceExample]:
             )
         return out
 
-    rows = _csv_rows(p, ",")
+    rows = csv_rows(p, ",")
     try:
         _, header = next(rows)
     except StopIteration:

@@ -1,0 +1,197 @@
+"""Reading the user's files: one place for opening, decoding and file:line error messages.
+
+Two policies, because two kinds of input exist:
+  * strict (task data, JSON configs, embedding pairs): a problem is the user's to fix, so it raises a
+    BertforgeError naming ``file:line`` (`text_lines`, `jsonl_rows`, `tsv_rows`, `csv_rows`, `read_json`);
+  * lenient (pretraining corpora, gigabytes of scraped text): a bad line must not cost the whole corpus, so it
+    is repaired and reported once as a ``file:line`` warning (`LineReader` with ``strict=False``).
+Only the standard library is imported here: every layer of bertforge may use it.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import logging
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from bertforge.errors import BertforgeError
+
+log = logging.getLogger("bertforge.data")
+
+MAX_WARNINGS_PER_FILE = 5
+
+
+def warn(message: str) -> None:
+    """Report a data problem once, on one line, through both logging and warnings."""
+    log.warning(message)
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def where(path: str | Path, line: int) -> str:
+    return f"{Path(path).name}:{line}"
+
+
+def require_file(path: str | Path, what: str = "") -> Path:
+    """`path` as a Path, or a one-line error when it is not a readable file."""
+    p = Path(path)
+    if not p.is_file():
+        kind = "a folder, not a file" if p.is_dir() else "no such file"
+        raise BertforgeError(f"{what + ': ' if what else ''}{p}: {kind}")
+    return p
+
+
+def open_binary(path: Path) -> BinaryIO:
+    """A binary stream of `path`, gunzipped when it ends in .gz."""
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+
+
+def read_json(path: str | Path, expect: type = dict) -> Any:
+    """A JSON file's content, which must be an `expect` (dict by default)."""
+    p = require_file(path)
+    try:
+        data = json.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise BertforgeError(f"{p}: invalid UTF-8 ({err.reason} at byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise BertforgeError(f"{p}:{err.lineno}: invalid JSON ({err.msg})") from None
+    except OSError as err:
+        raise BertforgeError(f"{p}: cannot read ({err.strerror})") from None
+    if not isinstance(data, expect):
+        raise BertforgeError(f"{p}: expected a JSON {expect.__name__}, found {type(data).__name__}")
+    return data
+
+
+# ---------------------------------------------------------------------------------------------- line reader
+
+def _cut_point(chunk: bytes) -> int:
+    """Where to split a chunk of an over-long line: after the last whitespace in its tail, else on a UTF-8
+    character boundary, so that neither a word nor a multi-byte character is split across chunks."""
+    tail_start = len(chunk) - max(1, len(chunk) // 16)
+    ws = max(chunk.rfind(b" ", tail_start), chunk.rfind(b"\t", tail_start))
+    if ws > 0:
+        return ws + 1
+    cut = len(chunk)
+    while cut > len(chunk) - 3 and cut > 1 and (chunk[cut - 1] & 0xC0) == 0x80:  # back over continuation bytes
+        cut -= 1
+    if chunk[cut - 1] >= 0xC0:  # ... and over the lead byte of the (possibly split) last character
+        cut -= 1
+    return cut if cut > 0 else len(chunk)
+
+
+class LineReader:
+    """Yield (line_number, text) from a binary stream, without line endings.
+
+    strict=True: invalid UTF-8 raises a BertforgeError naming file:line. strict=False: it is replaced (U+FFFD)
+    and reported as a warning (the first few per file). A line longer than `max_bytes` comes as several pieces with
+    the same line number (chunk_long_lines) or is skipped with a warning (records that must parse whole).
+    """
+
+    def __init__(self, path: Path, fh: BinaryIO, max_bytes: int = 1 << 20, chunk_long_lines: bool = True,
+                 strict: bool = False):
+        self.path, self.fh, self.max_bytes, self.chunk_long_lines = path, fh, max_bytes, chunk_long_lines
+        self.strict = strict
+        self.bad_lines = 0
+
+    def _decode(self, raw: bytes, lineno: int) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            if self.strict:
+                raise BertforgeError(f"{where(self.path, lineno)}: invalid UTF-8 "
+                                     f"({err.reason} at byte {err.start})") from None
+            self.bad_lines += 1
+            if self.bad_lines <= MAX_WARNINGS_PER_FILE:
+                warn(f"{self.path}:{lineno}: invalid UTF-8 (byte 0x{raw[err.start]:02x}) replaced with U+FFFD")
+            elif self.bad_lines == MAX_WARNINGS_PER_FILE + 1:
+                warn(f"{self.path}:{lineno}: more invalid UTF-8; further warnings for this file suppressed")
+            return raw.decode("utf-8", errors="replace")
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        lineno, carry, continuing = 0, b"", False
+        while True:
+            raw = carry + self.fh.readline(max(1, self.max_bytes - len(carry)))
+            carry = b""
+            if not raw:
+                return
+            if not continuing:
+                lineno += 1
+            if raw.endswith(b"\n") or len(raw) < self.max_bytes:
+                continuing = False
+                yield lineno, self._decode(raw, lineno).rstrip("\r\n")
+                continue
+            # A piece of an over-long line.
+            if not self.chunk_long_lines:
+                warn(f"{self.path}:{lineno}: record longer than {self.max_bytes} bytes skipped")
+                while raw and not raw.endswith(b"\n"):
+                    raw = self.fh.readline(self.max_bytes)
+                continue
+            if not continuing:
+                warn(f"{self.path}:{lineno}: line longer than {self.max_bytes} bytes; read in chunks")
+            continuing = True
+            cut = _cut_point(raw)
+            raw, carry = raw[:cut], raw[cut:]
+            yield lineno, self._decode(raw, lineno)
+
+
+# ---------------------------------------------------------------------------------------------- strict readers
+
+def text_lines(path: str | Path, skip_blank: bool = True) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a UTF-8 text file (.gz too); invalid UTF-8 raises naming file:line."""
+    p = require_file(path)
+    with open_binary(p) as fh:
+        for no, line in LineReader(p, fh, max_bytes=1 << 30, strict=True):
+            if no == 1:
+                line = line.lstrip("\ufeff")  # byte-order mark
+            if line.strip() or not skip_blank:
+                yield no, line
+
+
+def jsonl_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSONL file; bad UTF-8, bad JSON or a non-object line
+    raises a BertforgeError naming file:line."""
+    p = Path(path)
+    for n, line in text_lines(p):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BertforgeError(f"{where(p, n)}: invalid JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise BertforgeError(f"{where(p, n)}: expected a JSON object, found {type(obj).__name__}")
+        yield n, obj
+
+
+def tsv_rows(path: str | Path) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of a GLUE-style tsv. Quotes are ordinary characters (QUOTE_NONE): an unmatched `"`
+    inside a sentence would otherwise swallow the following lines. Blank lines are skipped."""
+    p = require_file(path)
+    # utf-8-sig: the MRPC files start with a byte-order mark that would otherwise glue onto the first header
+    with open(p, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        try:
+            for row in reader:
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue
+                yield reader.line_num, row
+        except UnicodeDecodeError as err:
+            raise BertforgeError(f"{where(p, reader.line_num + 1)}: invalid UTF-8 ({err.reason})") from None
+
+
+def csv_rows(path: str | Path, delimiter: str = ",") -> Iterator[tuple[int, list[str]]]:
+    """(line number where the record starts, fields) of an ordinary (quoted) CSV file; blank records skipped."""
+    p = require_file(path)
+    with open(p, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter=delimiter)
+        start = 1
+        try:
+            for row in reader:
+                if row and any(c.strip() for c in row):
+                    yield start, row
+                start = reader.line_num + 1
+        except UnicodeDecodeError as err:
+            raise BertforgeError(f"{where(p, start)}: invalid UTF-8 ({err.reason})") from None
+        except csv.Error as err:
+            raise BertforgeError(f"{where(p, start)}: malformed CSV ({err})") from None

@@ -39,14 +39,14 @@ def one_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
     return lines[0]
 
 
-def full_device(directory: Path, name: str) -> Path:
-    """A character device that behaves like /dev/full. A private node (mknod, as root) keeps the real /dev/full
-    safe should a regression rename over it; otherwise a symlink to /dev/full."""
+def full_device(directory: Path, name: str, device: str = "full") -> Path:
+    """A character device that behaves like /dev/full (or /dev/null). A private node (mknod, as root) keeps the
+    real device safe should a regression rename over it; otherwise a symlink to it."""
     path = directory / name
     try:
-        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, {"null": 3, "full": 7}[device]))
     except (PermissionError, AttributeError):
-        path.symlink_to("/dev/full")
+        path.symlink_to(f"/dev/{device}")
     return path
 
 
@@ -97,8 +97,9 @@ def test_device_full_gives_one_line_and_stays_a_device(tmp_path):
             atomic_write(dev, write)
         assert str(err.value) == f"{dev}: cannot write: No space left on device", name
         assert stat.S_ISCHR(os.stat(dev).st_mode), name
-    atomic_write_text("/dev/null", "discarded")
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    null = full_device(tmp_path, "null", "null")
+    atomic_write_text(null, "discarded")
+    assert stat.S_ISCHR(os.stat(null).st_mode) and temps(tmp_path) == []
 
 
 def test_fifo_is_written_in_place(tmp_path):

@@ -169,7 +169,8 @@ def claim_output_dir(path: str | Path, *, resume: bool, overwrite: bool, options
         entries = _entries(path)
         label = f"{what} {path}" if what else str(path)
         if entries and not resume and not overwrite:
-            raise BertforgeError(f"{label} already holds {_describe(entries)}; {_choices(what, resume_flag, overwrite_flag)}")
+            raise BertforgeError(f"{label} already holds {_describe(entries)}; "
+                                 f"{_choices(what, resume_flag, overwrite_flag)}")
         record = _read_record(path)
         if entries and overwrite:
             if not (RUN_MARKERS & {e.name for e in entries}):

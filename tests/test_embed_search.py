@@ -165,9 +165,96 @@ def test_fingerprint_follows_the_weights_in_memory(tiny_dirs, tmp_path):
 def test_damaged_index_gives_one_line_errors(tiny_dirs, tmp_path):
     model = SentenceEncoder.from_pretrained(tiny_dirs[0])
     idx = VectorIndex.build(tmp_path / "idx", model, ["1", "2"], ["a b", "c d"], progress=False)
+    _drop_checksums(idx.path)  # an index from before checksums: the parsers still name the bad line / file
     (tmp_path / "idx" / "docs.jsonl").write_text('{"id": "1", "text": "a b"}\nnot json\n')
     with pytest.raises(BertforgeError, match=r"docs.jsonl:2"):
         VectorIndex.load(idx.path)
     (tmp_path / "idx" / "index.faiss").write_bytes(b"garbage")
     with pytest.raises(BertforgeError, match="index.faiss"):
         VectorIndex.load(idx.path)
+
+
+def _drop_checksums(path) -> None:
+    meta = json.loads((path / "meta.json").read_text())
+    del meta["checksums"]
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+def test_checksums_catch_a_flipped_bit_and_old_indexes_still_load(tiny_dirs, tmp_path):
+    import hashlib
+
+    model = SentenceEncoder.from_pretrained(tiny_dirs[0])
+    idx = VectorIndex.build(tmp_path / "idx", model, ["1", "2", "3"], CORPUS[:3], progress=False)
+    meta = json.loads((idx.path / "meta.json").read_text())
+    for name in ("index.faiss", "docs.jsonl"):  # the recorded sums are those of the files on disk
+        assert meta["checksums"][name] == hashlib.sha256((idx.path / name).read_bytes()).hexdigest()
+    idx.add(model, ["4"], CORPUS[3:4])  # an add records the new sums
+    assert len(VectorIndex.load(idx.path)) == 4
+    data = bytearray((idx.path / "index.faiss").read_bytes())
+    data[len(data) // 2] ^= 0x10  # one bit, in the middle of the vectors: faiss itself would read it happily
+    (idx.path / "index.faiss").write_bytes(bytes(data))
+    with pytest.raises(BertforgeError) as err:
+        VectorIndex.load(idx.path)
+    assert str(err.value) == (f"{idx.path / 'index.faiss'}: checksum mismatch, the file is damaged; rebuild with "
+                              "bertforge index build")
+    _drop_checksums(idx.path)  # written before checksums existed: loads as before
+    assert len(VectorIndex.load(idx.path)) == 4
+
+
+def test_index_build_checks_faiss_and_out_before_embedding(tiny_dirs, tmp_path):
+    import subprocess
+    import sys
+
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "faiss.py").write_text("raise ImportError('simulated: no faiss here')\n")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "bertforge.cli", "index", "build", "--model", str(tmp_path / "no-such-model"),
+           "--corpus", str(corpus), "--out", str(tmp_path / "idx")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    # the model is never looked at (it does not exist), nothing is created
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "bertforge index: error: faiss is not installed: pip install 'bertforge[embed]' (or faiss-cpu)"), proc.stderr
+    assert not (tmp_path / "idx").exists()
+    from bertforge.cli import main
+
+    # a failed build (missing corpus) leaves no empty folder; an --out through a file is one line
+    assert main(["index", "build", "--model", str(tiny_dirs[0]), "--corpus", str(tmp_path / "nope.txt"),
+                 "--out", str(tmp_path / "idx")]) == 2
+    assert not (tmp_path / "idx").exists()
+    assert main(["index", "build", "--model", str(tiny_dirs[0]), "--corpus", str(corpus),
+                 "--out", str(corpus / "idx")]) == 2
+
+
+def test_index_writers_exclude_each_other(tiny_dirs, tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from bertforge.cli import main
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(CORPUS[:3]) + "\n")
+    out = tmp_path / "idx"
+    assert main(["index", "build", "--model", str(tiny_dirs[0]), "--corpus", str(corpus), "--out", str(out),
+                 "--no-progress"]) == 0
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from bertforge.rundir import lock_dir; "
+                               "lock_dir(sys.argv[1]); print('ready', flush=True); sys.stdin.read()", str(out)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        capsys.readouterr()
+        more = tmp_path / "more.jsonl"
+        more.write_text(json.dumps({"id": "x", "text": CORPUS[4]}) + "\n")
+        assert main(["index", "add", "--index", str(out), "--corpus", str(more), "--no-progress"]) == 2
+        assert f"{out} is in use by another bertforge run (pid {holder.pid})" in capsys.readouterr().err
+        # a reader that meets a file replaced mid-add is told so, not that the index is damaged
+        (out / "docs.jsonl").write_text("being replaced\n")
+        with pytest.raises(BertforgeError, match="another bertforge run is writing this index"):
+            VectorIndex.load(out)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    with pytest.raises(BertforgeError, match="docs.jsonl: checksum mismatch"):
+        VectorIndex.load(out)

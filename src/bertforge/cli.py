@@ -5,10 +5,15 @@ Verbs live in `bertforge.commands.*`; each module exposes `register(subparsers)`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
 import sys
+import warnings
+from collections.abc import Iterator
 
 from bertforge.errors import BertforgeError
+from bertforge.fileio import is_write_failure, write_failure_reason
 
 COMMAND_MODULES = [
     "bertforge.commands.tokenizer",  # tokenizer train
@@ -33,14 +38,67 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    verb = args.command
     try:
-        return int(args.func(args) or 0)
+        with one_line_warnings(verb):
+            return int(args.func(args) or 0)
     except BertforgeError as err:
-        print(f"bertforge {args.command}: error: {err}", file=sys.stderr)
+        print(f"bertforge {verb}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # safety net: verbs raise BertforgeError themselves, but a missed path is still one line
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"bertforge {verb}: error: {where}{write_failure_reason(err)}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:
+        if not is_write_failure(err):  # torch's writer on a full disk; any other RuntimeError is a bug: traceback
+            raise
+        print(f"bertforge {verb}: error: cannot write a file: {write_failure_reason(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"bertforge {args.command}: interrupted", file=sys.stderr)
+        print(f"bertforge {verb}: interrupted", file=sys.stderr)
         return 130
+
+
+class _WarningLines(logging.Handler):
+    """Prints log records and Python warnings as "bertforge VERB: warning: MESSAGE", each message once.
+
+    Library code reports a data problem both through logging (for applications) and warnings.warn (for tests
+    and callers that filter); on the command line that is one event, so the second report is dropped.
+    """
+
+    def __init__(self, verb: str):
+        super().__init__(logging.WARNING)
+        self.verb = verb
+        self.seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.show(record.getMessage(), record.levelname.lower())
+
+    def showwarning(self, message, category, filename, lineno, file=None, line=None) -> None:
+        self.show(str(message), "warning")
+
+    def show(self, message: str, level: str) -> None:
+        message = " ".join(message.split())  # one line, whatever the source
+        if message in self.seen:
+            return
+        self.seen.add(message)
+        print(f"bertforge {self.verb}: {level}: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def one_line_warnings(verb: str) -> Iterator[None]:
+    """Route bertforge's log warnings and Python warnings to one line each for the duration of a verb."""
+    handler = _WarningLines(verb)
+    logger = logging.getLogger("bertforge")
+    saved = logger.propagate, warnings.showwarning
+    logger.addHandler(handler)
+    logger.propagate = False  # a root handler (logging.basicConfig) would print the same record again
+    warnings.showwarning = handler.showwarning
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate, warnings.showwarning = saved
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pooling", choices=POOLINGS, help="pooling for a plain HF dir (default mean)")
     p.add_argument("--eval", metavar="FILE", help="scored-pair file for STS Spearman after training")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (refused otherwise)")
     p.set_defaults(func=train_command)
 
     p = sub.add_parser("embed-eval", help="STS correlation or retrieval metrics of a sentence encoder (JSON)",
@@ -107,12 +108,13 @@ def _load(args: argparse.Namespace, normalize: bool | None = None):
 def embed_command(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from bertforge.checkpoint import atomic_write
     from bertforge.embed.data import read_texts
+    from bertforge.fileio import atomic_write, prepare_output_file
 
     out = Path(args.out)
     if out.suffix not in (".npy", ".jsonl"):
         raise BertforgeError(f"--out {out}: use a .npy or .jsonl file name")
+    prepare_output_file(out, what="--out")  # before the model is loaded and every text embedded
     texts = read_texts(args.input)
     model = _load(args, normalize=True if args.normalize else None)
     vectors = model.encode(texts, batch_size=args.batch_size, precision=args.precision, progress=args.progress)
@@ -136,13 +138,15 @@ def train_command(args: argparse.Namespace) -> int:
     from bertforge.embed.data import read_examples
     from bertforge.embed.evaluate import evaluate_sts
     from bertforge.embed.train import fit
+    from bertforge.rundir import claim_output_dir
 
-    model = _load(args)
-    dataset = read_examples(args.train)
-    eval_set = read_examples(args.eval) if args.eval else None
-    before = evaluate_sts(model, eval_set) if eval_set else None
-    fit(model, dataset, args.out, loss=args.loss, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-        max_steps=args.max_steps, seed=args.seed)
+    with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, what="--out", resume_flag=None):
+        model = _load(args)
+        dataset = read_examples(args.train)
+        eval_set = read_examples(args.eval) if args.eval else None
+        before = evaluate_sts(model, eval_set) if eval_set else None
+        fit(model, dataset, args.out, loss=args.loss, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+            max_steps=args.max_steps, seed=args.seed)
     report = {"out": str(args.out), "examples": len(dataset), "loss": args.loss}
     if eval_set:
         report.update(sts_before=before, sts_after=evaluate_sts(model, eval_set))
@@ -200,12 +204,19 @@ def _read_qrels(path: str, n_passages: int) -> list[set[int]]:
 # ---- index ---------------------------------------------------------------------------------------------------------
 def index_build(args: argparse.Namespace) -> int:
     from bertforge.embed.data import read_corpus
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embed.index import VectorIndex, require_faiss
+    from bertforge.rundir import claim_output_dir
 
-    ids, texts = read_corpus(args.corpus)
-    model = _load(args)
-    index = VectorIndex.build(args.out, model, ids, texts, kind=args.kind, batch_size=args.batch_size,
-                              precision=args.precision, progress=args.progress)
+    require_faiss()  # before hours of embedding
+    out = Path(args.out)
+    if (out / "meta.json").exists():
+        raise BertforgeError(f"{out}: an index already exists there (use `index add`, or another --out)")
+    # one writer per folder; a failed build leaves no empty folder behind
+    with claim_output_dir(out, resume=False, overwrite=False, what="--out", resume_flag=None, overwrite_flag=None):
+        ids, texts = read_corpus(args.corpus)
+        model = _load(args)
+        index = VectorIndex.build(out, model, ids, texts, kind=args.kind, batch_size=args.batch_size,
+                                  precision=args.precision, progress=args.progress)
     print(f"indexed {len(index)} passages ({index.meta['kind']}, dim {index.meta['dim']}) -> {args.out}",
           file=sys.stderr)
     return 0
@@ -213,19 +224,28 @@ def index_build(args: argparse.Namespace) -> int:
 
 def index_add(args: argparse.Namespace) -> int:
     from bertforge.embed.data import read_corpus
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embed.index import VectorIndex, require_faiss
+    from bertforge.rundir import lock_dir
 
-    index = VectorIndex.load(args.index)
-    ids, texts = read_corpus(args.corpus)
-    model = index.load_model(args.model)
-    n = index.add(model, ids, texts, batch_size=args.batch_size, progress=args.progress)
+    require_faiss()
+    if not Path(args.index).is_dir():
+        raise BertforgeError(f"--index {args.index}: not an index directory")
+    lock = lock_dir(args.index, what="--index")  # load, add and save as one step: no lost update
+    try:
+        index = VectorIndex.load(args.index)
+        ids, texts = read_corpus(args.corpus)
+        model = index.load_model(args.model)
+        n = index.add(model, ids, texts, batch_size=args.batch_size, progress=args.progress)
+    finally:
+        lock.release()
     print(f"added {n} passages; {len(index)} in {args.index}", file=sys.stderr)
     return 0
 
 
 def index_query(args: argparse.Namespace) -> int:
-    from bertforge.embed.index import VectorIndex, rerank
+    from bertforge.embed.index import VectorIndex, require_faiss, rerank
 
+    require_faiss()
     if args.k <= 0:
         raise BertforgeError(f"-k must be positive, got {args.k}")
     index = VectorIndex.load(args.index)

@@ -3,13 +3,16 @@
 Layout of an index directory:
   index.faiss   the FAISS index (row r = r-th document), inner product on L2-normalised vectors (= cosine)
   docs.jsonl    {"id", "text"} per row, in row order
-  meta.json     kind, dim, count, model path, pooling, and the model fingerprint
+  meta.json     kind, dim, count, model path, pooling, the model fingerprint, and the sha256 of the two files above
 
+meta.json is written last, so it only ever describes complete files; load() verifies the checksums (a bit flip in
+index.faiss is an error, not wrong answers). Indexes written before checksums were recorded still load.
 The fingerprint (sha256 of the encoder weights + pooling/head config, see `SentenceEncoder.fingerprint`) is checked
 on every add and query, so an index never mixes vectors of two models.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -18,11 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from bertforge.checkpoint import atomic_write, atomic_write_text
 from bertforge.embed.modules import SentenceEncoder
 from bertforge.errors import BertforgeError
+from bertforge.fileio import atomic_write, atomic_write_text
+from bertforge.rundir import is_locked
 
 KINDS = ("flat", "hnsw", "ivf")
+CHECKED_FILES = ("index.faiss", "docs.jsonl")
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 200, 128
 
 
@@ -30,8 +35,21 @@ def _faiss():
     try:
         import faiss
     except ImportError:
-        raise BertforgeError("vector search needs faiss: pip install faiss-cpu (or bertforge[embed])") from None
+        raise BertforgeError("faiss is not installed: pip install 'bertforge[embed]' (or faiss-cpu)") from None
     return faiss
+
+
+def require_faiss() -> None:
+    """Fail at once, before a model is loaded or a corpus embedded, when faiss is missing."""
+    _faiss()
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def ivf_lists(n: int) -> int:
@@ -128,6 +146,13 @@ class VectorIndex:
         missing = [k for k in ("kind", "count", "fingerprint") if k not in meta]
         if missing:
             raise BertforgeError(f"{meta_path}: missing field {missing[0]!r}")
+        for name, want in (meta.get("checksums") or {}).items():  # before faiss parses a damaged file
+            if name in CHECKED_FILES and (path / name).is_file() and sha256_file(path / name) != want:
+                if is_locked(path):  # files are replaced one by one; meta.json comes last
+                    raise BertforgeError(f"{path}: another bertforge run is writing this index (index add); "
+                                         "try again when it has finished")
+                raise BertforgeError(f"{path / name}: checksum mismatch, the file is damaged; rebuild with "
+                                     "bertforge index build")
         try:
             index = faiss.read_index(str(path / "index.faiss"))
         except RuntimeError as err:
@@ -157,11 +182,18 @@ class VectorIndex:
         """Write index, documents, then metadata (each atomically; meta.json last, so it only ever describes
         complete files)."""
         faiss = _faiss()
-        self.path.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path / "index.faiss", lambda tmp: faiss.write_index(self.index, tmp))
+        checksums = {}
+
+        def write_index(tmp: str) -> None:
+            faiss.write_index(self.index, tmp)
+            checksums["index.faiss"] = sha256_file(tmp)  # of the bytes that are renamed into place
+
+        atomic_write(self.path / "index.faiss", write_index)
         docs = "".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in zip(self.ids, self.texts))
         atomic_write_text(self.path / "docs.jsonl", docs)
+        checksums["docs.jsonl"] = hashlib.sha256(docs.encode("utf-8")).hexdigest()
         self.meta["count"] = len(self.ids)
+        self.meta["checksums"] = checksums
         atomic_write_text(self.path / "meta.json", json.dumps(self.meta, indent=2) + "\n")
 
     # ---- use ---------------------------------------------------------------------------------------------------

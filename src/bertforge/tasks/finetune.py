@@ -35,18 +35,17 @@ from bertforge.tasks.kinds import TaskKind, kind_for
 log = logging.getLogger(__name__)
 
 
-
 # ---- data --------------------------------------------------------------------------------------------------------
 @dataclass
 class TaskData:
     """Training rows for the loader plus an `evaluate(model) -> metrics` closure over the eval split."""
 
-    kind: str
+    kind: str  # the kind's name: classify, regress, tag, qa or choice
     labels: list[str] | None
     main_metric: str
     train_rows: list[dict]
     evaluate: Callable[[nn.Module], dict[str, float]] | None
-    task: TaskKind
+    task: TaskKind  # the kind object that read and encoded the data (and saves its settings with the model)
 
 
 def _find(folder: Path, patterns: list[str]) -> Path | None:

@@ -172,7 +172,7 @@ def test_loss_falls_and_accuracy_beats_chance(base, tmp_path):
     losses = [r["loss"] for r in lines if r["split"] == "train"]
     assert losses[-1] < 0.7 * losses[0]
     assert result.summary["median"] > 0.8  # chance is ~0.5 on the balanced synthetic dev set
-    assert (tmp_path / "out" / "best" / "model.safetensors").is_file()
+    assert (tmp_path / "out" / "model.safetensors").is_file()
     assert len([r for r in lines if r["split"] == "eval"]) == 4  # evaluated after every epoch
     assert result.runs[0]["train_examples_per_s"] > 0
 
@@ -183,7 +183,7 @@ def test_feature_based_mode_keeps_encoder_weights(base, tmp_path):
                          batch_size=16, freeze=True, features="weighted", head="bilstm", progress=False,
                          save_checkpoints=False)
     result = finetune(cfg)
-    saved, _ = read_state_dict(tmp_path / "out" / "best")
+    saved, _ = read_state_dict(tmp_path / "out")
     original, _ = read_state_dict(base)
     for name, tensor in original.items():
         if not name.startswith("pooler"):
@@ -191,7 +191,7 @@ def test_feature_based_mode_keeps_encoder_weights(base, tmp_path):
     assert not torch.equal(saved["mix.weights"], torch.zeros_like(saved["mix.weights"]))  # the mix did learn
     assert "lstm.weight_ih_l0" in saved
     assert result.summary["median"] > 0.5  # entity F1 of a head on frozen random features still learns the names
-    model, task, labels = load_task_model(tmp_path / "out" / "best")
+    model, task, labels = load_task_model(tmp_path / "out")
     assert task["features"] == "weighted" and task["head"] == "bilstm" and labels[0] == "O"
 
 
@@ -208,8 +208,12 @@ def test_runs_report_median_and_spread(base, tmp_path):
     assert s["min"] == values[0] and s["max"] == values[1]
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved["summary"]["median"] == pytest.approx(s["median"])
-    assert (tmp_path / "out" / "best" / "config.json").is_file()
-    assert (tmp_path / "out" / "run-1" / "best" / "config.json").is_file()
+    # each run keeps its own model folder; OUT holds the best run's model (weights, config, metrics)
+    out = tmp_path / "out"
+    for name in ("model.safetensors", "config.json", "best_metrics.json"):
+        assert (out / name).read_bytes() == (out / f"run-{saved['best_run']}" / name).read_bytes(), name
+    assert result.runs[saved["best_run"]]["best"]["accuracy"] == s["max"]
+    assert (out / "run-0" / "config.json").is_file() and (out / "run-1" / "config.json").is_file()
 
 
 def test_squad2_tunes_and_stores_null_threshold(base, tmp_path):
@@ -232,7 +236,7 @@ def test_squad2_tunes_and_stores_null_threshold(base, tmp_path):
     result = finetune(cfg)
     best = result.runs[0]["best"]
     assert {"exact", "f1", "best_f1", "null_threshold"} <= set(best)
-    config = json.loads((tmp_path / "out" / "best" / "config.json").read_text())
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["bertforge_task"]["version_2"] is True
     assert config["bertforge_task"]["null_threshold"] == pytest.approx(best["null_threshold"])
     assert config["architectures"] == ["BertForQuestionAnswering"]
@@ -244,7 +248,7 @@ def test_squad2_tunes_and_stores_null_threshold(base, tmp_path):
     task = config["bertforge_task"]
     assert task["num_train_articles"] == 2 and task["doc_stride"] == 16 and task["max_query_length"] == 8
     from bertforge.tasks.finetune import evaluate_model
-    again = evaluate_model(tmp_path / "out" / "best", FinetuneConfig(task="squad2", model=base, out=tmp_path / "e",
+    again = evaluate_model(tmp_path / "out", FinetuneConfig(task="squad2", model=base, out=tmp_path / "e",
                                                                     data=path, max_seq_len=32, progress=False))
     for k in ("exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1"):
         assert again[k] == pytest.approx(best[k]), k
@@ -282,13 +286,13 @@ def test_cli_finetune_predict_evaluate_round_trip(base, tmp_path, cli, capsys):
     assert len(records) == 3 and all(r["label"] in ("0", "1") for r in records)
     assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-5 for r in records)
     capsys.readouterr()
-    assert cli(["evaluate", "--model", str(out / "best"), "--task", "sst2", "--data", str(data), "--no-progress"]) == 0
+    assert cli(["evaluate", "--model", str(out), "--task", "sst2", "--data", str(data), "--no-progress"]) == 0
     metrics = json.loads(capsys.readouterr().out)
-    best = json.loads((out / "best" / "best_metrics.json").read_text())
+    best = json.loads((out / "best_metrics.json").read_text())
     assert metrics["accuracy"] == pytest.approx(best["accuracy"])
     # the saved directory is an ordinary transformers model giving the same probabilities
-    tok = Tokenizer.from_pretrained(out / "best")
-    hf = transformers.BertForSequenceClassification.from_pretrained(out / "best").eval()
+    tok = Tokenizer.from_pretrained(out)
+    hf = transformers.BertForSequenceClassification.from_pretrained(out).eval()
     with torch.no_grad():
         p = hf(**tok(["a great film"])).logits.softmax(-1)[0]
     assert hf.config.id2label[int(p.argmax())] == records[0]["label"]

@@ -13,7 +13,7 @@ TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNL
 
 
 def _task_choices() -> tuple[str, ...]:
-    from bertforge.tasks.finetune import TASKS  # lazily: `bertforge --help` stays fast
+    from bertforge.tasks.config import TASKS  # torch-free: building the parser stays fast
 
     return TASKS
 
@@ -42,15 +42,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "finetune", help="fine-tune a model on a task",
         description="Fine-tune a pretrained model directory on a task with the BERT paper's recipe (AdamW, lr 3e-5, "
                     "10%% warm-up then linear decay, batch 32, 3 epochs, weight decay 0.01), evaluating after every "
-                    "epoch and keeping the best checkpoint in OUT/best (a Hugging Face directory that "
-                    "BertFor<Task>.from_pretrained loads).",
+                    "epoch; the best checkpoint ends in OUT itself (a Hugging Face directory that "
+                    "BertFor<Task>.from_pretrained(OUT) loads), trainer checkpoints in OUT/checkpoints.",
         epilog="examples:\n  bertforge finetune --task sst2 --data ../shared/data/glue/SST-2 --model MODEL --out runs/sst2\n"
                "  bertforge finetune --task squad --data ../shared/data/squad --model MODEL --out runs/squad --epochs 2\n"
                "  bertforge finetune --task conll --data ../shared/data/conll2003 --model MODEL --out runs/ner "
                "--freeze --features concat_last4 --head bilstm",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ft.add_argument("--model", required=True, metavar="DIR", help="pretrained model directory (config.json, weights, tokenizer)")
-    ft.add_argument("--out", required=True, metavar="DIR", help="output folder (OUT/best, checkpoints, metrics.jsonl, results.json)")
+    ft.add_argument("--out", required=True, metavar="DIR", help="output folder: the final model itself (config.json, model.safetensors, tokenizer, "
+                         "best_metrics.json), OUT/checkpoints, metrics.jsonl, results.json; with --runs OUT/run-K")
     _data_args(ft, train=True)
     length = ft.add_mutually_exclusive_group()
     length.add_argument("--epochs", type=float, default=3.0, metavar="N", help="epochs (default: 3)")
@@ -61,7 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--weight-decay", type=float, default=0.01, metavar="W", help="AdamW weight decay (default: 0.01)")
     ft.add_argument("--seed", type=int, default=42, help="random seed of the first run (default: 42)")
     ft.add_argument("--runs", type=int, default=1, metavar="N",
-                    help="repeat with seeds SEED..SEED+N-1 and report median and spread of the main metric")
+                    help="repeat with seeds SEED..SEED+N-1 and report median and spread of the main metric; OUT gets "
+                         "the best run's model")
     ft.add_argument("--train-limit", type=int, metavar="N", help="use only the first N training examples")
     ft.add_argument("--freeze", action="store_true",
                     help="feature-based mode: frozen encoder, only the head trains (classify/regress/tag)")
@@ -78,8 +80,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.set_defaults(func=run_finetune)
 
     ev = subparsers.add_parser("evaluate", help="score a fine-tuned model on a task's data (JSON metrics)",
-                               description="Evaluate a fine-tuned model directory (or a finetune OUT folder, which "
-                                           "means OUT/best) and print the metrics as JSON.")
+                               description="Evaluate a fine-tuned model directory (a finetune OUT folder) and print "
+                                           "the metrics as JSON.")
     ev.add_argument("--model", required=True, metavar="DIR", help="fine-tuned model directory")
     _data_args(ev, train=False)
     ev.add_argument("--split", default="dev", choices=("dev", "test"),
@@ -134,9 +136,9 @@ def run_finetune(args: argparse.Namespace) -> int:
     s = result.summary
     if s:
         spread = f" (min {s['min']:.4f}, max {s['max']:.4f}, std {s['std']:.4f}, {s['n']} runs)" if s["n"] > 1 else ""
-        print(f"{args.task}: best {result.main_metric} median {s['median']:.4f}{spread} -> {result.best_dir}")
+        print(f"{args.task}: best {result.main_metric} median {s['median']:.4f}{spread} -> {result.model_dir}")
     else:
-        print(f"{args.task}: trained (no evaluation data) -> {result.best_dir}")
+        print(f"{args.task}: trained (no evaluation data) -> {result.model_dir}")
     return 0
 
 

@@ -19,7 +19,6 @@ context on both sides. Answer text is always cut from the original context by ch
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 
 from bertforge.errors import BertforgeError
+from bertforge.files import read_json
 
 
 @dataclass
@@ -63,14 +63,8 @@ def read_squad(path: str | Path) -> list[SquadExample]:
     Every gold answer must appear in its context at ``answer_start``; otherwise a BertforgeError names the
     file and the question id."""
     p = Path(path)
-    if not p.is_file():
-        raise BertforgeError(f"{p}: no such file")
-    try:
-        with open(p, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise BertforgeError(f"{p.name}:{e.lineno}: invalid JSON ({e.msg})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+    data = read_json(p)
+    if not isinstance(data.get("data"), list):
         raise BertforgeError(f"{p.name}: not a SQuAD file (no top-level 'data' list)")
     out: list[SquadExample] = []
     for a, article in enumerate(data["data"]):

@@ -1,0 +1,77 @@
+"""`FinetuneConfig`: everything one fine-tuning (or evaluation) job needs, and the task names it accepts.
+
+Standard library only, so the CLI can build its parser (the task choices) without importing torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertforge.errors import BertforgeError
+
+# task name -> kind (bertforge.tasks.kinds has one class per kind); GLUE-style names read with tasks.registry
+TASK_KINDS = {"sst2": "classify", "cola": "classify", "mrpc": "classify", "stsb": "regress", "rte": "classify",
+              "qnli": "classify", "mnli": "classify", "snli": "classify", "conll": "tag", "squad": "qa",
+              "squad2": "qa", "swag": "choice", "classify": "classify", "regress": "regress", "tag": "tag",
+              "qa": "qa", "choice": "choice"}
+TASKS = tuple(TASK_KINDS)
+FREEZE_KINDS = ("classify", "regress", "tag")  # what the feature-based mode (a head on frozen features) supports
+
+
+def default_max_len(kind: str) -> int:
+    """Tokens per input when none is given: SQuAD's 384 (question + context window), else BERT's 128."""
+    return 384 if kind == "qa" else 128
+
+
+@dataclass
+class FinetuneConfig:
+    """Everything one fine-tuning job needs. `data` is a task folder or file; `train`/`eval` name files directly."""
+
+    task: str
+    model: str | Path
+    out: str | Path
+    data: str | Path | None = None
+    train: str | Path | None = None
+    eval: str | Path | None = None
+    epochs: float = 3.0
+    max_steps: int | None = None
+    lr: float = 3e-5
+    batch_size: int = 32
+    eval_batch_size: int = 64
+    max_seq_len: int | None = None  # None: 128, or 384 for SQuAD
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 42
+    runs: int = 1
+    freeze: bool = False
+    features: str = "concat_last4"
+    head: str = "linear"
+    text_col: str = "text"
+    text_pair_col: str | None = None
+    label_col: str = "label"
+    resume: bool = False
+    precision: str = "fp32"
+    group_by_length: bool = True
+    train_limit: int | None = None  # first N training examples (quick runs, benchmarks)
+    eval_limit: int | None = None
+    doc_stride: int = 128
+    max_query_length: int = 64
+    device: str = "auto"
+    progress: bool = True
+    save_checkpoints: bool = True  # per-epoch trainer checkpoints (needed for --resume)
+
+    def __post_init__(self) -> None:
+        self.task = self.task.lower().replace("-", "").replace("_", "")
+        if self.task not in TASK_KINDS:
+            raise BertforgeError(f"unknown task {self.task!r} (choose from {', '.join(TASKS)})")
+        if self.runs < 1:
+            raise BertforgeError(f"--runs must be at least 1, got {self.runs}")
+        if self.max_seq_len is None:
+            self.max_seq_len = default_max_len(self.kind)
+        if self.freeze and self.kind not in FREEZE_KINDS:
+            raise BertforgeError(f"--freeze (feature-based mode) supports classification, regression and tagging, "
+                                 f"not {self.task}")
+
+    @property
+    def kind(self) -> str:
+        return TASK_KINDS[self.task]

@@ -1,0 +1,70 @@
+"""The examples every task reader returns, and the field checks they share (file:line errors).
+
+Labels stay as the *strings* found in the file (classification) or floats (regression); the feature builders
+in ``bertforge.tasks.features`` map them to ids through a label list. Standard library only.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from bertforge.errors import BertforgeError
+
+Label = str | float | None
+
+
+@dataclass
+class TextExample:
+    """One sentence or sentence pair. ``label``: a label string, a float (regression) or None (unlabelled)."""
+
+    text: str
+    text_pair: str | None = None
+    label: Label = None
+    guid: str = ""
+
+
+@dataclass
+class TaggingExample:
+    """One pre-tokenised sentence with one tag per word (``tags`` empty when unlabelled)."""
+
+    tokens: list[str]
+    tags: list[str] = field(default_factory=list)
+    guid: str = ""
+
+
+@dataclass
+class ChoiceExample:
+    """A context and candidate endings; the model scores ``(context, ending_i)`` pairs. ``label``: the gold index."""
+
+    context: str
+    endings: list[str]
+    label: int | None = None
+    guid: str = ""
+
+
+def text_field(value: object, where: str, name: str) -> str:
+    """A non-empty text value (numbers are accepted as text), stripped; else an error naming ``where`` and ``name``."""
+    if value is None or not isinstance(value, str | int | float) or not str(value).strip():
+        raise BertforgeError(f"{where}: empty {name}")
+    return str(value).strip()
+
+
+def class_label(value: object, labels: Sequence[str], where: str) -> str:
+    """Map a raw label (string, or int index into ``labels``) to its label string, or raise."""
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        if 0 <= value < len(labels):
+            return labels[value]
+    else:
+        s = str(value).strip()
+        if s in labels:
+            return s
+    raise BertforgeError(f"{where}: unknown label {value!r} (expected one of {', '.join(labels)})")
+
+
+def float_label(value: object, where: str) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise BertforgeError(f"{where}: expected a number for the score, found {value!r}") from None

@@ -1,0 +1,57 @@
+"""Fine-tuned model folders: the model in an OUT folder, its task read without loading weights, installing a model.
+
+A finished `bertforge finetune --out OUT` leaves the model in OUT itself (as transformers' Trainer users expect:
+`AutoModelFor...from_pretrained(OUT)` works); folders written by older versions kept it in OUT/best, which
+`load_model_dir` still finds.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from bertforge.errors import BertforgeError
+from bertforge.files import read_json
+from bertforge.tasks.config import TASK_KINDS
+
+# the files of a saved model (save_task_model: weights, config, tokenizer) and the Trainer's best_metrics.json
+MODEL_FILES = ("model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+               "vocab.txt", "best_metrics.json", "config.json")  # config.json last: a model is complete with it
+
+
+def load_model_dir(path: str | Path) -> Path:
+    """A model directory; a fine-tuning folder written by an older bertforge resolves to its best/ checkpoint."""
+    p = Path(path)
+    if not (p / "config.json").is_file() and (p / "best" / "config.json").is_file():
+        return p / "best"
+    if not (p / "config.json").is_file():
+        raise BertforgeError(f"{p}: not a model directory (no config.json)")
+    return p
+
+
+def saved_task(path: Path) -> tuple[dict[str, Any], list[str] | None]:
+    """(bertforge_task, label names) from a fine-tuned model's config.json, without loading its weights."""
+    config = read_json(path / "config.json")
+    task = config.get("bertforge_task")
+    if not isinstance(task, dict) or task.get("kind") not in set(TASK_KINDS.values()):
+        raise BertforgeError(f"{path / 'config.json'}: not a bertforge fine-tuned model (no bertforge_task field); "
+                             "fine-tune it first with `bertforge finetune`")
+    id2label = config.get("id2label") or {}
+    return task, [id2label[str(i)] for i in range(len(id2label))] or None
+
+
+def install_model(src: Path, dst: Path, move: bool) -> None:
+    """Make `dst` hold the model saved in `src` (moved, or copied), replacing the model files `dst` had.
+
+    Each file lands by an atomic rename; config.json comes last, so a folder with a config.json is complete."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in MODEL_FILES:
+        if not (src / name).is_file():
+            (dst / name).unlink(missing_ok=True)  # e.g. an earlier run's best_metrics.json
+        elif move:
+            os.replace(src / name, dst / name)
+        else:
+            tmp = dst / f".{name}.tmp"
+            shutil.copyfile(src / name, tmp)
+            os.replace(tmp, dst / name)

@@ -4,11 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bertforge.pretrain.options import PretrainOptions
+
 CURVES = "curves.png"
 
 
-def setup_line(opts, model_type: str, n_params: int, world: int, lr: float, warmup: float, threads: int,
+def setup_line(opts: PretrainOptions, model_type: str, n_params: int, world: int, lr: float, warmup: float, threads: int,
                n_examples: int) -> str:
+    """The one line that says what is about to train."""
     r = opts.recipe
     masks = "dynamic" if r.dynamic else f"static x{r.dupe_factor}"
     return (f"pretraining {r.name}: objective {r.objective}, masking {r.masking} ({masks}), input {r.input_format}, "

@@ -35,8 +35,10 @@ def main() -> None:
 
     from bertforge.data import ShardedCorpus, prepare_corpus
     from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.run import (PretrainOptions, default_precision, make_dataset, mlm_metrics, pretrain,
-                                        token_frequencies)
+    from bertforge.pretrain.inputs import make_dataset
+    from bertforge.pretrain.metrics import mlm_metrics, token_frequencies
+    from bertforge.pretrain.options import PretrainOptions, default_precision
+    from bertforge.pretrain.run import pretrain
     from bertforge.tokenization import Tokenizer
 
     out = Path(args.out)

@@ -76,6 +76,29 @@ def test_fill_mask_matches_library(tiny_dir):
     assert cands[0]["token_id"] == lib[0][0].token_id
 
 
+def test_fill_mask_prints_text_not_byte_level_symbols(tmp_path):
+    """A byte-level BPE vocabulary spells " the" as "Ġthe": `fill-mask` shows the decoded text."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"the cat sat on the mat and the dog ran to the park {i}" for i in range(200)))
+    tok = Tokenizer.train([corpus], kind="bpe", vocab_size=300, min_frequency=1)
+    torch.manual_seed(0)
+    model = MaskedLM(ModelConfig(model_type="roberta", vocab_size=tok.vocab_size, hidden_size=32,
+                                 num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                 max_position_embeddings=66, pad_token_id=tok.pad_token_id, type_vocab_size=1))
+    model.save_pretrained(tmp_path / "rob", tokenizer=tok)
+    every = str(tok.vocab_size)  # all candidates: the Ġ-spelled ones are surely among them
+    proc = run("fill-mask", "--model", str(tmp_path / "rob"), "--top-k", every, "--json", "the cat <mask> on the mat")
+    assert proc.returncode == 0, proc.stderr
+    cands = json.loads(proc.stdout)[0]
+    assert len(cands) == tok.vocab_size
+    by_id = {c["token_id"]: c["token"] for c in cands}
+    assert by_id[tok.token_to_id("Ġcat")] == "cat" and by_id[tok.token_to_id("Ġthe")] == "the"
+    # only the bare space symbol, which decodes to nothing visible, keeps its vocabulary spelling
+    assert {c["token"] for c in cands if "Ġ" in c["token"]} <= {"Ġ"}
+    table = run("fill-mask", "--model", str(tmp_path / "rob"), "--top-k", every, "the cat <mask> on the mat")
+    assert table.returncode == 0 and "Ġthe" not in table.stdout and "\n  cat " in table.stdout
+
+
 def _copy(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst

@@ -200,7 +200,7 @@ def test_init_from_a_model_that_cannot_take_the_recipe_is_one_clear_error(corpus
 def test_pair_inputs_need_two_token_types_unless_roberta():
     from bertforge.config import ModelConfig
     from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.run import check_model_fits_recipe, single_segment
+    from bertforge.pretrain.inputs import check_model_fits_recipe, single_segment
     recipe = resolve("bert", objective="mlm")  # segment pairs
     bert = ModelConfig(model_type="bert", vocab_size=100, hidden_size=8, num_hidden_layers=1,
                        num_attention_heads=2, intermediate_size=16, type_vocab_size=1)
@@ -212,7 +212,7 @@ def test_pair_inputs_need_two_token_types_unless_roberta():
 
 
 def test_heldout_fraction_comes_from_the_manifest_of_given_shards(corpus, tmp_path):
-    from bertforge.pretrain.run import PretrainOptions
+    from bertforge.pretrain.options import PretrainOptions
     from bertforge.pretrain.recipes import resolve
     from bertforge.tokenization import Tokenizer
     assert PretrainOptions(recipe=resolve("bert"), out=tmp_path).heldout_fraction is None
@@ -230,7 +230,8 @@ def test_heldout_fraction_comes_from_the_manifest_of_given_shards(corpus, tmp_pa
 def test_fresh_run_does_not_reuse_tokenizer_or_shards_of_another_corpus(corpus, tmp_path):
     import os
     from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.run import PretrainOptions, prepare_data, prepare_tokenizer
+    from bertforge.pretrain.options import PretrainOptions
+    from bertforge.pretrain.prepare import prepare_data, prepare_tokenizer
     text = tmp_path / "c.txt"
     text.write_text(corpus.read_text())
     opts = PretrainOptions(recipe=resolve("bert"), out=tmp_path / "out", corpus=[str(text)], vocab_size=200,
@@ -253,7 +254,7 @@ def test_fresh_run_does_not_reuse_tokenizer_or_shards_of_another_corpus(corpus, 
 
 
 def test_token_counter_counts_real_tokens_in_training_only():
-    from bertforge.pretrain.run import TokenCounter
+    from bertforge.pretrain.metrics import TokenCounter
 
     class M(torch.nn.Module):
         def forward(self, input_ids, attention_mask=None):
@@ -265,3 +266,62 @@ def test_token_counter_counts_real_tokens_in_training_only():
     m.eval()
     m(input_ids=torch.zeros(2, 4), attention_mask=mask)  # evaluation: not counted
     assert counter.total(torch.device("cpu")) == 5
+
+
+# ---- the installed console script: what it prints is true ---------------------------------------------------------
+BERTFORGE = shutil.which("bertforge", path=str(Path(sys.executable).parent)) or shutil.which("bertforge")
+
+
+def test_console_script_roberta_run_shows_text_and_whole_word_prompts_and_real_curves(corpus, tmp_path):
+    assert BERTFORGE, "the bertforge console script is not installed"
+    out = tmp_path / "rob"
+    args = [a if a != "200" else "400" for a in TINY]  # BPE: 256 bytes + merges enough for whole words
+    proc = subprocess.run([BERTFORGE, "pretrain", "--recipe", "roberta", "--corpus", str(corpus), "--out", str(out),
+                           "--max-steps", "5", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((out / "eval_results.json").read_text())
+    assert res["fill_mask"]
+    vocab = set(WORDS)
+    for f in res["fill_mask"]:
+        # one whole word masked: put the answer back and every word is a corpus word again
+        assert f["text"].count("<mask>") == 1 and f["answer"].lower() in vocab
+        words = f["text"].replace("<mask>", f["answer"]).rstrip(".").lower().replace(".", "").split()
+        assert set(words) <= vocab, f["text"]
+        assert all("Ġ" not in p["token"] and p["token"] == p["token"].strip() for p in f["predictions"])
+    import importlib.util
+    assert importlib.util.find_spec("matplotlib")  # the [test] extra installs it: this is the written branch
+    assert (out / "curves.png").stat().st_size > 1000
+    assert f"training curves: {out / 'curves.png'}" in proc.stdout and "not written" not in proc.stdout
+
+
+def test_without_matplotlib_no_curves_are_claimed(corpus, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "noplot"
+    out.mkdir()
+    (out / "curves.png").write_bytes(b"an earlier run's plot")
+    os.utime(out / "curves.png", (1, 1))
+    # `import matplotlib...` now raises ImportError (also for submodules an earlier test already imported)
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")] + ["matplotlib"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    assert run("pretrain", "--corpus", str(corpus), "--out", str(out), "--max-steps", "2", *TINY) == 0
+    printed = capsys.readouterr().out
+    assert "curves.png not written: pip install 'bertforge[plot]'" in printed
+    assert "training curves:" not in printed and "curves.png)" not in printed
+    assert (out / "curves.png").read_bytes() == b"an earlier run's plot"
+
+
+def test_a_run_at_the_baseline_warns_once_with_the_likely_cause(corpus, tmp_path, monkeypatch, capsys):
+    from functools import partial
+
+    from bertforge.pretrain import metrics
+    from bertforge.pretrain import run as run_module
+    # a learning rate too small to move the weights: held-out accuracy stays at or below the baseline; the
+    # detector's step threshold is lowered so a 4-step test run counts
+    monkeypatch.setattr(run_module, "stuck_at_baseline", partial(metrics.stuck_at_baseline, after_steps=2))
+    out = tmp_path / "stuck"
+    assert run("pretrain", "--corpus", str(corpus), "--out", str(out), "--max-steps", "4", "--lr", "1e-9",
+               "--log-every", "2", *TINY) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "most frequent token" in warnings[0] and "too few steps" in warnings[0]
+    res = json.loads((out / "eval_results.json").read_text())
+    assert res["stuck_at_baseline_step"] == 4 and res["heldout"]["mlm_acc"] < res["heldout"]["baseline_acc"] + 0.01

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.train import (
+from bertforge.training import (
+    NonFiniteLoss,
     ResumableLoader,
     TrainConfig,
     Trainer,
@@ -104,6 +105,36 @@ def test_loss_falls_and_outputs(tmp_path):
     ckpts = tmp_path / "checkpoints"
     assert (ckpts / "latest").read_text().strip() == "step-60"
     assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step-60"]
+
+
+class BlowsUp(TinyLM):
+    """TinyLM whose loss is NaN (or inf) from its N-th forward on, as a diverged run's is."""
+
+    def __init__(self, at_call: int, value: float):
+        super().__init__(dropout=0.0)
+        self.at_call, self.value = at_call, value
+
+    def forward(self, input_ids, labels, attention_mask=None):
+        out = super().forward(input_ids, labels, attention_mask)
+        if self.calls >= self.at_call:
+            out["loss"] = out["loss"] * self.value
+        return out
+
+
+@pytest.mark.parametrize("value,grad_accum,at_call,step", [(float("nan"), 1, 7, 7), (float("inf"), 2, 7, 4)])
+def test_non_finite_loss_stops_the_run_naming_the_step(tmp_path, value, grad_accum, at_call, step):
+    torch.manual_seed(0)
+    loader = ResumableLoader(make_dataset(), batch_size=8, seed=1)
+    trainer = Trainer(BlowsUp(at_call, value), loader,
+                      cfg(tmp_path, max_steps=50, log_every=5, grad_accum=grad_accum))
+    with pytest.raises(NonFiniteLoss) as err:
+        trainer.train()
+    # the first bad step is named exactly, though it is only checked at the next log (step 5 or 10)
+    assert err.value.step == step and trainer.step == 5 * ((step + 4) // 5)
+    msg = str(err.value)
+    assert f"at step {step}" in msg and "--lr" in msg and "fp32" in msg and "\n" not in msg
+    assert isinstance(err.value, BertforgeError)  # the CLI prints it as one line and exits 2
+    assert not math.isfinite(read_metrics(tmp_path)[-1]["loss"])  # the bad window is logged
 
 
 def test_schedule_values_match_hf():

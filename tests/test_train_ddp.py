@@ -31,7 +31,7 @@ def worker(out_dir: str) -> None:
     sys.path.insert(0, str(HERE))
     from test_train import make_dataset, make_model
 
-    from bertforge.train import ResumableLoader, TrainConfig, Trainer, distributed_context
+    from bertforge.training import ResumableLoader, TrainConfig, Trainer, distributed_context
 
     rank, world_size, _ = distributed_context()
     data = IndexedDataset(make_dataset(160))

@@ -18,16 +18,15 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertforge.config import ModelConfig
+from bertforge.config import FAMILIES, ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.fileio import atomic_write, atomic_write_text
 
 log = logging.getLogger(__name__)
 
-FAMILY_PREFIX = {"bert": "bert", "roberta": "roberta", "albert": "albert", "distilbert": "distilbert",
-                 "electra": "electra"}
-BASE_ARCHITECTURE = {"bert": "BertModel", "roberta": "RobertaModel", "albert": "AlbertModel",
-                     "distilbert": "DistilBertModel", "electra": "ElectraModel"}
+# Read off the one family table (bertforge.config.FAMILIES).
+FAMILY_PREFIX = {name: fam.weight_prefix for name, fam in FAMILIES.items()}
+BASE_ARCHITECTURE = {name: fam.base_architecture for name, fam in FAMILIES.items()}
 
 # (canonical pattern, family replacement); the first match wins. Names with no match keep their canonical name.
 _LAYER = r"bert\.encoder\.layer\.(\d+)\."
@@ -94,18 +93,23 @@ def hf_name(canonical: str, cfg: ModelConfig) -> str:
     return canonical
 
 
+def is_bare_encoder(model: nn.Module) -> bool:
+    """A `bertforge.model.Encoder` itself (parameters `embeddings.*`, `encoder.*`), not a wrapper holding one as
+    `.bert`. Decided by its parts, not by isinstance: checkpoint must not import model (model imports checkpoint)."""
+    return isinstance(getattr(model, "embeddings", None), nn.Module) and \
+        isinstance(getattr(model, "encoder", None), nn.Module)
+
+
 def _canonical_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The model's state under canonical names: a bare Encoder gets the `bert.` prefix a wrapper would give it."""
-    from bertforge.model import Encoder
-    prefix = "bert." if isinstance(model, Encoder) else ""
+    prefix = "bert." if is_bare_encoder(model) else ""
     return {prefix + k: v for k, v in model.state_dict().items()}
 
 
 # ---- saving ------------------------------------------------------------------------------------------------------
 def hf_state_dict(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """The tensors to save, under the family's HF names; tied weights once; shared layers as HF expects them."""
-    from bertforge.model import Encoder
-    strip = FAMILY_PREFIX[cfg.model_type] + "." if isinstance(model, Encoder) else None
+    strip = FAMILY_PREFIX[cfg.model_type] + "." if is_bare_encoder(model) else None
     out: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
     for name, tensor in _canonical_state(model).items():
@@ -203,8 +207,7 @@ def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] =
                                      f"(this command needs the {prefix.rstrip('.')} head)")
     if missing:
         log.info("%s: not in the checkpoint, left initialised: %s", source, ", ".join(missing))
-    from bertforge.model import Encoder
-    strip = "bert." if isinstance(model, Encoder) else ""
+    strip = "bert." if is_bare_encoder(model) else ""
     with torch.no_grad():
         params = dict(model.state_dict(keep_vars=True))
         for name, tensor in loaded.items():

@@ -1,4 +1,4 @@
-"""Model configuration: one dataclass for every member of the family, plus named presets.
+"""Model configuration: one dataclass for every member of the family, one table of families, one of sizes.
 
 BERT, RoBERTa, ALBERT, DistilBERT and ELECTRA are the same encoder with different switches:
   - `embedding_size` != hidden_size  -> factorised embeddings projected to H (ALBERT, ELECTRA)
@@ -6,6 +6,8 @@ BERT, RoBERTa, ALBERT, DistilBERT and ELECTRA are the same encoder with differen
   - `type_vocab_size` = 0            -> no token-type embeddings (DistilBERT)
   - `use_pooler` = False             -> no [CLS] pooler (DistilBERT, ELECTRA)
   - `model_type` = "roberta"         -> position ids counted from padding_idx + 1
+Everything a family fixes lives in `FAMILIES`; shapes live in `SIZES`; a config is size x family (+ overrides):
+`compose("albert", "base")`, or a named preset such as `preset("albert-base")`.
 `to_hf_dict` / `from_hf_dict` translate to and from each family's Hugging Face `config.json` schema.
 """
 from __future__ import annotations
@@ -18,27 +20,112 @@ from typing import Any
 
 from bertforge.errors import BertforgeError
 
-MODEL_TYPES = ("bert", "roberta", "albert", "distilbert", "electra")
 SHARE_MODES = ("none", "all", "attention", "ffn")
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish")
+
+
+@dataclass(frozen=True)
+class Family:
+    """What one member of the BERT family fixes: its Hugging Face names and its ModelConfig settings."""
+
+    model_type: str
+    hf_prefix: str       # HF class names: f"{hf_prefix}Model", f"{hf_prefix}ForMaskedLM", ...
+    weight_prefix: str   # the encoder's name inside HF checkpoints with a head: "bert.", "roberta.", ...
+    # ModelConfig settings (the defaults are BERT's, as in Hugging Face's BertConfig)
+    vocab_size: int = 30522
+    type_vocab_size: int = 2
+    pad_token_id: int = 0
+    max_position_embeddings: int = 512
+    layer_norm_eps: float = 1e-12
+    hidden_act: str = "gelu"
+    dropout: float = 0.1                 # hidden and attention-probability dropout
+    embedding_size: int | None = None    # None: the hidden size (no factorisation)
+    share_layers: str = "none"
+    use_pooler: bool = True
+    # structure
+    factorised: bool = False             # may have embedding_size != hidden_size (a projection E -> H)
+    positions_after_padding: bool = False  # position ids start at pad_token_id + 1 (RoBERTa)
+
+    @property
+    def base_architecture(self) -> str:
+        """The `architectures` entry of a bare encoder's config.json, e.g. "BertModel"."""
+        return f"{self.hf_prefix}Model"
+
+    def settings(self) -> dict[str, Any]:
+        """The ModelConfig keyword arguments this family fixes (a size supplies the shape)."""
+        return dict(model_type=self.model_type, vocab_size=self.vocab_size, type_vocab_size=self.type_vocab_size,
+                    pad_token_id=self.pad_token_id, max_position_embeddings=self.max_position_embeddings,
+                    layer_norm_eps=self.layer_norm_eps, hidden_act=self.hidden_act,
+                    hidden_dropout_prob=self.dropout, attention_probs_dropout_prob=self.dropout,
+                    embedding_size=self.embedding_size, share_layers=self.share_layers, use_pooler=self.use_pooler)
+
+
+FAMILIES: dict[str, Family] = {
+    "bert": Family("bert", "Bert", "bert"),
+    # Liu et al. 2019: byte-level BPE of 50k, <pad> = 1, positions from 2 (514 = 512 + pad + 1), one segment.
+    "roberta": Family("roberta", "Roberta", "roberta", vocab_size=50265, pad_token_id=1, max_position_embeddings=514,
+                      type_vocab_size=1, layer_norm_eps=1e-5, positions_after_padding=True),
+    # Lan et al. 2020: E=128 factorised embeddings, all layers shared, no dropout, gelu_new, a 30k SentencePiece.
+    "albert": Family("albert", "Albert", "albert", vocab_size=30000, hidden_act="gelu_new", dropout=0.0,
+                     embedding_size=128, share_layers="all", factorised=True),
+    # Sanh et al. 2019: no token types, no pooler.
+    "distilbert": Family("distilbert", "DistilBert", "distilbert", type_vocab_size=0, use_pooler=False),
+    # Clark et al. 2020: no pooler; E may be smaller than H (ELECTRA-Small).
+    "electra": Family("electra", "Electra", "electra", use_pooler=False, factorised=True),
+}
+MODEL_TYPES = tuple(FAMILIES)
+
+
+@dataclass(frozen=True)
+class Size:
+    """A shape (BERT paper; Turc et al. 2019 "Well-Read Students Learn Better" for the compact ones) and the
+    pretraining defaults that suit it."""
+
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    # Peak pretraining learning rate and warm-up share for the default batch (32): larger models diverge or
+    # collapse to predicting the most frequent token at rates that small ones need. base/large: BERT's 1e-4
+    # (Devlin et al. 2019, batch 256); RoBERTa's 6e-4 / 4e-4 needed batches of 8k (Liu et al. 2019, Table 9);
+    # small: ELECTRA-Small's 5e-4 (Clark et al. 2020, Table 6); medium in between; tiny/mini: 1e-3, measured on
+    # the stdlib-docs demo. Deeper post-LN stacks get a longer warm-up (Xiong et al. 2020). --lr always wins.
+    pretrain_lr: float
+    pretrain_warmup: float
+
+    def settings(self) -> dict[str, Any]:
+        return dict(num_hidden_layers=self.layers, hidden_size=self.hidden, num_attention_heads=self.heads,
+                    intermediate_size=self.intermediate)
+
+
+SIZES: dict[str, Size] = {
+    "tiny": Size(2, 128, 2, 512, pretrain_lr=1e-3, pretrain_warmup=0.06),
+    "mini": Size(4, 256, 4, 1024, pretrain_lr=1e-3, pretrain_warmup=0.06),
+    "small": Size(4, 512, 8, 2048, pretrain_lr=5e-4, pretrain_warmup=0.06),
+    "medium": Size(8, 512, 8, 2048, pretrain_lr=3e-4, pretrain_warmup=0.06),
+    "base": Size(12, 768, 12, 3072, pretrain_lr=1e-4, pretrain_warmup=0.1),
+    "large": Size(24, 1024, 16, 4096, pretrain_lr=1e-4, pretrain_warmup=0.15),
+}
+
+_BERT = FAMILIES["bert"]
 
 
 @dataclass
 class ModelConfig:
     model_type: str = "bert"
-    vocab_size: int = 30522
+    vocab_size: int = _BERT.vocab_size
     hidden_size: int = 768
     num_hidden_layers: int = 12
     num_attention_heads: int = 12
     intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
+    hidden_act: str = _BERT.hidden_act
+    hidden_dropout_prob: float = _BERT.dropout
+    attention_probs_dropout_prob: float = _BERT.dropout
+    max_position_embeddings: int = _BERT.max_position_embeddings
+    type_vocab_size: int = _BERT.type_vocab_size
     initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    layer_norm_eps: float = _BERT.layer_norm_eps
+    pad_token_id: int = _BERT.pad_token_id
     embedding_size: int | None = None  # None -> hidden_size (no factorisation)
     share_layers: str = "none"
     use_pooler: bool = True
@@ -46,7 +133,7 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.model_type not in MODEL_TYPES:
+        if self.model_type not in FAMILIES:
             raise BertforgeError(f"unknown model_type {self.model_type!r} (expected one of {', '.join(MODEL_TYPES)})")
         if self.share_layers not in SHARE_MODES:
             raise BertforgeError(f"unknown share_layers {self.share_layers!r} (expected one of {', '.join(SHARE_MODES)})")
@@ -57,8 +144,12 @@ class ModelConfig:
             raise BertforgeError(f"unsupported hidden_act {self.hidden_act!r} (expected one of {', '.join(ACTIVATIONS)})")
         if self.embedding_size is None:
             self.embedding_size = self.hidden_size
-        if self.model_type in ("bert", "roberta", "distilbert") and self.embedding_size != self.hidden_size:
+        if not self.family.factorised and self.embedding_size != self.hidden_size:
             raise BertforgeError(f"{self.model_type} cannot have embedding_size != hidden_size; use albert or electra")
+
+    @property
+    def family(self) -> Family:
+        return FAMILIES[self.model_type]
 
     @property
     def head_dim(self) -> int:
@@ -67,7 +158,7 @@ class ModelConfig:
     @property
     def position_offset(self) -> int:
         """RoBERTa counts positions from padding_idx + 1 (so position 0..padding_idx are never used by tokens)."""
-        return self.pad_token_id + 1 if self.model_type == "roberta" else 0
+        return self.pad_token_id + 1 if self.family.positions_after_padding else 0
 
     def replace(self, **changes: Any) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
@@ -90,7 +181,7 @@ class ModelConfig:
                 attention_probs_dropout_prob=self.attention_probs_dropout_prob,
                 type_vocab_size=self.type_vocab_size, layer_norm_eps=self.layer_norm_eps,
                 position_embedding_type="absolute", **common)
-            if self.model_type in ("albert", "electra"):
+            if self.family.factorised:
                 d["embedding_size"] = self.embedding_size
             if self.model_type == "albert":
                 d["num_hidden_groups"] = 1 if self.share_layers == "all" else self.num_hidden_layers
@@ -107,7 +198,7 @@ class ModelConfig:
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> "ModelConfig":
         model_type = d.get("model_type")
-        if model_type not in MODEL_TYPES:
+        if model_type not in FAMILIES:
             raise BertforgeError(f"{source}: unknown model_type {model_type!r} "
                                  f"(bertforge reads {', '.join(MODEL_TYPES)})")
         ours = d.get("bertforge", {})
@@ -121,9 +212,11 @@ class ModelConfig:
                            intermediate_size=d["hidden_dim"], hidden_act=d.get("activation", "gelu"),
                            hidden_dropout_prob=d.get("dropout", 0.1),
                            attention_probs_dropout_prob=d.get("attention_dropout", 0.1),
-                           max_position_embeddings=d.get("max_position_embeddings", 512), type_vocab_size=0,
+                           max_position_embeddings=d.get("max_position_embeddings", 512),
+                           type_vocab_size=FAMILIES["distilbert"].type_vocab_size,
                            initializer_range=d.get("initializer_range", 0.02), layer_norm_eps=1e-12,
-                           pad_token_id=d.get("pad_token_id", 0), use_pooler=False, extra=extra)
+                           pad_token_id=d.get("pad_token_id", 0), use_pooler=FAMILIES["distilbert"].use_pooler,
+                           extra=extra)
             share = ours.get("share_layers", "none")
             if model_type == "albert":
                 groups = d.get("num_hidden_groups", 1)
@@ -141,9 +234,9 @@ class ModelConfig:
                        type_vocab_size=d.get("type_vocab_size", 2),
                        initializer_range=d.get("initializer_range", 0.02),
                        layer_norm_eps=d.get("layer_norm_eps", 1e-12), pad_token_id=d.get("pad_token_id") or 0,
-                       embedding_size=d.get("embedding_size") if model_type in ("albert", "electra") else None,
+                       embedding_size=d.get("embedding_size") if FAMILIES[model_type].factorised else None,
                        share_layers=share,
-                       use_pooler=ours.get("use_pooler", model_type != "electra"), extra=extra)
+                       use_pooler=ours.get("use_pooler", FAMILIES[model_type].use_pooler), extra=extra)
         except KeyError as err:
             raise BertforgeError(f"{source}: missing field {err.args[0]!r} for model_type {model_type!r}") from None
 
@@ -161,34 +254,30 @@ class ModelConfig:
         return cls.from_hf_dict(d, source=str(path))
 
 
-def _bert(layers: int, hidden: int, heads: int) -> dict[str, Any]:
-    return dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden)
-
-
-# Shapes from the BERT paper and Turc et al. 2019 ("Well-Read Students Learn Better") for the compact ones.
-PRESETS: dict[str, dict[str, Any]] = {
-    "bert-tiny": _bert(2, 128, 2),
-    "bert-mini": _bert(4, 256, 4),
-    "bert-small": _bert(4, 512, 8),
-    "bert-medium": _bert(8, 512, 8),
-    "bert-base": _bert(12, 768, 12),
-    "bert-large": _bert(24, 1024, 16),
-    "roberta-base": dict(_bert(12, 768, 12), model_type="roberta", vocab_size=50265, pad_token_id=1,
-                         max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5),
-    "albert-base": dict(_bert(12, 768, 12), model_type="albert", embedding_size=128, share_layers="all",
-                        vocab_size=30000, hidden_act="gelu_new", hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0),
-    "albert-large": dict(_bert(24, 1024, 16), model_type="albert", embedding_size=128, share_layers="all",
-                         vocab_size=30000, hidden_act="gelu_new", hidden_dropout_prob=0.0,
-                         attention_probs_dropout_prob=0.0),
-    "distilbert-base": dict(_bert(6, 768, 12), model_type="distilbert", type_vocab_size=0, use_pooler=False),
-    "electra-small": dict(_bert(12, 256, 4), model_type="electra", embedding_size=128, use_pooler=False),
-    "electra-base": dict(_bert(12, 768, 12), model_type="electra", use_pooler=False),
+# name -> (family, size, overrides). The ones with overrides are the published shapes that are no BERT size.
+PRESETS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    **{f"bert-{size}": ("bert", size, {}) for size in SIZES},
+    "roberta-base": ("roberta", "base", {}),
+    "albert-base": ("albert", "base", {}),
+    "albert-large": ("albert", "large", {}),
+    "distilbert-base": ("distilbert", "base", dict(num_hidden_layers=6)),  # half of BERT-base's layers
+    "electra-small": ("electra", "mini", dict(num_hidden_layers=12, embedding_size=128)),  # Clark et al., Table 6
+    "electra-base": ("electra", "base", {}),
 }
 
 
+def compose(family: str, size: str, **overrides: Any) -> ModelConfig:
+    """Size x family (+ overrides): the size's shape with everything the family fixes."""
+    if family not in FAMILIES:
+        raise BertforgeError(f"unknown model family {family!r} (choose from {', '.join(FAMILIES)})")
+    if size not in SIZES:
+        raise BertforgeError(f"unknown model size {size!r} (choose from {', '.join(SIZES)})")
+    return ModelConfig(**{**FAMILIES[family].settings(), **SIZES[size].settings(), **overrides})
+
+
 def preset(name: str, **overrides: Any) -> ModelConfig:
-    """A named shape (bert-tiny ... bert-large, albert-*, distilbert-base, electra-*) with overrides."""
+    """A named shape (bert-tiny ... bert-large, roberta-base, albert-*, distilbert-base, electra-*) with overrides."""
     if name not in PRESETS:
         raise BertforgeError(f"unknown model size {name!r} (choose from {', '.join(PRESETS)})")
-    return ModelConfig(**{**PRESETS[name], **overrides})
+    family, size, fixed = PRESETS[name]
+    return compose(family, size, **{**fixed, **overrides})

@@ -14,13 +14,21 @@ MASK_SPELLINGS = ("[MASK]", "<mask>")
 
 @dataclass
 class Candidate:
-    token: str
+    token: str        # the token as text (decoded: byte-level BPE's "Ġthe" reads "the")
     token_id: int
     probability: float
 
 
+def token_text(tokenizer: Tokenizer, token_id: int) -> str:
+    """What one token reads as: its decoded text, stripped; the vocabulary symbol when that is empty (a special
+    token, a lone word-boundary marker)."""
+    text = tokenizer.decode([token_id], skip_special_tokens=False).strip()
+    return text or tokenizer.convert_ids_to_tokens([token_id])[0]
+
+
 def fill_mask(model: MaskedLM, tokenizer: Tokenizer, text: str, top_k: int = 5) -> list[list[Candidate]]:
-    """For each mask in `text` (written [MASK] or <mask>, whatever the tokenizer calls it), the top-k tokens."""
+    """For each mask in `text` (written [MASK] or <mask>, whatever the tokenizer calls it), the top-k tokens
+    (as decoded text, with their ids and probabilities)."""
     if top_k < 1:
         raise BertforgeError(f"--top-k must be at least 1, got {top_k}")
     for spelling in MASK_SPELLINGS:  # let users write either spelling whatever the vocabulary
@@ -34,5 +42,5 @@ def fill_mask(model: MaskedLM, tokenizer: Tokenizer, text: str, top_k: int = 5) 
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], positions=positions)
     probs = logits.float().softmax(-1)
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-    return [[Candidate(tokenizer.convert_ids_to_tokens([i])[0], i, p)
+    return [[Candidate(token_text(tokenizer, i), i, p)
              for i, p in zip(ids.tolist(), ps.tolist())] for ids, ps in zip(top.indices, top.values)]

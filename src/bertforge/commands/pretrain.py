@@ -94,7 +94,9 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats) -> None:
     p.add_argument("--seq-len", type=int, metavar="N",
                    help="sequence length (default: 128; 64 for the built-in demo corpus)")
     p.add_argument("--batch-size", type=int, default=32, metavar="N", help="batch size per process (default: 32)")
-    p.add_argument("--lr", type=float, help="peak learning rate (default: the recipe's)")
+    p.add_argument("--lr", type=float,
+                   help="peak learning rate (default: by size, 1e-3 for bert-tiny/mini down to 1e-4 for "
+                        "bert-base/large; twice that for electra)")
     p.add_argument("--precision", choices=("fp32", "bf16"), help="default: bf16 where the CPU/GPU has it")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
 
@@ -112,7 +114,8 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 def run_pretrain(args: argparse.Namespace) -> int:
     from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.run import PretrainOptions, default_precision, pretrain
+    from bertforge.pretrain.options import PretrainOptions, default_precision
+    from bertforge.pretrain.run import pretrain
     recipe = resolve(args.recipe, objective=args.objective, masking=args.masking, dynamic=args.dynamic,
                      input_format=args.input_format, dupe_factor=args.dupe_factor)
     embedded = args.corpus is None and args.data is None

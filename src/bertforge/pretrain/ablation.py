@@ -11,9 +11,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertforge.checkpoint import atomic_write, atomic_write_text
+from bertforge.data import ShardedCorpus
 from bertforge.errors import BertforgeError
+from bertforge.fileio import atomic_write, atomic_write_text
+from bertforge.pretrain.inputs import heldout_batches
+from bertforge.pretrain.metrics import mlm_metrics, most_frequent_token
+from bertforge.pretrain.options import PretrainOptions, default_precision
+from bertforge.pretrain.prepare import prepare_data, prepare_tokenizer
 from bertforge.pretrain.recipes import resolve
+from bertforge.pretrain.run import pretrain
 
 # name -> (recipe, overrides, description). Pairs to read: nsp/sop/no-nsp; static/dynamic; dynamic/electra;
 # dynamic (token) / span / span+sbo.
@@ -35,9 +41,6 @@ ARMS: dict[str, dict[str, Any]] = {
 def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = None, size: str = "bert-mini",
                  seq_len: int = 128, batch_size: int = 32, budget: str = "2m", vocab_size: int | None = None,
                  precision: str | None = None, seed: int = 0) -> dict[str, Any]:
-    from bertforge.data import ShardedCorpus
-    from bertforge.pretrain.run import (PretrainOptions, default_precision, make_dataset, mlm_metrics,
-                                        prepare_data, prepare_tokenizer, pretrain, token_frequencies)
     names = arms or list(ARMS)
     unknown = [a for a in names if a not in ARMS]
     if unknown:
@@ -55,13 +58,8 @@ def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = N
     data_dir = prepare_data(base, corpus, tok, is_main=True)
     held = ShardedCorpus(data_dir, split="heldout", heldout_fraction=base.heldout_fraction)
     common_recipe = resolve("bert", objective="mlm", input_format="full-sentences")
-    held_ds = make_dataset(held, common_recipe, seq_len, seed=12345, static=True, dupe_factor=1)
-    collate = held_ds.collator()
-    n = min(len(held_ds), 20 * batch_size)
-    batches = [collate([held_ds[i] for i in range(s, min(s + batch_size, n))]) for s in range(0, n, batch_size)]
-    counts = token_frequencies(held)
-    counts[list(held.special_ids)] = 0
-    most_frequent = int(counts.argmax())  # token_frequencies reads every shard: train + held-out
+    batches = heldout_batches(held, common_recipe, seq_len, batch_size, n_batches=20)
+    most_frequent = most_frequent_token(held)  # counted over every shard: train + held-out
 
     rows = []
     for name in names:

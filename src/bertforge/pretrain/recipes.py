@@ -2,19 +2,22 @@
 
 A `Recipe` fixes the objective, masking, input format, static vs dynamic masks, tokenizer kind and model family;
 model size, sequence length, batch size and duration are separate. `resolve(name, **overrides)` applies flags.
+Family settings (activation, dropout, positions, ...) come from `bertforge.config.FAMILIES`, shapes and default
+learning rates from `bertforge.config.SIZES`; a recipe only names the knobs that are ablation arms.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-from bertforge.config import ModelConfig, preset
+from bertforge.config import SIZES as SHAPES
+from bertforge.config import ModelConfig, compose
 from bertforge.errors import BertforgeError
 from bertforge.pretrain.objectives import OBJECTIVES
 
 MASKINGS = ("token", "whole_word", "span")
 INPUT_FORMATS = ("segment-pair", "sentence-pair", "full-sentences", "doc-sentences")
-SIZES = ("bert-tiny", "bert-mini", "bert-small", "bert-medium", "bert-base", "bert-large")
+SIZES = tuple(f"bert-{size}" for size in SHAPES)  # --size names the BERT shape: bert-tiny ... bert-large
 
 
 @dataclass(frozen=True)
@@ -25,12 +28,12 @@ class Recipe:
     dynamic: bool              # re-mask every epoch (RoBERTa) vs masks fixed at preparation (BERT, dupe_factor)
     input_format: str          # segment-pair | sentence-pair | full-sentences | doc-sentences
     tokenizer_kind: str        # wordpiece | bpe | unigram
-    model_type: str            # bert | roberta | albert | electra
+    model_type: str            # the family: a key of bertforge.config.FAMILIES
     dupe_factor: int = 1       # static masking: how many differently-masked copies of the data
     mask_prob: float = 0.15
-    embedding_size: int | None = None  # ALBERT's factorised E
-    share_layers: str = "none"
-    lr: float = 1e-3           # for the small default models; bert-base-sized runs want ~1e-4
+    embedding_size: int | None = None  # factorised E (ALBERT, ELECTRA); None: the family's
+    share_layers: str | None = None    # cross-layer sharing; None: the family's
+    lr_scale: float = 1.0      # x the size's default learning rate (ELECTRA trains at twice BERT's rate)
 
     def with_(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -59,20 +62,32 @@ class Recipe:
         return {"mlm+nsp": "nsp", "mlm+sop": "sop"}.get(self.objective)
 
     def model_config(self, size: str, vocab_size: int, pad_token_id: int, seq_len: int) -> ModelConfig:
-        """Encoder config: the size's shape, this recipe's family switches, positions enough for seq_len."""
-        if size not in SIZES:
-            raise BertforgeError(f"--size: unknown {size!r} (choose from {', '.join(SIZES)})")
-        extra: dict = dict(vocab_size=vocab_size, pad_token_id=pad_token_id, model_type=self.model_type,
-                           max_position_embeddings=max(512, seq_len))
-        if self.model_type == "roberta":
-            extra.update(max_position_embeddings=max(512, seq_len) + pad_token_id + 1, type_vocab_size=1,
-                         layer_norm_eps=1e-5)
-        if self.model_type == "albert":
-            extra.update(embedding_size=self.embedding_size or 128, share_layers=self.share_layers,
-                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        if self.model_type == "electra":
-            extra.update(use_pooler=False, embedding_size=self.embedding_size)
-        return preset(size, **extra)
+        """Encoder config: the size's shape x the recipe's family, the tokenizer's vocabulary and padding id, this
+        recipe's ablation knobs, and positions enough for seq_len (at least the 512 of the published models)."""
+        knobs = {k: v for k, v in (("embedding_size", self.embedding_size), ("share_layers", self.share_layers))
+                 if v is not None}
+        cfg = compose(self.model_type, shape_name(size), vocab_size=vocab_size, pad_token_id=pad_token_id, **knobs)
+        return cfg.replace(max_position_embeddings=max(512, seq_len) + cfg.position_offset)
+
+    def default_lr(self, size: str) -> float:
+        """Peak learning rate when --lr is not given: the size's (see config.Size) times the recipe's scale."""
+        return SHAPES[shape_name(size)].pretrain_lr * self.lr_scale
+
+
+def shape_name(size: str) -> str:
+    """"bert-base" (a --size choice) -> "base" (a key of config.SIZES)."""
+    if size not in SIZES:
+        raise BertforgeError(f"--size: unknown {size!r} (choose from {', '.join(SIZES)})")
+    return size.removeprefix("bert-")
+
+
+def size_of(cfg: ModelConfig) -> str:
+    """The --size name whose shape best describes cfg (a --init-from checkpoint): the smallest size at least as
+    wide and as deep, else the largest. Its defaults are the conservative choice for a model between sizes."""
+    for name, shape in SHAPES.items():
+        if shape.hidden >= cfg.hidden_size and shape.layers >= cfg.num_hidden_layers:
+            return f"bert-{name}"
+    return SIZES[-1]
 
 
 RECIPES: dict[str, Recipe] = {
@@ -84,14 +99,14 @@ RECIPES: dict[str, Recipe] = {
                       tokenizer_kind="bpe", model_type="roberta"),
     # Lan et al. 2020: sentence-order prediction, factorised embeddings (E=128), all layers shared, unigram.
     "albert": Recipe("albert", "mlm+sop", "token", dynamic=False, input_format="segment-pair",
-                     tokenizer_kind="unigram", model_type="albert", dupe_factor=5, embedding_size=128,
-                     share_layers="all"),
+                     tokenizer_kind="unigram", model_type="albert", dupe_factor=5),
     # Joshi et al. 2020: span masking + span-boundary objective, single segments, no NSP.
     "spanbert": Recipe("spanbert", "span+sbo", "span", dynamic=True, input_format="full-sentences",
                        tokenizer_kind="wordpiece", model_type="bert"),
-    # Clark et al. 2020: replaced-token detection with a 1/4-size generator.
+    # Clark et al. 2020: replaced-token detection with a 1/4-size generator; twice BERT's learning rate
+    # (2e-4 for ELECTRA-Base/Large vs BERT's 1e-4, Table 6).
     "electra": Recipe("electra", "electra", "token", dynamic=True, input_format="full-sentences",
-                      tokenizer_kind="wordpiece", model_type="electra", lr=2e-3),
+                      tokenizer_kind="wordpiece", model_type="electra", lr_scale=2.0),
 }
 
 

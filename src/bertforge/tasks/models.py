@@ -28,12 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.config import ModelConfig
+from bertforge.config import FAMILIES, ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder
 
 KINDS = ("classify", "regress", "tag", "qa", "choice")
-HF_PREFIX = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "distilbert": "DistilBert", "electra": "Electra"}
+HF_PREFIX = {name: family.hf_prefix for name, family in FAMILIES.items()}  # "Bert", "Roberta", ...
 HF_SUFFIX = {"classify": "ForSequenceClassification", "regress": "ForSequenceClassification",
              "tag": "ForTokenClassification", "qa": "ForQuestionAnswering", "choice": "ForMultipleChoice"}
 FEATURE_MODES = ("last", "second_last", "sum_last4", "concat_last4", "weighted")

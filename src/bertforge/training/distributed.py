@@ -1,4 +1,5 @@
-"""Minimal DDP plumbing: read the torchrun environment, init/destroy the process group, small collectives."""
+"""Minimal DDP plumbing: read the torchrun environment, pick this rank's device, init/destroy the process group,
+small collectives."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bertforge.errors import BertforgeError
+
 
 def distributed_context() -> tuple[int, int, int]:
     """(rank, world_size, local_rank) from the torchrun environment; (0, 1, 0) when not launched by torchrun."""
@@ -16,6 +19,18 @@ def distributed_context() -> tuple[int, int, int]:
         int(os.environ.get("WORLD_SIZE", 1)),
         int(os.environ.get("LOCAL_RANK", 0)),
     )
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """"auto" -> this rank's GPU when CUDA is available, else CPU; "cuda" -> cuda:LOCAL_RANK."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        name = f"cuda:{local_rank}"
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BertforgeError(f"TrainConfig.device: {name!r} requested but CUDA is not available")
+    return device
 
 
 def is_distributed() -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -168,3 +168,16 @@ def to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, (list, tuple)):
         return type(batch)(to_device(v, device) for v in batch)
     return batch
+
+
+def count_tokens(batch: Any) -> int:
+    """Non-padding tokens (attention_mask.sum()), else input_ids.numel(), else the batch size."""
+    if isinstance(batch, Mapping):
+        for key, count in (("attention_mask", lambda t: t.sum()), ("input_ids", lambda t: t.numel())):
+            t = batch.get(key)
+            if isinstance(t, torch.Tensor):
+                return int(count(t))
+        for t in batch.values():
+            if isinstance(t, torch.Tensor) and t.ndim > 0:
+                return int(t.shape[0])
+    return 0

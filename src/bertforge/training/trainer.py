@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 from bertforge.errors import BertforgeError
 from bertforge.training import distributed as D
 from bertforge.training.config import TrainConfig
-from bertforge.training.loader import to_device
+from bertforge.training.distributed import resolve_device
+from bertforge.training.loader import count_tokens, to_device
 from bertforge.training.optim import WarmupLinearDecay, build_optimizer
 from bertforge.training.state import (
     STATE_FILE,
@@ -43,29 +44,14 @@ SaveFn = Callable[[nn.Module, Path], None]
 EvalFn = Callable[[nn.Module], Mapping[str, float]]
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """"auto" -> this rank's GPU when CUDA is available, else CPU; "cuda" -> cuda:LOCAL_RANK."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        name = f"cuda:{local_rank}"
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise BertforgeError(f"TrainConfig.device: {name!r} requested but CUDA is not available")
-    return device
+class NonFiniteLoss(BertforgeError):
+    """The training loss became NaN or infinite: the run stops (the weights are already ruined)."""
 
-
-def count_tokens(batch: Any) -> int:
-    """Non-padding tokens (attention_mask.sum()), else input_ids.numel(), else the batch size."""
-    if isinstance(batch, Mapping):
-        for key, count in (("attention_mask", lambda t: t.sum()), ("input_ids", lambda t: t.numel())):
-            t = batch.get(key)
-            if isinstance(t, torch.Tensor):
-                return int(count(t))
-        for t in batch.values():
-            if isinstance(t, torch.Tensor) and t.ndim > 0:
-                return int(t.shape[0])
-    return 0
+    def __init__(self, value: float, step: int):
+        self.value, self.step = value, step
+        super().__init__(f"training stopped: the loss became {value} at step {step}; the learning rate is probably "
+                         f"too high for this model (try a lower --lr), or reduced precision overflowed (try "
+                         f"--precision fp32)")
 
 
 class Trainer:
@@ -296,6 +282,7 @@ class Trainer:
                     raise BertforgeError("model output has no 'loss' (does the batch carry labels?)")
                 (out["loss"].float() / cfg.grad_accum).backward()
             self._accumulate(out, tokens)
+            self._watch_loss(out["loss"])
         if cfg.max_grad_norm is not None:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
             self._window_sums["grad_norm"] = self._window_sums.get("grad_norm", 0.0) + norm.detach().double()
@@ -339,6 +326,7 @@ class Trainer:
     def _reset_window(self) -> None:
         # sums over the log window, kept as (device) tensors or floats so no step forces a host sync
         self._window_sums: dict[str, Any] = {}
+        self._first_nonfinite: torch.Tensor | None = None  # step of the window's first NaN/inf loss, on the device
         self._window = [0, 0]  # micro-batches, tokens
         self._window_time = 0.0
         self._window_start = time.perf_counter()
@@ -355,6 +343,13 @@ class Trainer:
             sums[key] = sums.get(key, 0.0) + value
         self._window[0] += 1
         self._window[1] += tokens
+
+    def _watch_loss(self, loss: torch.Tensor) -> None:
+        """Remember the first step of this log window whose loss is not finite, without a host sync per step
+        (`_log` checks it)."""
+        step = torch.where(torch.isfinite(loss.detach().float()), 0, self.step + 1)
+        first = self._first_nonfinite
+        self._first_nonfinite = step if first is None else torch.where(first > 0, first, step)
 
     def _window_state(self) -> dict[str, Any]:
         return {
@@ -389,10 +384,15 @@ class Trainer:
         record["lr"] = self._lr_used
         record["tokens_per_s"] = total_tokens / max(now - self._window_start, 1e-9)
         record["elapsed_s"] = round(self._elapsed(), 3)
+        first_bad = int(self._first_nonfinite) if self._first_nonfinite is not None else 0
         self._reset_window()
         self.history.append(record)
         if self.is_main:
             self._metrics_log.write(record)  # type: ignore[union-attr]
+        if "loss" in record and not math.isfinite(record["loss"]):
+            # every rank sees the all-reduced sum, so all stop together; a rank whose own losses were finite
+            # names the logging step
+            raise NonFiniteLoss(record["loss"], first_bad or self.step)
             self.pbar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
                                   tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
             log.info(json.dumps(record))

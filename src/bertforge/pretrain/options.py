@@ -1,0 +1,78 @@
+"""What one pretraining run is asked to do (`PretrainOptions`) and the defaults that depend on the machine or on
+the model size: precision, threads, learning rate and warm-up."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from bertforge.config import SIZES as SHAPES
+from bertforge.config import ModelConfig
+from bertforge.pretrain.recipes import Recipe, shape_name, size_of
+
+DEFAULT_VOCAB_EMBEDDED = 8192   # the small stdlib-docs corpus: a small vocabulary trains fast and fits it
+DEFAULT_VOCAB = 30522
+PREPARE_HELDOUT = 0.05   # held-out share of shards this driver prepares itself
+
+
+@dataclass
+class PretrainOptions:
+    recipe: Recipe
+    out: Path
+    corpus: list[str] | None = None        # None: the embedded stdlib-documentation corpus
+    data: Path | None = None               # shards from `bertforge prepare` (skips tokenising)
+    tokenizer: Path | None = None
+    vocab_size: int | None = None
+    size: str = "bert-mini"
+    seq_len: int = 128
+    batch_size: int = 32
+    max_steps: int | None = None
+    time_budget: str | float | None = None
+    lr: float | None = None                # None: the size's default (see `schedule`)
+    warmup_ratio: float | None = None      # None: the size's default
+    precision: str = "fp32"
+    seed: int = 0
+    resume: bool = False
+    init_from: Path | None = None
+    heldout_fraction: float | None = None  # None: what the shards' manifest says (PREPARE_HELDOUT when made here)
+    eval_batches: int = 20
+    log_every: int = 10
+    save_every: int | None = None
+    workers: int = 1
+    threads: int | None = None             # torch threads per process; None: its share of the cores
+    progress: bool = True
+    fill_mask_examples: int = 3
+    extra_eval: Callable[[nn.Module], dict[str, float]] | None = None  # run on the final model (ablation)
+
+
+def schedule(opts: PretrainOptions, cfg: ModelConfig) -> tuple[float, float, str]:
+    """(peak lr, warm-up ratio, the size they were chosen for). An explicit --lr wins; otherwise the size's rate
+    (bertforge.config.SIZES) times the recipe's scale. A --init-from checkpoint is sized by its own shape."""
+    size = size_of(cfg) if opts.init_from is not None else opts.size
+    lr = opts.lr if opts.lr is not None else opts.recipe.default_lr(size)
+    warmup = opts.warmup_ratio if opts.warmup_ratio is not None else SHAPES[shape_name(size)].pretrain_warmup
+    return lr, warmup, size
+
+
+def default_precision() -> str:
+    """bf16 autocast where the hardware does bf16 matmuls natively (AVX512-BF16 / AMX CPUs, recent GPUs)."""
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="ignore")
+    except OSError:
+        return "fp32"
+    return "bf16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "fp32"
+
+
+def auto_threads(world_size: int = 1) -> int:
+    """Torch threads per process: this process's share of the cores (`--threads` overrides).
+
+    Not load-dependent: the load average counts this run's own tokenising and preparation, so subtracting it
+    starved the training that follows. On a machine shared with other jobs, pass --threads.
+    """
+    return max(1, (os.cpu_count() or 1) // max(world_size, 1))

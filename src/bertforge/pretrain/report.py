@@ -1,0 +1,58 @@
+"""What a pretraining run prints: the setup line, the stuck-at-baseline and diverged warnings, and the summary."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bertforge.pretrain.options import PretrainOptions
+
+CURVES = "curves.png"
+
+
+def setup_line(opts: PretrainOptions, model_type: str, n_params: int, world: int, lr: float, warmup: float, threads: int,
+               n_examples: int) -> str:
+    """The one line that says what is about to train."""
+    r = opts.recipe
+    masks = "dynamic" if r.dynamic else f"static x{r.dupe_factor}"
+    return (f"pretraining {r.name}: objective {r.objective}, masking {r.masking} ({masks}), input {r.input_format}, "
+            f"{opts.size} ({model_type}, {n_params / 1e6:.1f}M parameters), seq {opts.seq_len}, "
+            f"batch {opts.batch_size}x{world}, lr {lr:g} (warm-up {warmup:.0%}), {opts.precision}, "
+            f"{threads} thread(s), {n_examples:,} training examples")
+
+
+def stuck_warning(metrics: dict[str, float], step: int, lr: float, default_lr: float, size: str) -> str:
+    """One line for a run whose held-out MLM accuracy sits at the most-frequent-token baseline, with the likely
+    cause: a learning rate above the size's default, else too few steps (or a rate still too high)."""
+    head = (f"warning: after {step} steps held-out MLM accuracy {metrics['mlm_acc']:.3f} is no better than always "
+            f"predicting the most frequent token ({metrics['baseline_acc']:.3f}). ")
+    if lr > default_lr * 1.01:
+        return head + (f"Likely cause: lr {lr:g} is too high for {size} (its default is {default_lr:g}); "
+                       f"rerun with a lower --lr.")
+    return head + (f"Likely cause: too few steps for {size} (give more --max-steps or --time-budget), or lr "
+                   f"{lr:g} still too high for this data (try a lower --lr).")
+
+
+def curves_line(out: Path, since: float) -> str:
+    """The truth about OUT/curves.png: written by this run (modified at or after `since`, a time.time()), or not."""
+    path = out / CURVES
+    if path.is_file() and path.stat().st_mtime >= since - 1:
+        return f"training curves: {path}"
+    return f"{CURVES} not written: pip install 'bertforge[plot]' (matplotlib) to get training curves"
+
+
+def print_summary(result: dict[str, Any], out: Path, curves: str) -> None:
+    m = result["heldout"]
+    print(f"\nheld-out after {result['steps']} steps ({result['seconds']['train']:.0f} s training, "
+          f"{result['seconds']['total']:.0f} s total):")
+    if "mlm_acc" in m:
+        print(f"  MLM accuracy {m['mlm_acc']:.3f}   (most-frequent-token baseline {m['baseline_acc']:.3f})   "
+              f"loss {m.get('mlm_loss', float('nan')):.3f}   perplexity {m.get('mlm_ppl', float('nan')):.1f}")
+    for key, label in (("nsp_acc", "NSP accuracy"), ("sop_acc", "SOP accuracy"), ("sbo_acc", "SBO accuracy"),
+                       ("rtd_acc", "RTD accuracy")):
+        if key in m:
+            print(f"  {label} {m[key]:.3f}")
+    for f in result["fill_mask"]:
+        preds = ", ".join(f"{p['token']} ({p['score']:.2f})" for p in f["predictions"])
+        print(f"  fill-mask: {f['text'][:90]!r}\n     answer {f['answer']!r} -> {preds}")
+    print(f"saved the model and tokenizer to {out} (eval_results.json, metrics.jsonl)")
+    print(curves)

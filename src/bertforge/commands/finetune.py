@@ -75,7 +75,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="bf16 autocast or fp32 (default)")
     ft.add_argument("--no-group-by-length", dest="group_by_length", action="store_false",
                     help="random batches instead of length-grouped ones (more padding)")
-    ft.add_argument("--resume", action="store_true", help="continue an interrupted fine-tune in OUT")
+    ft.add_argument("--resume", action="store_true",
+                    help="continue an interrupted fine-tune in OUT (refused if an option it depends on changed; "
+                         "--epochs, --max-steps, --eval-batch-size and --device may change)")
+    ft.add_argument("--overwrite", action="store_true",
+                    help="replace the earlier run in OUT (without it, or --resume, an OUT that holds files is refused)")
     ft.add_argument("--doc-stride", type=int, default=128, metavar="N", help="SQuAD window stride (default: 128)")
     ft.set_defaults(func=run_finetune)
 
@@ -132,7 +136,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.data is None and args.train is None:
         raise BertforgeError("give --data DIR (or --train FILE [--eval FILE])")
-    result = finetune(_config(args, args.model, args.out))
+    result = finetune(_config(args, args.model, args.out), overwrite=args.overwrite)
     s = result.summary
     if s:
         spread = f" (min {s['min']:.4f}, max {s['max']:.4f}, std {s['std']:.4f}, {s['n']} runs)" if s["n"] > 1 else ""
@@ -153,9 +157,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def run_predict(args: argparse.Namespace) -> int:
+    from bertforge.fileio import prepare_output_file
     from bertforge.tasks.predict import predict, write_jsonl
 
     _positive("--batch-size", args.batch_size)
+    if args.out:
+        prepare_output_file(args.out, what="--out")  # before the model is loaded and every input predicted
     records = predict(args.model, args.input, batch_size=args.batch_size, device=args.device, progress=args.progress)
     write_jsonl(records, args.out)
     if args.out:

@@ -9,6 +9,11 @@ transformers convention: OUT itself is the final model (config.json, model.safet
 the best checkpoint by the main metric), trainer checkpoints live in OUT/checkpoints, and with --runs N each run
 keeps its own folder OUT/run-K (same layout) while OUT gets the best run's model. Task specifics (reading,
 encoding, scoring) live in `bertforge.tasks.kinds`; the input data is read and checked before any model is loaded.
+
+OUT is claimed for the whole job (`bertforge.rundir`, once even with --runs): a second job on it is refused, a
+folder holding an earlier run is refused unless `resume` or `overwrite`, the options and data fingerprint are
+recorded in OUT/run_options.json and a resume that changes what the checkpoints depend on is refused, naming the
+option; a job that fails before writing anything leaves no folder behind.
 """
 from __future__ import annotations
 
@@ -25,11 +30,13 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from bertforge.checkpoint import atomic_write_text, load_pretrained
+from bertforge.checkpoint import load_pretrained
 from bertforge.errors import BertforgeError
+from bertforge.fileio import atomic_write_text
+from bertforge.rundir import claim_output_dir
 from bertforge.tasks.batching import TRAIN_KEYS, make_collate, row_length, unpad  # noqa: F401 (re-exported)
 from bertforge.tasks.config import TASK_KINDS, TASKS, FinetuneConfig  # noqa: F401 (re-exported)
-from bertforge.tasks.folders import install_model, load_model_dir, saved_task
+from bertforge.tasks.folders import install_model, load_model_dir, remove_stale_temp_dirs, saved_task
 from bertforge.tasks.kinds import TaskKind, kind_for
 
 log = logging.getLogger(__name__)
@@ -86,10 +93,11 @@ def resolve_files(cfg: FinetuneConfig, kind: TaskKind, split: str = "dev",
     return train, evalf
 
 
-def read_examples(cfg: FinetuneConfig, kind: TaskKind, split: str = "dev",
-                  need_train: bool = True) -> tuple[list, list]:
-    """The (train, eval) examples, checked: files exist, columns present, examples present and labelled."""
-    train_file, eval_file = resolve_files(cfg, kind, split, need_train)
+def read_examples(cfg: FinetuneConfig, kind: TaskKind, split: str = "dev", need_train: bool = True,
+                  files: tuple[Path | None, Path | None] | None = None) -> tuple[list, list]:
+    """The (train, eval) examples, checked: files exist, columns present, examples present and labelled.
+    `files`: (train, eval) as `resolve_files` returned them (else resolved here)."""
+    train_file, eval_file = files if files is not None else resolve_files(cfg, kind, split, need_train)
     train = kind.read(train_file) if need_train and train_file else []
     if train_file is not None and need_train:
         kind.check(train, train_file)
@@ -139,29 +147,81 @@ def summarize(values: list[float]) -> dict[str, float]:
             "std": float(statistics.pstdev(values)) if len(values) > 1 else 0.0, "n": len(values)}
 
 
-def finetune(cfg: FinetuneConfig) -> FinetuneResult:
+# What a resume may change: how long to train, and how fast to evaluate. Everything else in run_options() shapes
+# the checkpoints (or which one is best), so a resume that changes it is refused.
+MAY_CHANGE = ("epochs", "max_steps", "eval_batch_size", "device")
+
+
+def _file_identity(path: Path) -> list:
+    """[absolute path, size, mtime_ns]: changes when the file is edited or replaced (make's notion of "changed")."""
+    st = path.stat()
+    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+
+
+def run_options(cfg: FinetuneConfig, model_dir: Path, train_file: Path | None,
+                eval_file: Path | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(options, fingerprint) recorded in OUT/run_options.json, keyed by the CLI option that sets them (a refused
+    resume names the key as --key). Paths are absolute, so a resume from another folder counts as the same run."""
+    absolute = lambda p: str(Path(p).resolve()) if p is not None else None  # noqa: E731
+    options = {
+        "task": cfg.task, "model": absolute(model_dir), "train": absolute(train_file), "eval": absolute(eval_file),
+        "text_col": cfg.text_col, "text_pair_col": cfg.text_pair_col, "label_col": cfg.label_col,
+        "max_seq_len": cfg.max_seq_len, "doc_stride": cfg.doc_stride, "max_query_length": cfg.max_query_length,
+        "train_limit": cfg.train_limit, "limit": cfg.eval_limit, "batch_size": cfg.batch_size, "lr": cfg.lr,
+        "warmup_ratio": cfg.warmup_ratio, "weight_decay": cfg.weight_decay, "seed": cfg.seed, "runs": cfg.runs,
+        "freeze": cfg.freeze, "features": cfg.features if cfg.freeze else None,
+        "head": cfg.head if cfg.freeze else None, "precision": cfg.precision,
+        "no_group_by_length": not cfg.group_by_length,
+        "epochs": cfg.epochs, "max_steps": cfg.max_steps,
+        "eval_batch_size": cfg.eval_batch_size, "device": cfg.device,
+    }
+    weights = [model_dir / n for n in ("config.json", "model.safetensors", "pytorch_model.bin")]
+    fingerprint = {"model": [_file_identity(p) for p in weights if p.is_file()]}
+    for name, path in (("train", train_file), ("eval", eval_file)):
+        if path is not None:
+            fingerprint[name] = _file_identity(path)
+    return options, fingerprint
+
+
+def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> FinetuneResult:
     """Fine-tune `cfg.runs` times (seeds seed, seed+1, ...); the best run's best checkpoint ends in `cfg.out`.
 
     With several runs the model at OUT is the run with the best main metric (the BERT paper's choice among
-    restarts); the reported summary is still the median and spread over all runs."""
-    from bertforge.tokenization import Tokenizer
-
+    restarts); the reported summary is still the median and spread over all runs. OUT must be new or empty
+    unless `cfg.resume` (continue it) or `overwrite` (delete the earlier run first); see the module docstring."""
     model_dir = load_model_dir(cfg.model)
     kind = kind_for(cfg)
-    train, evaluation = read_examples(cfg, kind)  # every data problem surfaces before the model is touched
+    files = resolve_files(cfg, kind)
+    options, fingerprint = run_options(cfg, model_dir, *files)
+    with claim_output_dir(cfg.out, resume=cfg.resume, overwrite=overwrite, options=options,
+                          fingerprint=fingerprint, may_change=MAY_CHANGE, what="--out"):
+        return _finetune_claimed(cfg, model_dir, kind, files)
+
+
+def _budget(cfg: FinetuneConfig) -> dict[str, Any]:
+    return {"epochs": None if cfg.max_steps else cfg.epochs, "max_steps": cfg.max_steps}
+
+
+def _finetune_claimed(cfg: FinetuneConfig, model_dir: Path, kind: TaskKind,
+                      files: tuple[Path | None, Path | None]) -> FinetuneResult:
+    """The job, once OUT is ours."""
+    from bertforge.tokenization import Tokenizer
+
+    train, evaluation = read_examples(cfg, kind, files=files)  # every data problem surfaces before the model
     tokenizer = Tokenizer.from_pretrained(model_dir)
     data = encode_data(cfg, kind, train, evaluation, tokenizer)
     if data.evaluate is None:
         log.warning("no evaluation file: the last checkpoint is kept as the model")
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     runs = []
     for r in range(cfg.runs):
         run_dir = out if cfg.runs == 1 else out / f"run-{r}"
         done = run_dir / "run_result.json"
         if cfg.resume and done.is_file():  # a finished run of an interrupted --runs job
-            runs.append(json.loads(done.read_text(encoding="utf-8")))
-            continue
+            record = json.loads(done.read_text(encoding="utf-8"))
+            if record.get("budget", _budget(cfg)) == _budget(cfg):
+                runs.append(record)
+                continue  # else a longer --epochs/--max-steps: the trainer continues from its last checkpoint
         runs.append(train_one(cfg, model_dir, tokenizer, data, run_dir, cfg.seed + r))
         atomic_write_text(done, json.dumps(runs[-1], indent=2) + "\n")
     values = [run["best"][data.main_metric] for run in runs if data.main_metric in run["best"]]
@@ -183,6 +243,7 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
     from bertforge.training import ResumableLoader, Trainer, TrainConfig, set_seed
 
     kind = data.task
+    remove_stale_temp_dirs(run_dir)  # e.g. .tmp-best-PID of a killed run (OUT is claimed: its writer is gone)
     set_seed(seed)  # the head's initialisation depends on the seed too
     freeze = {"features": cfg.features, "head": cfg.head} if cfg.freeze else None
     model, missing = kind.build(model_dir, freeze)
@@ -200,7 +261,7 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
                      max_steps=cfg.max_steps, num_epochs=None if cfg.max_steps else cfg.epochs,
                      precision=cfg.precision, eval_every=every if data.evaluate else None,
                      save_every=every if cfg.save_checkpoints else None, keep_checkpoints=1, seed=seed,
-                     device=cfg.device, progress=cfg.progress, plot=False, resume=cfg.resume,
+                     device=cfg.device, progress=cfg.progress, plot=False, resume=cfg.resume, overwrite=False,
                      best_metric=data.main_metric if data.evaluate else None, log_every=max(1, min(50, every)),
                      extra={"task": cfg.task})
     trainer = Trainer(model, loader, tc, eval_fn=data.evaluate, save_fn=save_fn, load_fn=load_pretrained)
@@ -223,7 +284,7 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
     step_sum, step_count = trainer._step_time
     examples_per_s = cfg.batch_size * step_count / step_sum if step_sum > 0 else None
     seconds = next((h["elapsed_s"] for h in reversed(history) if "elapsed_s" in h), None)
-    return {"seed": seed, "out": str(run_dir), "steps": trainer.step,
+    return {"seed": seed, "out": str(run_dir), "steps": trainer.step, "budget": _budget(cfg),
             "best": {k: v for k, v in best.items() if k != "split"}, "elapsed_seconds": seconds,
             "train_examples_per_s": examples_per_s, "train_examples": len(data.train_rows),
             "missing_at_init": [m for m in missing if not m.startswith("bert.")]}

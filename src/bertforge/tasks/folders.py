@@ -7,11 +7,13 @@ A finished `bertforge finetune --out OUT` leaves the model in OUT itself (as tra
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 from bertforge.errors import BertforgeError
+from bertforge.fileio import atomic_write, write_errors
 from bertforge.files import read_json
 from bertforge.tasks.config import TASK_KINDS
 
@@ -44,14 +46,31 @@ def saved_task(path: Path) -> tuple[dict[str, Any], list[str] | None]:
 def install_model(src: Path, dst: Path, move: bool) -> None:
     """Make `dst` hold the model saved in `src` (moved, or copied), replacing the model files `dst` had.
 
-    Each file lands by an atomic rename; config.json comes last, so a folder with a config.json is complete."""
+    Each file lands by an atomic rename (a copy goes through fileio.atomic_write: a killed copy leaves only a
+    .NAME.PID.*.tmp that the next claim of the folder removes); config.json comes last, so a folder with a
+    config.json is complete."""
     dst.mkdir(parents=True, exist_ok=True)
     for name in MODEL_FILES:
         if not (src / name).is_file():
             (dst / name).unlink(missing_ok=True)  # e.g. an earlier run's best_metrics.json
         elif move:
-            os.replace(src / name, dst / name)
+            with write_errors(dst / name):
+                os.replace(src / name, dst / name)
         else:
-            tmp = dst / f".{name}.tmp"
-            shutil.copyfile(src / name, tmp)
-            os.replace(tmp, dst / name)
+            atomic_write(dst / name, lambda tmp, f=src / name: shutil.copyfile(f, tmp))
+
+
+# atomic_write_dir's leftovers (training.state): .tmp-NAME-PID / .old-NAME-PID
+_TEMP_DIR = re.compile(r"^\.(tmp|old)-.+-\d+$")
+
+
+def remove_stale_temp_dirs(folder: Path) -> list[Path]:
+    """Delete the half-written directories a killed run left at the top of `folder` (e.g. .tmp-best-123).
+    Only call it while holding the folder's claim: then no live writer can own them."""
+    removed = []
+    if folder.is_dir():
+        for p in folder.iterdir():
+            if _TEMP_DIR.match(p.name) and p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+    return removed

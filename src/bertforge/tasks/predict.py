@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bertforge.checkpoint import atomic_write_text
+from bertforge.fileio import atomic_write_text, write_errors
 
 
 def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64, device: str = "auto",
@@ -34,9 +34,12 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
 
 
 def write_jsonl(records: list[dict[str, Any]], path: str | Path | None) -> None:
-    """JSONL to `path` (atomically) or stdout."""
+    """JSONL to `path` or stdout. A file is replaced atomically; a symlink is written through (the link stays) and
+    a device or FIFO in place; a failed write (ENOSPC, EIO) is one BertforgeError naming the path."""
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     if path is None:
-        sys.stdout.write(text)
+        with write_errors("<stdout>"):  # flushed here, so a full disk is reported now, not lost at exit
+            sys.stdout.write(text)
+            sys.stdout.flush()
         return
     atomic_write_text(path, text)

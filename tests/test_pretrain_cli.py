@@ -100,6 +100,12 @@ def test_resume_matches_an_uninterrupted_run(corpus, tmp_path):
     a, b = losses(straight), losses(interrupted)
     assert sorted(a) == sorted(b) == list(range(1, 41))
     assert all(a[s] == pytest.approx(b[s], rel=1e-6, abs=1e-7) for s in range(21, 41)), (a, b)
+    # eval_results counts both segments, not the last one only
+    whole, parts = (json.loads((d / "eval_results.json").read_text()) for d in (straight, interrupted))
+    assert (whole["segments"], parts["segments"]) == (1, 2)
+    assert parts["tokens_seen"] == whole["tokens_seen"] > 0.5 * 40 * 8 * 32
+    assert parts["seconds"]["train"] > json.loads(
+        (interrupted / "speed.jsonl").read_text().splitlines()[19])["elapsed_s"]  # step 20: the first segment
 
 
 @pytest.mark.parametrize("flags,expect", [
@@ -253,21 +259,6 @@ def test_fresh_run_does_not_reuse_tokenizer_or_shards_of_another_corpus(corpus, 
     assert second["num_documents"] > first["num_documents"]
 
 
-def test_token_counter_counts_real_tokens_in_training_only():
-    from bertforge.pretrain.metrics import TokenCounter
-
-    class M(torch.nn.Module):
-        def forward(self, input_ids, attention_mask=None):
-            return input_ids
-    m = M()
-    counter = TokenCounter(m)
-    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
-    m(input_ids=torch.zeros(2, 4), attention_mask=mask)
-    m.eval()
-    m(input_ids=torch.zeros(2, 4), attention_mask=mask)  # evaluation: not counted
-    assert counter.total(torch.device("cpu")) == 5
-
-
 # ---- the installed console script: what it prints is true ---------------------------------------------------------
 BERTFORGE = shutil.which("bertforge", path=str(Path(sys.executable).parent)) or shutil.which("bertforge")
 
@@ -297,17 +288,18 @@ def test_console_script_roberta_run_shows_text_and_whole_word_prompts_and_real_c
 
 def test_without_matplotlib_no_curves_are_claimed(corpus, tmp_path, monkeypatch, capsys):
     out = tmp_path / "noplot"
-    out.mkdir()
-    (out / "curves.png").write_bytes(b"an earlier run's plot")
+    assert run("pretrain", "--corpus", str(corpus), "--out", str(out), "--max-steps", "2", *TINY) == 0
+    (out / "curves.png").write_bytes(b"an earlier segment's plot")
     os.utime(out / "curves.png", (1, 1))
+    capsys.readouterr()
     # `import matplotlib...` now raises ImportError (also for submodules an earlier test already imported)
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")] + ["matplotlib"]:
         monkeypatch.setitem(sys.modules, name, None)
-    assert run("pretrain", "--corpus", str(corpus), "--out", str(out), "--max-steps", "2", *TINY) == 0
+    assert run("pretrain", "--corpus", str(corpus), "--out", str(out), "--max-steps", "4", "--resume", *TINY) == 0
     printed = capsys.readouterr().out
     assert "curves.png not written: pip install 'bertforge[plot]'" in printed
     assert "training curves:" not in printed and "curves.png)" not in printed
-    assert (out / "curves.png").read_bytes() == b"an earlier run's plot"
+    assert (out / "curves.png").read_bytes() == b"an earlier segment's plot"
 
 
 def test_a_run_at_the_baseline_warns_once_with_the_likely_cause(corpus, tmp_path, monkeypatch, capsys):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -89,18 +91,27 @@ def cfg(out: Path, **kw) -> TrainConfig:
 # ---- end-to-end ------------------------------------------------------------------------------------------------------
 def test_loss_falls_and_outputs(tmp_path):
     loader = ResumableLoader(make_dataset(), batch_size=16, seed=1)
-    history = Trainer(make_model(), loader, cfg(tmp_path, max_steps=60, log_every=5, plot=True)).train()
+    trainer = Trainer(make_model(), loader, cfg(tmp_path, max_steps=60, log_every=5, plot=True))
+    history = trainer.train()
     train = [r for r in history if r["split"] == "train"]
     assert [r["step"] for r in train] == list(range(5, 61, 5))
     assert train[-1]["loss"] < 0.5 * train[0]["loss"]
+    # metrics.jsonl: only what the seed determines; the timing of the same steps is in speed.jsonl
     records = read_metrics(tmp_path)
-    assert records == json.loads(json.dumps(history))
-    for rec in records:
-        assert {"step", "loss", "lr", "tokens_per_s", "elapsed_s", "accuracy", "grad_norm", "epoch"} <= rec.keys()
-        assert "logits" not in rec and "ignored_flag" not in rec
-        assert rec["tokens_per_s"] > 0
+    speed = [json.loads(line) for line in (tmp_path / "speed.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in speed] == [r["step"] for r in records] == list(range(5, 61, 5))
+    merged = [{**r, **{k: v for k, v in s.items() if k != "step"}} for r, s in zip(records, speed)]
+    assert merged == json.loads(json.dumps(history))
+    for rec, timing in zip(records, speed):
+        assert {"step", "loss", "lr", "accuracy", "grad_norm", "epoch"} <= rec.keys()
+        assert not {"tokens_per_s", "elapsed_s", "logits", "ignored_flag"} & rec.keys()
+        assert timing.keys() == {"step", "tokens_per_s", "elapsed_s"} and timing["tokens_per_s"] > 0
     assert records[-1]["accuracy"] > 0.5
-    # 16 examples per step, 14 non-padding tokens on every other row: tokens come from attention_mask
+    # tokens come from attention_mask (every other row has 2 padding tokens): count the same 60 batches
+    ref, batches = ResumableLoader(make_dataset(), batch_size=16, seed=1), []
+    while len(batches) < 60:
+        batches.extend(b for _, b in zip(range(60 - len(batches)), ref))
+    assert trainer.tokens_seen == sum(int(b["attention_mask"].sum()) for b in batches) < 60 * 16 * SEQ
     assert (tmp_path / "curves.png").stat().st_size > 1000
     ckpts = tmp_path / "checkpoints"
     assert (ckpts / "latest").read_text().strip() == "step-60"
@@ -243,24 +254,29 @@ def _resume_cfg(out: Path, **kw) -> TrainConfig:
 
 
 def test_exact_resume_reproduces_losses(tmp_path):
-    def run(out: Path, fail_at_call=None, resume=False) -> None:
+    def run(out: Path, fail_at_call=None, resume=False) -> Trainer:
         model = make_model(dropout=0.3, seed=123 if resume else 0)  # resume must not depend on init
         model.fail_at_call = fail_at_call
         loader = ResumableLoader(make_dataset(60), batch_size=7, seed=5)  # 9 batches/epoch: resume crosses epochs
-        Trainer(model, loader, _resume_cfg(out, resume=resume, log_every=3)).train()
+        trainer = Trainer(model, loader, _resume_cfg(out, resume=resume, log_every=3))
+        trainer.train()
+        return trainer
 
-    run(tmp_path / "straight")
+    first = run(tmp_path / "straight")
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "resumed", fail_at_call=27)  # dies in step 27, after the step-20 checkpoint
     partial = read_metrics(tmp_path / "resumed")
     assert partial[-1]["step"] == 24  # logged past the checkpoint before dying: must be dropped on resume
-    run(tmp_path / "resumed", resume=True)
+    second = run(tmp_path / "resumed", resume=True)
 
     straight, resumed = read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "resumed")
     assert [r["step"] for r in resumed] == [r["step"] for r in straight] == list(range(3, 40, 3)) + [40]
-    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]  # exact, not approximate
-    assert [r["accuracy"] for r in resumed] == [r["accuracy"] for r in straight]
-    assert [r["lr"] for r in resumed] == [r["lr"] for r in straight]
+    assert resumed == straight  # exact, not approximate: every loss, accuracy, lr and grad norm
+    speed = [json.loads(line)["step"] for line in (tmp_path / "resumed" / "speed.jsonl").read_text().splitlines()]
+    assert speed == [r["step"] for r in straight]  # the dropped lines are dropped here too
+    # totals over both segments, not the last one's
+    assert second.tokens_seen == first.tokens_seen and (second.segments, first.segments) == (2, 1)
+    assert second.train_seconds > load_trainer_state(tmp_path / "resumed" / "checkpoints" / "step-20")["elapsed_s"]
 
 
 def test_trainer_state_is_weights_only_and_complete(tmp_path):
@@ -276,21 +292,33 @@ def test_trainer_state_is_weights_only_and_complete(tmp_path):
     assert (ckpts / "step-6" / "model.safetensors").is_file()
 
 
-def test_crash_during_checkpoint_keeps_previous(tmp_path):
+DISK_FULL = {  # what a full disk raises while a checkpoint is written, and the one line it must become
+    "oserror": (lambda path: OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)),
+                "checkpoints/step-40/model.safetensors: " + os.strerror(errno.ENOSPC)),
+    "torch": (lambda path: RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 1984 vs 1878"),
+              "checkpoints/step-40: cannot write: write failed (torch: unexpected pos 1984 vs 1878; is the disk "
+              "full?)"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DISK_FULL))
+def test_crash_during_checkpoint_keeps_previous(tmp_path, kind):
     calls = []
+    make_error, message = DISK_FULL[kind]
 
     def flaky_save(model, directory):
         calls.append(directory)
         (directory / "model.safetensors").write_bytes(b"partial")
         if len(calls) == 2:
-            raise OSError("disk full (injected)")
+            raise make_error(directory / "model.safetensors")
         from safetensors.torch import save_model
 
         save_model(model, str(directory / "model.safetensors"))
 
     loader = ResumableLoader(make_dataset(), batch_size=8)
-    with pytest.raises(OSError, match="injected"):
+    with pytest.raises(BertforgeError) as err:
         Trainer(make_model(), loader, _resume_cfg(tmp_path), save_fn=flaky_save).train()
+    assert str(err.value) == f"{tmp_path}/{message}"  # one line naming the checkpoint (not the temporary dir)
     ckpts = tmp_path / "checkpoints"
     assert (ckpts / "latest").read_text().strip() == "step-20"
     assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step-20"]  # no step-40, no temp leftovers

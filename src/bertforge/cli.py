@@ -7,7 +7,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import logging
+import os
+import signal
 import sys
 import warnings
 from collections.abc import Iterator
@@ -33,6 +36,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one verb; returns the exit status (0, 2 for a user error, 130 interrupted, 141 stdout closed early)."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # a reader that left early (`| head`) shows here, not at interpreter exit
+    except BrokenPipeError:
+        _discard_stdout()
+        return 128 + signal.SIGPIPE  # what a shell reports for a tool that stopped writing to a closed pipe
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit does not raise BrokenPipeError again."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, io.UnsupportedOperation):  # stdout replaced by an object without a file
+        pass
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -42,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with one_line_warnings(verb):
             return int(args.func(args) or 0)
+    except BrokenPipeError:
+        raise  # not an error of the verb: the reader of stdout went away (see main)
     except BertforgeError as err:
         print(f"bertforge {verb}: error: {err}", file=sys.stderr)
         return 2

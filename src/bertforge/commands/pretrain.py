@@ -45,7 +45,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--time-budget", metavar="DUR",
                      help="wall-clock training budget, e.g. 90s, 30m, 1h (default: 3m when no --max-steps)")
     pre.add_argument("--out", metavar="DIR", help="output directory (default: runs/pretrain-RECIPE)")
-    pre.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    pre.add_argument("--resume", action="store_true",
+                     help="continue the run in --out from its latest checkpoint (refused if an option it depends on, "
+                          "or its data, changed; --max-steps, --time-budget, --threads, --log-every, --save-every, "
+                          "--workers may change)")
+    pre.add_argument("--overwrite", action="store_true",
+                     help="replace an earlier run in --out (without it or --resume, a folder holding files is "
+                          "refused)")
     pre.add_argument("--init-from", metavar="DIR",
                      help="continue pretraining this checkpoint with its own tokenizer (domain-adaptive)")
     pre.add_argument("--save-every", type=int, metavar="N", help="checkpoint every N steps (default: at the end)")
@@ -103,10 +109,23 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats) -> None:
 
 def run_prepare(args: argparse.Namespace) -> int:
     from bertforge.data import prepare_corpus
+    from bertforge.fileio import ensure_dir
+    from bertforge.rundir import RunDir, lock_dir
     from bertforge.tokenization import Tokenizer
-    tok = Tokenizer.from_pretrained(args.tokenizer)
-    m = prepare_corpus(args.corpus, tok, args.out, workers=args.workers, doc_boundary=args.doc_boundary,
-                       heldout_fraction=args.heldout_fraction)
+    out = Path(args.out)
+    created = not out.exists()
+    ensure_dir(out, "--out")  # one line for /proc, a file, a path through a file: before any work
+    # one writer at a time (prepare replaces the shards in --out); a failure leaves no empty new folder
+    try:
+        lock = lock_dir(out, "--out")
+    except BertforgeError:
+        if created:
+            out.rmdir()
+        raise
+    with RunDir(out, lock, created):
+        tok = Tokenizer.from_pretrained(args.tokenizer)
+        m = prepare_corpus(args.corpus, tok, out, workers=args.workers, doc_boundary=args.doc_boundary,
+                           heldout_fraction=args.heldout_fraction)
     print(f"prepared {m['num_tokens']:,} tokens, {m['num_sentences']:,} sentences, {m['num_documents']:,} "
           f"documents in {len(m['shards'])} shard(s) ({m['stats']['seconds']:.1f} s) -> {args.out}")
     return 0
@@ -132,7 +151,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
         tokenizer=Path(args.tokenizer) if args.tokenizer else None, vocab_size=args.vocab_size,
         size=args.size or ("bert-tiny" if embedded else "bert-mini"),
         seq_len=args.seq_len or (64 if embedded else 128), batch_size=args.batch_size, max_steps=args.max_steps, time_budget=time_budget, lr=args.lr,
-        precision=args.precision or default_precision(), seed=args.seed, resume=args.resume,
+        precision=args.precision or default_precision(), seed=args.seed, resume=args.resume, overwrite=args.overwrite,
         init_from=Path(args.init_from) if args.init_from else None, heldout_fraction=args.heldout_fraction,
         eval_batches=args.eval_batches, log_every=args.log_every, save_every=args.save_every,
         workers=args.workers, threads=args.threads, progress=not args.no_progress)

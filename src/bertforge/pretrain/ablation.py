@@ -69,7 +69,7 @@ def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = N
         opts = PretrainOptions(recipe=recipe, out=out / "arms" / name, data=data_dir, tokenizer=out / "tokenizer",
                                size=size, seq_len=seq_len, batch_size=batch_size, time_budget=budget,
                                precision=precision, seed=seed, heldout_fraction=base.heldout_fraction,
-                               progress=False, log_every=25, fill_mask_examples=0,
+                               progress=False, log_every=25, fill_mask_examples=0, overwrite=True,
                                extra_eval=lambda m: mlm_metrics(m, batches, most_frequent, precision=precision))
         res = pretrain(opts)
         own = res["heldout"]

@@ -1,5 +1,6 @@
 """Held-out pretraining metrics: MLM loss / accuracy / perplexity against the most-frequent-token baseline, the
-objective's own numbers (NSP, SOP, SBO, RTD), the tokens trained on, and the check for a run stuck at the baseline."""
+objective's own numbers (NSP, SOP, SBO, RTD), and the check for a run stuck at the baseline. (The tokens trained on are
+counted by the Trainer, over every segment of a resumed run.)"""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,6 @@ import torch
 from torch import nn
 
 from bertforge.pretrain.objectives import IGNORE
-from bertforge.training.distributed import is_distributed
 
 # A run is "stuck" when its held-out MLM accuracy is within STUCK_MARGIN of always predicting the most frequent
 # token, after STUCK_AFTER_STEPS steps (well past any default warm-up of a short run): the collapse a too-high
@@ -95,27 +95,3 @@ def stuck_at_baseline(metrics: dict[str, float], step: int, after_steps: int = S
     if "mlm_acc" not in metrics or "baseline_acc" not in metrics or step < after_steps:
         return False
     return metrics["mlm_acc"] < metrics["baseline_acc"] + margin
-
-
-class TokenCounter:
-    """Non-padding tokens (attention_mask sums) the objective trains on, counted by a forward pre-hook in training
-    mode (evaluation forwards run in eval mode and are not counted)."""
-
-    def __init__(self, model: nn.Module):
-        self.tokens = 0
-        self.handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
-
-    def _hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        if module.training:
-            mask = kwargs.get("attention_mask", args[2] if len(args) > 2 else None)
-            ids = kwargs.get("input_ids", args[0] if args else None)
-            self.tokens += int(mask.sum()) if mask is not None else int(ids.numel())
-
-    def total(self, device: torch.device) -> int:
-        """Summed over ranks (every rank must call it)."""
-        self.handle.remove()
-        if not is_distributed():
-            return self.tokens
-        t = torch.tensor([self.tokens], dtype=torch.float64, device=device)
-        torch.distributed.all_reduce(t)
-        return int(t.item())

@@ -36,7 +36,8 @@ class PretrainOptions:
     warmup_ratio: float | None = None      # None: the size's default
     precision: str = "fp32"
     seed: int = 0
-    resume: bool = False
+    resume: bool = False                   # continue the run in `out` (its options and data must not change)
+    overwrite: bool = False                # replace an earlier run in `out` (refused without this or resume)
     init_from: Path | None = None
     heldout_fraction: float | None = None  # None: what the shards' manifest says (PREPARE_HELDOUT when made here)
     eval_batches: int = 20

@@ -5,9 +5,12 @@
     OUT/tokenizer/        the tokenizer (trained here unless given or taken from --init-from)   see prepare.py
     OUT/data/             prepared shards (manifest.json + memmaps)                              see prepare.py
     OUT/checkpoints/      trainer checkpoints (HF dirs + trainer_state.pt), for --resume
-    OUT/metrics.jsonl     training and eval records; OUT/curves.png when matplotlib is installed
+    OUT/metrics.jsonl     training and eval records: only what the seed determines (identical for identical runs)
+    OUT/speed.jsonl       the timing of the training records (tokens_per_s, elapsed_s), same steps
+    OUT/curves.png        when matplotlib is installed
     OUT/config.json, model.safetensors, tokenizer files   the final model (ELECTRA: + discriminator/, generator/)
-    OUT/eval_results.json held-out metrics, baseline, fill-mask examples, wall times
+    OUT/eval_results.json held-out metrics, baseline, fill-mask examples; tokens and wall times of all segments
+    OUT/run_options.json, OUT/.lock   the claim on OUT (see outdir.py): one run at a time, checked resumes
 """
 from __future__ import annotations
 
@@ -27,12 +30,14 @@ from bertforge.errors import BertforgeError
 from bertforge.fileio import atomic_write_text
 from bertforge.pretrain.inputs import (SingleSegmentCollator, check_model_fits_recipe, heldout_batches,
                                        make_dataset, single_segment)
-from bertforge.pretrain.metrics import TokenCounter, evaluate, most_frequent_token, stuck_at_baseline
+from bertforge.pretrain.metrics import evaluate, most_frequent_token, stuck_at_baseline
 from bertforge.pretrain.objectives import ELECTRAObjective, build_objective, uses_pooler
 from bertforge.pretrain.options import PretrainOptions, auto_threads, schedule
+from bertforge.pretrain.outdir import claim_out
 from bertforge.pretrain.prepare import barrier, corpus_paths, prepare_data, prepare_tokenizer
 from bertforge.pretrain.prompts import fill_mask, fill_mask_prompts
 from bertforge.pretrain.report import curves_line, print_summary, setup_line, stuck_warning
+from bertforge.rundir import is_locked
 from bertforge.training import ResumableLoader, TrainConfig, Trainer, distributed_context, resolve_device
 from bertforge.training.distributed import init_distributed, is_distributed
 
@@ -88,6 +93,9 @@ def _check_options(opts: PretrainOptions) -> None:
             raise BertforgeError(f"--init-from {opts.init_from}: not a checkpoint directory (no config.json)")
     if opts.max_steps is None and opts.time_budget is None:
         raise BertforgeError("give --max-steps or --time-budget")
+    if opts.data is not None and is_locked(opts.data):
+        raise BertforgeError(f"--data {opts.data}: another bertforge run is writing these shards (bertforge "
+                             "prepare); wait for it to finish")
 
 
 def pretrain(opts: PretrainOptions) -> dict[str, Any]:
@@ -102,13 +110,26 @@ def pretrain(opts: PretrainOptions) -> dict[str, Any]:
         torch.cuda.set_device(device)
     owns_group = init_distributed(device) if world > 1 else False
     _check_options(opts)
-    if not opts.resume and (opts.out / "checkpoints").is_dir() and is_main:
-        # The Trainer (overwrite=True) deletes an earlier run's checkpoints; say so where the user looks.
-        print(f"note: {opts.out} holds an earlier run; its checkpoints are replaced (--resume continues a run)",
-              flush=True)
-    opts.out.mkdir(parents=True, exist_ok=True)
-
     paths = corpus_paths(opts, is_main, world)
+    run_dir = claim_out(opts, paths, is_main)  # before anything in OUT is read or written
+    try:
+        result = _pretrain(opts, paths, device, t_start, wall_start)
+    except BaseException:
+        if run_dir is not None:
+            run_dir.release(failed=True)  # partial work stays for --resume; an empty new folder goes
+        raise
+    if run_dir is not None:
+        run_dir.release()
+    if owns_group and is_distributed():
+        barrier()
+        torch.distributed.destroy_process_group()
+    return result
+
+
+def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_start: float,
+              wall_start: float) -> dict[str, Any]:
+    rank, world, _ = distributed_context()
+    is_main = rank == 0
     threads = opts.threads or auto_threads(world)
     torch.set_num_threads(threads)
     tok = prepare_tokenizer(opts, paths, is_main)
@@ -159,11 +180,9 @@ def pretrain(opts: PretrainOptions) -> dict[str, Any]:
     if is_main:
         print(setup_line(opts, model.config.model_type, n_params, world, lr, warmup, threads, len(train_ds)),
               flush=True)
-    counter = TokenCounter(model)
     t_train = time.perf_counter()
     history = trainer.train()
-    t_trained = time.perf_counter()
-    tokens_seen = counter.total(device)
+    earlier = trainer.train_seconds - (time.perf_counter() - t_train)  # training time of earlier segments
 
     result: dict[str, Any] = {}
     if is_main:
@@ -179,10 +198,12 @@ def pretrain(opts: PretrainOptions) -> dict[str, Any]:
             "recipe": asdict(opts.recipe), "size": opts.size, "seq_len": opts.seq_len, "batch_size": opts.batch_size,
             "steps": trainer.step, "parameters": n_params, "precision": opts.precision, "lr": lr,
             "warmup_ratio": warmup, "heldout": metrics, "fill_mask": fills,
-            "seconds": {"prepare": round(t_prepared - t_start, 2), "train": round(t_trained - t_train, 2),
-                        "total": round(time.perf_counter() - t_start, 2)},
-            # non-padding tokens trained on by this invocation, all ranks (a resumed run counts its own part)
-            "tokens_seen": tokens_seen,
+            # a resumed run: train counts every segment; total is this invocation plus earlier segments' training
+            "seconds": {"prepare": round(t_prepared - t_start, 2), "train": round(trainer.train_seconds, 2),
+                        "total": round(time.perf_counter() - t_start + max(earlier, 0.0), 2)},
+            "segments": trainer.segments,
+            # non-padding tokens trained on, all ranks, all segments
+            "tokens_seen": trainer.tokens_seen,
         }
         if warned:
             result["stuck_at_baseline_step"] = warned[0]
@@ -190,7 +211,4 @@ def pretrain(opts: PretrainOptions) -> dict[str, Any]:
             result["common"] = opts.extra_eval(model)
         atomic_write_text(opts.out / "eval_results.json", json.dumps(result, indent=2) + "\n")
         print_summary(result, opts.out, curves_line(opts.out, wall_start))
-    if owns_group and is_distributed():
-        barrier()
-        torch.distributed.destroy_process_group()
     return result

@@ -1,4 +1,6 @@
-"""Checkpoint directories (atomic write, `latest` pointer, pruning), RNG capture, metrics.jsonl and the curve plot."""
+"""Checkpoint directories (atomic write, `latest` pointer, pruning), RNG capture, metrics.jsonl / speed.jsonl and
+the curve plot. A failed checkpoint write (a full disk: OSError, or torch's "unexpected pos") is one line naming the
+checkpoint, and leaves the previous checkpoint and `latest` as they were."""
 
 from __future__ import annotations
 
@@ -17,11 +19,12 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write_text
+from bertforge.fileio import atomic_write, atomic_write_text, write_errors
 
 log = logging.getLogger("bertforge.train")
 
 STATE_FILE = "trainer_state.pt"
+TIMING_KEYS = ("tokens_per_s", "elapsed_s")  # training-record fields that go to speed.jsonl, not metrics.jsonl
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -62,18 +65,26 @@ def _fsync_dir(directory: Path) -> None:
 def atomic_write_dir(final: Path, write: Callable[[Path], None]) -> Path:
     """Let `write(tmp)` fill a temp dir next to `final`, fsync it, then rename it into place.
 
-    If `write` raises, the temp dir is removed and any previous `final` is untouched. Replacing an existing
-    `final` moves it aside first (rename cannot replace a non-empty dir) and deletes it after the swap.
+    If `write` raises, the temp dir is removed and any previous `final` is untouched; a failed write (OSError,
+    torch's writer errors) becomes one BertforgeError naming the file under `final` ("D/step-40/trainer_state.pt:
+    No space left on device") or `final` itself. Replacing an existing `final` moves it aside first (rename
+    cannot replace a non-empty dir) and deletes it after the swap.
     """
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
     try:
-        write(tmp)
-        _fsync_tree(tmp)
+        with write_errors(final):
+            final.parent.mkdir(parents=True, exist_ok=True)
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+            try:
+                write(tmp)
+                _fsync_tree(tmp)
+            except OSError as err:  # name the file where it was going, not the temporary directory
+                if err.filename and Path(err.filename).is_relative_to(tmp):
+                    err.filename = str(final / Path(err.filename).relative_to(tmp))
+                raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -204,8 +215,9 @@ class MetricsLog:
         self._f = open(self.path, "a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._f.write(json.dumps(record) + "\n")
-        self._f.flush()
+        with write_errors(self.path):
+            self._f.write(json.dumps(record) + "\n")
+            self._f.flush()
 
     def close(self) -> None:
         self._f.close()
@@ -233,9 +245,7 @@ def plot_curves(history: list[dict[str, Any]], path: Path) -> bool:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
     return True
 
 

@@ -26,6 +26,7 @@ from bertforge.training.loader import count_tokens, to_device
 from bertforge.training.optim import WarmupLinearDecay, build_optimizer
 from bertforge.training.state import (
     STATE_FILE,
+    TIMING_KEYS,
     CheckpointDir,
     MetricsLog,
     atomic_write_dir,
@@ -37,6 +38,7 @@ from bertforge.training.state import (
     restore_rng,
     set_seed,
 )
+from bertforge.training.window import LogWindow
 
 log = logging.getLogger("bertforge.train")
 
@@ -60,8 +62,10 @@ class Trainer:
     `model(**batch)` returns a dict with "loss" (scalar) and optional scalar extras (averaged and logged).
     `eval_fn(model) -> {name: float}` runs (rank 0, eval mode, no_grad) every `eval_every` steps and at the end.
     `save_fn(model, dir)` / `load_fn(model, dir)` write/read the model part of a checkpoint (default:
-    model.safetensors). The trainer adds trainer_state.pt. `train()` returns the metric history (the records of
-    metrics.jsonl: training lines and `{"step", "split": "eval", ...}` lines).
+    model.safetensors). The trainer adds trainer_state.pt. `train()` returns the metric history: the records of
+    metrics.jsonl (training lines and `{"step", "split": "eval", ...}` lines), training lines also carrying their
+    timing (`tokens_per_s`, `elapsed_s`), which goes to speed.jsonl so that metrics.jsonl holds only what the seed
+    determines. `tokens_seen` and `train_seconds` count every segment of a resumed run.
     """
 
     def __init__(
@@ -111,11 +115,14 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.best_value: float | None = None
         self.best_step: int | None = None
+        self.tokens_seen = 0  # non-padding tokens trained on, all ranks, all segments (logged windows)
+        self.segments = 1  # invocations of train() this run took (1 + resumes)
+        self.train_seconds = 0.0  # wall time of train(), all segments; set when it returns
         self._elapsed_before = 0.0  # wall time of earlier (interrupted) runs
         self._step_time = [0.0, 0]  # sum and count of measured step times, first step of each run excluded
         self._last_saved = self._last_eval = -1
         self._stop = False
-        self._reset_window()
+        self._window = LogWindow(self.device)
 
     # ---- setup -------------------------------------------------------------------------------------------------
     def _total_steps(self) -> int | None:
@@ -171,13 +178,15 @@ class Trainer:
         self.history = list(state["history"])
         self.best_value, self.best_step = state["best"]["value"], state["best"]["step"]
         self._elapsed_before = float(state["elapsed_s"])
+        self.tokens_seen = int(state.get("tokens_seen", 0))  # absent in checkpoints of older versions
+        self.segments = int(state.get("segments", 1)) + 1
         self._step_time = [float(state["step_time"][0]), int(state["step_time"][1])]
         self._last_saved = self.step
         self._last_eval = max((r["step"] for r in self.history if r.get("split") == "eval"), default=-1)
         per_rank = state["per_rank"]
         mine = per_rank[self.rank] if len(per_rank) == self.world_size else per_rank[0]
         restore_rng(mine["rng"])
-        self._load_window(mine["window"])
+        self._window.load_state_dict(mine["window"])
         if self.is_main:
             log.info("resumed from %s at step %d", directory, self.step)
 
@@ -192,13 +201,15 @@ class Trainer:
             set_seed(self.cfg.seed + self.rank)  # distinct dropout per rank; weights come from rank 0 (DDP)
         if self.cfg.time_budget_s is not None and self._elapsed_before >= self.cfg.time_budget_s:
             self._stop = True  # resumed a run whose budget is already spent
-        self._metrics_log = MetricsLog(self.out_dir / "metrics.jsonl", self.step if resume_dir else None) \
-            if self.is_main else None
+        self._logs: tuple[MetricsLog, MetricsLog] | None = None
         if self.is_main:
+            resumed_at = self.step if resume_dir else None
+            self._logs = (MetricsLog(self.out_dir / "metrics.jsonl", resumed_at),
+                          MetricsLog(self.out_dir / "speed.jsonl", resumed_at))
             self.checkpoints.clean_temp()
         self._batches = None
         self._run_start = time.perf_counter()
-        self._window_start = self._run_start - self._window_time
+        self._window.start_clock()
         self._first_step_of_run = True
         self._lr_used = self.optimizer.param_groups[0]["lr"]
         show = self.is_main and self.cfg.progress
@@ -213,7 +224,7 @@ class Trainer:
                     self._evaluate()
                 if self.cfg.save_every and self.step % self.cfg.save_every == 0:
                     self._save_checkpoint()
-            if self._window[0] > 0:  # a partial logging window is left
+            if not self._window.empty:  # a partial logging window is left
                 self._log()
             if self.eval_fn is not None and self._last_eval != self.step:
                 self._evaluate()
@@ -225,9 +236,10 @@ class Trainer:
                 D.barrier()
                 self.load_fn(self.model, self.best_dir)
         finally:
+            self.train_seconds = self._elapsed()
             self.pbar.close()
-            if self._metrics_log is not None:
-                self._metrics_log.close()
+            for f in self._logs or ():
+                f.close()
         if self._owns_process_group:
             D.barrier()
             torch.distributed.destroy_process_group()
@@ -281,11 +293,10 @@ class Trainer:
                 if not isinstance(out, Mapping) or out.get("loss") is None:
                     raise BertforgeError("model output has no 'loss' (does the batch carry labels?)")
                 (out["loss"].float() / cfg.grad_accum).backward()
-            self._accumulate(out, tokens)
-            self._watch_loss(out["loss"])
+            self._window.add(out, tokens)
+            self._window.watch_loss(out["loss"], self.step + 1)
         if cfg.max_grad_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-            self._window_sums["grad_norm"] = self._window_sums.get("grad_norm", 0.0) + norm.detach().double()
+            self._window.add_grad_norm(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
         self._lr_used = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -323,79 +334,38 @@ class Trainer:
         return self._elapsed_before + time.perf_counter() - self._run_start
 
     # ---- logging -----------------------------------------------------------------------------------------------
-    def _reset_window(self) -> None:
-        # sums over the log window, kept as (device) tensors or floats so no step forces a host sync
-        self._window_sums: dict[str, Any] = {}
-        self._first_nonfinite: torch.Tensor | None = None  # step of the window's first NaN/inf loss, on the device
-        self._window = [0, 0]  # micro-batches, tokens
-        self._window_time = 0.0
-        self._window_start = time.perf_counter()
-
-    def _accumulate(self, out: Mapping[str, Any], tokens: int) -> None:
-        sums = self._window_sums
-        for key, value in out.items():
-            if isinstance(value, torch.Tensor):
-                if value.ndim != 0:
-                    continue  # logits and other non-scalars are not logged
-                value = value.detach().double()
-            elif isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            sums[key] = sums.get(key, 0.0) + value
-        self._window[0] += 1
-        self._window[1] += tokens
-
-    def _watch_loss(self, loss: torch.Tensor) -> None:
-        """Remember the first step of this log window whose loss is not finite, without a host sync per step
-        (`_log` checks it)."""
-        step = torch.where(torch.isfinite(loss.detach().float()), 0, self.step + 1)
-        first = self._first_nonfinite
-        self._first_nonfinite = step if first is None else torch.where(first > 0, first, step)
-
-    def _window_state(self) -> dict[str, Any]:
-        return {
-            "sums": {k: float(v) for k, v in self._window_sums.items()},
-            "counts": list(self._window),
-            "time": time.perf_counter() - self._window_start,
-        }
-
-    def _load_window(self, state: dict[str, Any]) -> None:
-        self._window_sums = dict(state["sums"])
-        self._window = list(state["counts"])
-        self._window_time = float(state["time"])
-
     def _log(self) -> None:
-        keys = sorted(self._window_sums)
-        micro, tokens = self._window
-        steps_in_window = max(1, math.ceil(micro / self.cfg.grad_accum))
-        vec = torch.tensor([float(self._window_sums[k]) for k in keys] + [micro, tokens],
-                           dtype=torch.float64, device=self.device)
-        vec = D.all_reduce_sum(vec).tolist()  # mean over ranks; tokens summed over ranks
-        total_micro, total_tokens = vec[-2], vec[-1]
-        now = time.perf_counter()
+        totals = self._window.reduce(self.world_size, self.cfg.grad_accum)  # every rank: an all-reduce
+        self.tokens_seen += totals.tokens
         record: dict[str, Any] = {"step": self.step, "split": "train"}
         epoch = self._epoch()
         if epoch is not None:
             record["epoch"] = round(epoch, 4)
-        for key, total in zip(keys, vec):
-            if key == "grad_norm":  # one value per optimizer step, identical on all ranks
-                record[key] = total / (steps_in_window * self.world_size)
-            else:
-                record[key] = total / total_micro
+        record.update(totals.means)
         record["lr"] = self._lr_used
-        record["tokens_per_s"] = total_tokens / max(now - self._window_start, 1e-9)
+        # timing: in the history and speed.jsonl, never in metrics.jsonl (see _record)
+        record["tokens_per_s"] = totals.tokens / max(totals.seconds, 1e-9)
         record["elapsed_s"] = round(self._elapsed(), 3)
-        first_bad = int(self._first_nonfinite) if self._first_nonfinite is not None else 0
-        self._reset_window()
-        self.history.append(record)
-        if self.is_main:
-            self._metrics_log.write(record)  # type: ignore[union-attr]
+        self._record(record)
         if "loss" in record and not math.isfinite(record["loss"]):
             # every rank sees the all-reduced sum, so all stop together; a rank whose own losses were finite
             # names the logging step
-            raise NonFiniteLoss(record["loss"], first_bad or self.step)
-            self.pbar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
-                                  tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
-            log.info(json.dumps(record))
+            raise NonFiniteLoss(record["loss"], totals.first_nonfinite or self.step)
+        self.pbar.set_postfix(loss=f"{record['loss']:.4f}" if "loss" in record else "-",
+                              lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
+        log.info(json.dumps(record))
+
+    def _record(self, record: dict[str, Any]) -> None:
+        """Append to the history; rank 0 writes metrics.jsonl (what the seed determines: two identical runs
+        write identical files) and speed.jsonl (the timing of training records, under the same step)."""
+        self.history.append(record)
+        if self._logs is None:
+            return
+        metrics, speed = self._logs
+        metrics.write({k: v for k, v in record.items() if k not in TIMING_KEYS})
+        timing = {k: record[k] for k in TIMING_KEYS if k in record}
+        if timing:
+            speed.write({"step": record["step"], **timing})
 
     def _epoch(self) -> float | None:
         epoch = getattr(self.loader, "epoch", None)
@@ -420,9 +390,8 @@ class Trainer:
         metrics = D.broadcast_object(metrics)
         self._last_eval = self.step
         record = {"step": self.step, "split": "eval", **metrics}
-        self.history.append(record)
+        self._record(record)
         if self.is_main:
-            self._metrics_log.write(record)  # type: ignore[union-attr]
             self.pbar.write("eval step %d: %s" % (self.step, ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())))
         key = self.cfg.best_metric
         if key is None:
@@ -443,7 +412,7 @@ class Trainer:
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
     def _save_checkpoint(self) -> None:
-        per_rank = D.all_gather_object({"rng": capture_rng(), "window": self._window_state()})
+        per_rank = D.all_gather_object({"rng": capture_rng(), "window": self._window.state_dict()})
         if self.is_main:
             state = {
                 "step": self.step,
@@ -454,6 +423,8 @@ class Trainer:
                 "history": self.history,
                 "best": {"value": self.best_value, "step": self.best_step},
                 "elapsed_s": self._elapsed(),
+                "tokens_seen": self.tokens_seen,
+                "segments": self.segments,
                 "step_time": list(self._step_time),
                 "world_size": self.world_size,
                 "config": json.loads(json.dumps(dataclasses.asdict(self.cfg), default=str)),

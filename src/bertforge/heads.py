@@ -1,7 +1,9 @@
-"""Pretraining heads on top of the encoder, with Hugging Face's BERT names.
+"""Heads on top of the encoder, with Hugging Face's BERT names, and the pooling and loss every task shares.
 
 The MLM head projects to the vocabulary only at the positions it is given: in a small model the vocabulary
 projection (H x 30k) costs more than the whole encoder, and only ~15% of positions carry a label.
+`mean_pool` and `task_loss` are the one mean pooling and the one classification / regression loss choice, used by
+fine-tuning (`bertforge.tasks.models`), the cross-encoder and sentence embeddings.
 """
 from __future__ import annotations
 
@@ -11,8 +13,31 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertforge.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.model import Encoder, activation
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of token vectors over real (unpadded) positions: [B, T, H] -> [B, H].
+
+    The count is clamped at 1e-9 as sentence-transformers does, so its vectors are reproduced exactly.
+    """
+    if attention_mask is None:
+        return hidden.mean(1)
+    m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+
+def task_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool = False) -> torch.Tensor:
+    """MSE for regression (one output), else cross-entropy over the last axis, ignoring labels of -100.
+
+    Computed in fp32 whatever the autocast dtype. Covers sequence ([B, C]), token ([B, T, C]) and multiple-choice
+    ([B, choices]) logits alike.
+    """
+    if regression:
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+    return F.cross_entropy(logits.float().flatten(0, -2), labels.long().flatten(), ignore_index=-100)
 
 
 class LMTransform(nn.Module):
@@ -96,13 +121,11 @@ class MaskedLM(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "MaskedLM":
-        from bertforge.checkpoint import load_pretrained
         model = cls(ModelConfig.from_file(path))
         load_pretrained(model, path, require=("cls.predictions.",))
         return model.eval()
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        from bertforge.checkpoint import save_pretrained
         save_pretrained(self, path, self.config, architecture=ARCHITECTURES[("mlm", self.config.model_type)],
                         tokenizer=tokenizer)
 
@@ -127,7 +150,6 @@ class PreTrainingModel(nn.Module):
         return mlm, rel
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        from bertforge.checkpoint import save_pretrained
         kind = "pretraining" if self.cls.seq_relationship is not None else "mlm"
         save_pretrained(self, path, self.config, architecture=ARCHITECTURES[(kind, self.config.model_type)],
                         tokenizer=tokenizer)
@@ -147,7 +169,6 @@ class ReplacedTokenDetector(nn.Module):
         return self.discriminator_predictions(hidden)
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        from bertforge.checkpoint import save_pretrained
         save_pretrained(self, path, self.config, architecture="ElectraForPreTraining", tokenizer=tokenizer)
 
 

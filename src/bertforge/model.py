@@ -3,19 +3,31 @@
 Module names follow Hugging Face's `modeling_bert.py` (embeddings.word_embeddings,
 encoder.layer.N.attention.self.query, ...) so a BERT checkpoint maps one-to-one; the other families' names are
 translated in `bertforge.checkpoint`. Post-LN blocks: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+
+There is one forward pass. Its variants are chosen when a model is built, as transformers chooses attention
+classes: `attn_implementation` "sdpa" (torch's fused kernel) or "eager" (probabilities materialised; forced when
+attentions are requested), and `for_inference`, an eval-only copy whose layers use `FusedSelfAttention` (Q/K/V
+pre-fused into one Linear) in fp32, bf16 or int8.
 """
 from __future__ import annotations
 
+import copy
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
+from bertforge.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+PRECISIONS = ("fp32", "bf16", "int8")
 
 
 def activation(name: str):
@@ -70,23 +82,28 @@ class Embeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))
 
 
-class SelfAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        h = cfg.hidden_size
-        self.query, self.key, self.value = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
-        self.n_heads, self.head_dim = cfg.num_attention_heads, cfg.head_dim
-        self.dropout_p = cfg.attention_probs_dropout_prob
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product self-attention over heads; subclasses say how x [B, T, H] becomes [q | k | v] [B, T, 3H].
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, eager: bool):
+    `mask` is a bool [B, 1, 1, T] (True = a key that may be attended to) or None when nothing is padded.
+    """
+
+    def __init__(self, n_heads: int, head_dim: int, dropout_p: float, attn_implementation: str):
+        super().__init__()
+        if attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise BertforgeError(f"unknown attn_implementation {attn_implementation!r} "
+                                 f"(expected {', '.join(ATTN_IMPLEMENTATIONS)})")
+        self.n_heads, self.head_dim, self.dropout_p = n_heads, head_dim, dropout_p
+        self.attn_implementation = attn_implementation
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, eager: bool = False):
         B, T, H = x.shape
-        # One [3H, H] matmul instead of three (fused at forward time, so the parameters keep HF's names): fewer,
-        # larger GEMMs and one read of x, which matters most for the small models trained on CPU.
-        w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-        q, k, v = F.linear(x, w, b).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k, v = self.project(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         p = self.dropout_p if self.training else 0.0
-        if eager:  # reference path: materialises the probabilities for analysis and tests
+        if eager or self.attn_implementation == "eager":  # the reference maths; materialises the probabilities
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
             if mask is not None:
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -96,6 +113,39 @@ class SelfAttention(nn.Module):
             probs = None
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         return ctx.transpose(1, 2).reshape(B, T, H), probs
+
+
+class SelfAttention(MultiHeadAttention):
+    """The trainable attention, with HF's three projections `query`, `key`, `value`."""
+
+    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
+        super().__init__(cfg.num_attention_heads, cfg.head_dim, cfg.attention_probs_dropout_prob,
+                         attn_implementation)
+        h = cfg.hidden_size
+        self.query, self.key, self.value = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        # One [3H, H] matmul instead of three (fused at forward time, so the parameters keep HF's names): fewer,
+        # larger GEMMs and one read of x, which matters most for the small models trained on CPU.
+        w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+        b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        return F.linear(x, w, b)
+
+
+class FusedSelfAttention(MultiHeadAttention):
+    """Inference-only variant: Q/K/V concatenated once into one Linear `qkv` (no per-call torch.cat, and one
+    nn.Linear that dynamic int8 quantisation can replace). Built by `for_inference`; never trained or saved."""
+
+    def __init__(self, source: SelfAttention):
+        super().__init__(source.n_heads, source.head_dim, source.dropout_p, source.attn_implementation)
+        h = source.query.in_features
+        self.qkv = nn.Linear(h, 3 * h)
+        with torch.no_grad():
+            self.qkv.weight.copy_(torch.cat([source.query.weight, source.key.weight, source.value.weight]))
+            self.qkv.bias.copy_(torch.cat([source.query.bias, source.key.bias, source.value.bias]))
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        return self.qkv(x)
 
 
 class AddNorm(nn.Module):
@@ -112,12 +162,12 @@ class AddNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
-        self.self = SelfAttention(cfg)
+        self.self: MultiHeadAttention = SelfAttention(cfg, attn_implementation)
         self.output = AddNorm(cfg.hidden_size, cfg)
 
-    def forward(self, x, mask, eager):
+    def forward(self, x, mask, eager=False):
         ctx, probs = self.self(x, mask, eager)
         return self.output(ctx, x), probs
 
@@ -133,21 +183,21 @@ class Intermediate(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
-        self.attention = Attention(cfg)
+        self.attention = Attention(cfg, attn_implementation)
         self.intermediate = Intermediate(cfg)
         self.output = AddNorm(cfg.intermediate_size, cfg)
 
-    def forward(self, x, mask, eager):
+    def forward(self, x, mask, eager=False):
         x, probs = self.attention(x, mask, eager)
         return self.output(self.intermediate(x), x), probs
 
 
 class LayerStack(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
-        layers = [Layer(cfg) for _ in range(cfg.num_hidden_layers)]
+        layers = [Layer(cfg, attn_implementation) for _ in range(cfg.num_hidden_layers)]
         # Cross-layer sharing (ALBERT) ties modules by identity: state_dict() still lists every layer, which keeps
         # the Hugging Face layout, while named_parameters() (and so the optimiser) sees each tensor once.
         for layer in layers[1:]:
@@ -168,14 +218,16 @@ class Pooler(nn.Module):
 
 
 class Encoder(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    """Embeddings -> [projection to H] -> L layers -> [pooler]. `attn_implementation`: "sdpa" or "eager"."""
+
+    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
         self.config = cfg
         self.embeddings = Embeddings(cfg)
         # Factorised embeddings (ALBERT, ELECTRA): a small E projected up to H.
         self.embeddings_project = (nn.Linear(cfg.embedding_size, cfg.hidden_size)
                                    if cfg.embedding_size != cfg.hidden_size else None)
-        self.encoder = LayerStack(cfg)
+        self.encoder = LayerStack(cfg, attn_implementation)
         self.pooler = Pooler(cfg) if cfg.use_pooler else None
         self.apply(self._init_weights)
 
@@ -199,7 +251,8 @@ class Encoder(nn.Module):
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        # Boolean mask [B, 1, 1, T]: True where a key may be attended to. None when nothing is padded.
+        # The one mask rule: bool [B, 1, 1, T], True where a key may be attended to; None when nothing is padded
+        # (SDPA then takes its unmasked, fastest kernel, which length-sorted inference batches mostly hit).
         mask = None
         if attention_mask is not None and not bool(attention_mask.all()):
             mask = attention_mask[:, None, None, :].bool()
@@ -215,13 +268,44 @@ class Encoder(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    @property
+    def is_inference_copy(self) -> bool:
+        return any(isinstance(m, FusedSelfAttention) for m in self.modules())
+
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> "Encoder":
-        from bertforge.checkpoint import load_pretrained
-        model = cls(ModelConfig.from_file(path))
+    def from_pretrained(cls, path: str | Path, attn_implementation: str = "sdpa") -> "Encoder":
+        model = cls(ModelConfig.from_file(path), attn_implementation)
         load_pretrained(model, path)
         return model.eval()
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        from bertforge.checkpoint import save_pretrained
+        if self.is_inference_copy:  # its fused `qkv` has no Hugging Face name
+            raise BertforgeError("an inference copy (fused Q/K/V) cannot be saved; save the encoder it came from")
         save_pretrained(self, path, self.config, tokenizer=tokenizer)
+
+
+def for_inference(encoder: Encoder, precision: str = "fp32") -> Encoder:
+    """An eval-mode copy of `encoder` with Q/K/V fused per layer, in fp32, bf16 or int8. It runs the same
+    `Encoder.forward`; it shares no tensors with `encoder`, so rebuild it after the weights change."""
+    if precision not in PRECISIONS:
+        raise BertforgeError(f"unknown precision {precision!r} (expected {', '.join(PRECISIONS)})")
+    fast = copy.deepcopy(encoder)
+    for layer in fast.encoder.layer:
+        if isinstance(layer.attention.self, SelfAttention):  # a shared (ALBERT) attention is fused once
+            layer.attention.self = FusedSelfAttention(layer.attention.self)
+    fast.eval().requires_grad_(False)  # after the swap: new modules start in training mode (dropout on)
+    if precision == "bf16":
+        return fast.to(torch.bfloat16)
+    if precision == "int8":
+        # Dynamic quantisation: int8 weights (per output channel), activations quantised per batch on the fly, no
+        # calibration data. The FFN output projection stays fp32: its input (GELU of the up-projection) has
+        # outlier features that a single per-tensor activation scale crushes (mean cosine to fp32 on STS
+        # sentences 0.978 with it quantised, 0.988 without; measured in benchmarks/embed_throughput.py).
+        keep_fp32 = {id(layer.output.dense) for layer in fast.encoder.layer}
+        # Every path to a module, shared (ALBERT) ones included: qconfigs are looked up by path.
+        spec = {name: per_channel_dynamic_qconfig for name, mod in fast.named_modules(remove_duplicate=False)
+                if isinstance(mod, nn.Linear) and id(mod) not in keep_fp32}
+        with warnings.catch_warnings():  # torch.ao deprecation notices: the API is still the supported CPU path
+            warnings.simplefilter("ignore")
+            quantize_dynamic(fast, spec, dtype=torch.qint8, inplace=True)
+    return fast

@@ -1,28 +1,51 @@
-"""Fast batch encoding: texts -> float32 vectors.
+"""Fast batch encoding: texts -> float32 vectors (what `SentenceEncoder.encode` runs).
 
 Where the time goes for short texts on CPU, and what this does about it:
   * tokenisation: one Rust `encode_batch` call per chunk of texts (parallel), no per-batch tokenizer round trips;
   * padding: texts are sorted by *token* count (not characters), so most batches have one length and run with no
     attention mask at all (SDPA's unmasked kernel), and the others waste almost nothing on padding;
-  * the model: an inference copy with fused Q/K/V (`bertforge.embed.fast`), under `torch.inference_mode`;
+  * the model: `bertforge.model.for_inference`'s copy of the encoder (Q/K/V pre-fused, optionally bf16 / int8),
+    cached until the source's parameters change, under `torch.inference_mode`;
   * order: results are written back to each text's original row, so the output lines up with the input.
 Texts longer than the model's max_seq_length are truncated (like sentence-transformers); an empty text is
 encoded as [CLS] [SEP] (a valid, if uninformative, vector), so row i always belongs to input line i.
+
+This module knows nothing of the sentence-transformers modules: the caller hands over the encoder, a tokenising
+function and the pooling head (`bertforge.embed.modules` imports this module, never the other way round).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from bertforge.embed.fast import PRECISIONS, EncoderCache
-from bertforge.embed.modules import Normalize, SentenceEncoder, Transformer
 from bertforge.errors import BertforgeError
+from bertforge.model import PRECISIONS, Encoder, for_inference
 
 _CHUNK = 16384  # texts tokenised and sorted together; bounds memory for very large inputs
+
+Features = dict[str, torch.Tensor]
+
+# Inference copies per source encoder and precision, with the parameter versions they were built from. Weak keys:
+# a copy lives as long as its source does; it is a plain cache, never a submodule, so it is never saved.
+_COPIES: weakref.WeakKeyDictionary[Encoder, dict[str, tuple[tuple[int, ...], Encoder]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def inference_copy(encoder: Encoder, precision: str) -> Encoder:
+    """`for_inference(encoder, precision)`, rebuilt only when a source parameter has changed."""
+    # Every in-place update (optimizer.step, load_state_dict) bumps a tensor's version counter.
+    stamp = tuple(p._version for p in encoder.parameters())
+    per_precision = _COPIES.setdefault(encoder, {})
+    hit = per_precision.get(precision)
+    if hit is None or hit[0] != stamp:
+        hit = (stamp, for_inference(encoder, precision))
+        per_precision[precision] = hit
+    return hit[1]
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
@@ -48,13 +71,14 @@ def pad_batch(ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return torch.from_numpy(arr), torch.from_numpy(mask)
 
 
-def encode(model: SentenceEncoder, texts: Sequence[str], batch_size: int = 32, precision: str = "fp32",
-           normalize: bool | None = None, progress: bool = True) -> np.ndarray:
+def encode(encoder: Encoder, token_ids: Callable[[list[str]], list[list[int]]], pad_id: int,
+           pool: Callable[[Features], torch.Tensor], texts: Sequence[str], dim: int, batch_size: int = 32,
+           precision: str = "fp32", normalize: bool = False, progress: bool = True) -> np.ndarray:
     """Encode `texts` to an [N, dim] float32 array in input order.
 
-    precision: "fp32" (matches sentence-transformers to ~1e-6), "bf16" (weights and activations in bfloat16),
-    "int8" (dynamic int8 quantisation of every Linear). normalize: None keeps the model's own choice (its final
-    Normalize module), True/False forces L2 normalisation on/off.
+    token_ids: texts -> unpadded, truncated id lists; pool: features (`token_embeddings`, optional
+    `attention_mask`) -> sentence vectors, run in fp32. precision: "fp32" (matches sentence-transformers to
+    ~1e-6), "bf16" (weights and activations in bfloat16), "int8" (dynamic int8 quantisation). normalize: L2.
     """
     if isinstance(texts, str):
         raise BertforgeError("encode expects a list of texts, not a single string")
@@ -65,32 +89,20 @@ def encode(model: SentenceEncoder, texts: Sequence[str], batch_size: int = 32, p
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise BertforgeError(f"text {i} is a {type(t).__name__}, not a string")
-    transformer: Transformer = model.transformer
-    head = [m for m in list(model)[1:] if not isinstance(m, Normalize)]
-    do_norm = model.normalizes if normalize is None else normalize
-    if not hasattr(model, "_fast_cache"):
-        model._fast_cache = EncoderCache()  # a plain attribute: not a submodule, never saved
-    fast = model._fast_cache.get(transformer.bert, precision)
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    out = np.zeros((len(texts), model.dim), dtype=np.float32)
-    pad_id = transformer.tokenizer.pad_token_id
+    fast = inference_copy(encoder, precision)
+    out = np.zeros((len(texts), dim), dtype=np.float32)
     bar = tqdm(total=len(texts), unit="text", desc="embed", disable=not progress, leave=False)
     with torch.inference_mode():
         for start in range(0, len(texts), _CHUNK):
-            chunk = [t.strip().lower() if transformer.do_lower_case else t.strip()
-                     for t in texts[start:start + _CHUNK]]
-            ids = transformer.tokenizer(chunk, max_length=transformer.max_seq_length, padding=False,
-                                        truncation=True, return_tensors=None)["input_ids"]
+            ids = token_ids(list(texts[start:start + _CHUNK]))
             for rows in length_batches([len(x) for x in ids], batch_size):
                 input_ids, mask = pad_batch([ids[r] for r in rows], pad_id)
-                hidden = fast(input_ids, mask)
-                features = {"token_embeddings": hidden.float() if dtype != torch.float32 else hidden}
+                hidden = fast(input_ids, mask).last_hidden_state
+                features = {"token_embeddings": hidden.float()}  # the head (Pooling, Dense) is cheap: fp32
                 if mask is not None:
                     features["attention_mask"] = mask
-                for module in head:  # Pooling, Dense (cheap: run in fp32)
-                    features = module(features)
-                emb = features["sentence_embedding"]
-                if do_norm:
+                emb = pool(features)
+                if normalize:
                     emb = F.normalize(emb, p=2, dim=1)
                 out[start + rows] = emb.numpy()
                 bar.update(len(rows))

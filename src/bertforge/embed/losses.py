@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.errors import BertforgeError
+from bertforge.heads import task_loss
 from bertforge.labels import NLI3_IDS
 
 # One NLI label order for the whole toolkit (HF's MNLI/SNLI: entailment=0, neutral=1, contradiction=2), so an integer
@@ -34,7 +35,7 @@ class SoftmaxLoss(nn.Module):
 
     def forward(self, embeddings: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         u, v = embeddings
-        return F.cross_entropy(self.logits(u, v), labels.long())
+        return task_loss(self.logits(u, v), labels)
 
 
 class CosineSimilarityLoss(nn.Module):

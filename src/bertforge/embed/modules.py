@@ -21,8 +21,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertforge.checkpoint import atomic_write, atomic_write_text, save_pretrained
+from bertforge.embed.encode import encode as encode_texts
 from bertforge.errors import BertforgeError
 from bertforge.files import read_json
+from bertforge.heads import mean_pool
 from bertforge.model import Encoder
 from bertforge.tokenization import Tokenizer
 
@@ -60,11 +62,18 @@ class Transformer(nn.Module):
     def dim(self) -> int:
         return self.bert.config.hidden_size
 
+    def _prepare(self, texts: Sequence[str]) -> list[str]:
+        return [t.strip().lower() if self.do_lower_case else t.strip() for t in texts]  # ST strips too
+
     def tokenize(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> Features:
         """Batch-encode with padding to the longest text and truncation to max_seq_length."""
-        texts = [t.strip().lower() if self.do_lower_case else t.strip() for t in texts]  # ST strips too
-        return self.tokenizer(texts, pairs=pairs, max_length=self.max_seq_length, padding="longest",
+        return self.tokenizer(self._prepare(texts), pairs=pairs, max_length=self.max_seq_length, padding="longest",
                               truncation=True, return_tensors="pt")
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Unpadded id lists, truncated to max_seq_length (fast encoding pads per length-sorted batch)."""
+        return self.tokenizer(self._prepare(texts), max_length=self.max_seq_length, padding=False,
+                              truncation=True, return_tensors=None)["input_ids"]
 
     def forward(self, features: Features) -> Features:
         out = self.bert(features["input_ids"], attention_mask=features.get("attention_mask"),
@@ -122,10 +131,10 @@ class Pooling(nn.Module):
                 parts.append(tokens[:, 0])
             elif mode == "max":
                 parts.append(tokens.masked_fill(m == 0, -1e9).max(dim=1).values)
-            else:
-                summed = (tokens * m).sum(dim=1)
-                count = m.sum(dim=1).clamp(min=1e-9)
-                parts.append(summed / count if mode == "mean" else summed / count.sqrt())
+            elif mode == "mean":
+                parts.append(mean_pool(tokens, mask))
+            else:  # mean_sqrt_len: the sum over real tokens divided by the square root of their count
+                parts.append((tokens * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9).sqrt())
         features["sentence_embedding"] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         return features
 
@@ -271,10 +280,18 @@ class SentenceEncoder(nn.Sequential):
         """Sentence embeddings for tokenized features (with gradients: the training path)."""
         return self(dict(features))["sentence_embedding"]
 
-    def encode(self, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
-        """Texts -> [N, dim] float32 array; see `bertforge.embed.encode.encode` for the options."""
-        from bertforge.embed.encode import encode
-        return encode(self, texts, **kwargs)
+    def encode(self, texts: Sequence[str], batch_size: int = 32, precision: str = "fp32",
+               normalize: bool | None = None, progress: bool = True) -> np.ndarray:
+        """Texts -> [N, dim] float32 array in input order (fast path: see `bertforge.embed.encode`).
+
+        precision: "fp32" (matches sentence-transformers to ~1e-6), "bf16" or "int8". normalize: None keeps the
+        model's own choice (its final Normalize module), True/False forces L2 normalisation on/off.
+        """
+        head = nn.Sequential(*[m for m in list(self)[1:] if not isinstance(m, Normalize)])  # Pooling, Dense
+        return encode_texts(self.transformer.bert, self.transformer.token_ids, self.tokenizer.pad_token_id,
+                            lambda features: head(features)["sentence_embedding"], texts, self.dim,
+                            batch_size=batch_size, precision=precision,
+                            normalize=self.normalizes if normalize is None else normalize, progress=progress)
 
     # ---- construction ------------------------------------------------------------------------------------------
     @classmethod

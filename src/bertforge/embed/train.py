@@ -13,7 +13,7 @@ from bertforge.embed.data import Dataset, Example
 from bertforge.embed.losses import ENTAILMENT, SoftmaxLoss, make_loss
 from bertforge.embed.modules import Dense, SentenceEncoder
 from bertforge.errors import BertforgeError
-from bertforge.train import ResumableLoader, TrainConfig, Trainer
+from bertforge.training import ResumableLoader, TrainConfig, Trainer
 
 # Which example kinds each loss can learn from.
 LOSS_KINDS = {"cosine": {"scored"}, "softmax": {"nli"}, "triplet": {"triplet"}, "mnrl": {"pair", "triplet", "nli"}}

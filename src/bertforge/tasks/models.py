@@ -28,8 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertforge.checkpoint import load_pretrained, read_state_dict, save_pretrained
 from bertforge.config import FAMILIES, ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.heads import mean_pool, task_loss
 from bertforge.model import Encoder
 
 KINDS = ("classify", "regress", "tag", "qa", "choice")
@@ -40,12 +42,11 @@ FEATURE_MODES = ("last", "second_last", "sum_last4", "concat_last4", "weighted")
 HEADS = ("linear", "bilstm")
 
 
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """Mean of token vectors over real (unpadded) positions: [B, T, H] -> [B, H]."""
-    if attention_mask is None:
-        return hidden.mean(1)
-    m = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
+def encoder_config(cfg: ModelConfig, kind: str) -> ModelConfig:
+    """`cfg` as HF builds the encoder for `kind`: no pooler (add_pooling_layer=False) for tagging, QA and RoBERTa
+    sequence classification, whose heads do not read it."""
+    no_pooler = kind in ("tag", "qa") or (kind in ("classify", "regress") and cfg.model_type == "roberta")
+    return cfg.replace(use_pooler=False) if no_pooler and cfg.use_pooler else cfg
 
 
 class _TaskModel(nn.Module):
@@ -125,10 +126,7 @@ class SequenceClassifier(_TaskModel):
             logits = self.classifier(self.dropout(self.pooled(out, attention_mask)))
         result: dict[str, Any] = {"logits": logits}
         if labels is not None:
-            if self.kind == "regress":
-                result["loss"] = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                result["loss"] = F.cross_entropy(logits.float(), labels)
+            result["loss"] = task_loss(logits, labels, regression=self.kind == "regress")
         return result
 
 
@@ -148,7 +146,7 @@ class TokenClassifier(_TaskModel):
         logits = self.classifier(self.dropout(out.last_hidden_state))
         result: dict[str, Any] = {"logits": logits}
         if labels is not None:
-            result["loss"] = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+            result["loss"] = task_loss(logits, labels)
         return result
 
 
@@ -194,7 +192,7 @@ class MultipleChoice(_TaskModel):
         logits = self.classifier(self.dropout(self.pooled(out, flat(attention_mask)))).view(b, c)
         result: dict[str, Any] = {"logits": logits}
         if labels is not None:
-            result["loss"] = F.cross_entropy(logits.float(), labels)
+            result["loss"] = task_loss(logits, labels)
         return result
 
 
@@ -277,12 +275,7 @@ class FeatureModel(nn.Module):
         logits = self.classifier(x)
         result: dict[str, Any] = {"logits": logits}
         if labels is not None:
-            if self.kind == "tag":
-                result["loss"] = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
-            elif self.kind == "regress":
-                result["loss"] = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                result["loss"] = F.cross_entropy(logits.float(), labels)
+            result["loss"] = task_loss(logits, labels, regression=self.kind == "regress")
         return result
 
     @property
@@ -297,9 +290,7 @@ def build_model(cfg: ModelConfig, kind: str, num_labels: int = 2, freeze: dict[s
         raise BertforgeError(f"unknown task kind {kind!r} (choose from {', '.join(KINDS)})")
     if freeze:
         return FeatureModel(cfg, kind, num_labels, **freeze)
-    no_pooler = kind in ("tag", "qa") or (kind in ("classify", "regress") and cfg.model_type == "roberta")
-    if no_pooler and cfg.use_pooler:  # HF builds these without a pooler (add_pooling_layer=False)
-        cfg = cfg.replace(use_pooler=False)
+    cfg = encoder_config(cfg, kind)
     if kind in ("classify", "regress"):
         return SequenceClassifier(cfg, num_labels, regression=kind == "regress")
     if kind == "tag":
@@ -328,8 +319,6 @@ def task_config(model: nn.Module, labels: list[str] | None, task: dict[str, Any]
 def save_task_model(model: nn.Module, path: str | Path, labels: list[str] | None, task: dict[str, Any],
                     tokenizer: Any = None) -> Path:
     """Write an HF directory that transformers' `<Family>For<Task>` loads with no missing or unexpected keys."""
-    from bertforge.checkpoint import save_pretrained
-
     extra = task_config(model, labels, task)
     if isinstance(model, FeatureModel):
         extra["bertforge_task"].update(features=model.features, head=model.head,
@@ -345,8 +334,6 @@ def init_from_pretrained(path: str | Path, kind: str, num_labels: int = 2,
     A checkpoint without pooler weights gets no pooler (mean pooling) rather than a random one: a random tanh
     pooler would make the classifier's input noise at the start of fine-tuning. Returns (model, missing names).
     """
-    from bertforge.checkpoint import load_pretrained, read_state_dict
-
     cfg = ModelConfig.from_file(path)
     state: dict[str, torch.Tensor] = {}
     if cfg.use_pooler and kind in ("classify", "regress", "choice") and not freeze:
@@ -369,8 +356,6 @@ def init_from_pretrained(path: str | Path, kind: str, num_labels: int = 2,
 
 def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[str] | None]:
     """Load a fine-tuned directory written by `save_task_model`: (model in eval mode, task info, label names)."""
-    from bertforge.checkpoint import load_pretrained
-
     cfg = ModelConfig.from_file(path)
     task = cfg.extra.get("bertforge_task")
     if not isinstance(task, dict) or task.get("kind") not in KINDS:

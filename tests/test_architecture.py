@@ -16,6 +16,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("model", "checkpoint", "heads"),
     ("data", "training"),
     ("pretrain", "tasks", "embed", "distill", "analysis"),
+    ("serve",),  # calls the same encode / predict functions the CLI calls
     ("commands", "cli"),
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -13,9 +13,10 @@ import pytest
 from tokenizers import Tokenizer as Backend
 from tokenizers import models, normalizers, pre_tokenizers, trainers
 
-from bertforge.data import BackendTokenizer, ShardedCorpus, iter_documents, prepare_corpus, split_sentences
+from bertforge.data import ShardedCorpus, iter_documents, prepare_corpus, split_sentences
 from bertforge.data.corpus import find_files
 from bertforge.errors import BertforgeError
+from bertforge.tokenization import Tokenizer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 WORDS = ("time people year way day thing man world life hand part child eye woman place work week case point "
@@ -48,10 +49,6 @@ def make_tokenizer(files, vocab_size=100):
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     backend.train([str(f) for f in files], trainers.WordPieceTrainer(
         vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False))
-    try:
-        from bertforge.tokenization import Tokenizer
-    except ImportError:
-        return BackendTokenizer(backend)
     return Tokenizer(backend)
 
 
@@ -316,6 +313,20 @@ def test_tokenizer_as_path_or_backend(small, tmp_path):
     b = prepare_corpus(d / "a.txt", tok.backend, tmp_path / "q", progress=False)
     assert a["tokenizer"]["fingerprint"] == b["tokenizer"]["fingerprint"]
     assert (tmp_path / "p" / "shard_00000.ids.bin").read_bytes() == (tmp_path / "q" / "shard_00000.ids.bin").read_bytes()
+
+
+def test_tokenizer_travels_to_workers_as_its_json(small):
+    import pickle
+
+    _, _, tok = small
+    state = tok.__getstate__()
+    assert set(state) == {"json", "kind", "specials", "do_lower_case", "model_max_length"}
+    blob = pickle.dumps(tok)
+    assert len(blob) < len(state["json"]) + 1000
+    back = pickle.loads(blob)
+    assert back.backend.to_str() == tok.backend.to_str() and back.specials == tok.specials
+    sents = ["Extraordinary circumstances nevertheless.", "The government and the company."]
+    assert back.encode_words(sents) == tok.encode_words(sents) and back.special_ids == tok.special_ids
 
 
 @pytest.mark.slow

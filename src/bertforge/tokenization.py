@@ -154,13 +154,15 @@ class Tokenizer:
         self.do_lower_case = bool(do_lower_case)
         self.model_max_length = int(model_max_length)
 
-    def __getstate__(self) -> dict:  # picklable for DataLoader workers: the lock is recreated
-        state = dict(self.__dict__)
-        del state["_lock"]
-        return state
+    def __getstate__(self) -> dict:
+        """What travels to worker processes (corpus preparation, DataLoader): the tokenizer.json string."""
+        return {"json": self.backend.to_str(), "kind": self.kind, "specials": self.specials,
+                "do_lower_case": self.do_lower_case, "model_max_length": self.model_max_length}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.backend = Backend.from_str(state["json"])
+        self.kind, self.specials = state["kind"], dict(state["specials"])
+        self.do_lower_case, self.model_max_length = state["do_lower_case"], state["model_max_length"]
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ train / load / save

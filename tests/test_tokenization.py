@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import json
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -429,6 +430,24 @@ def test_canonical_unigram_removes_hash_order():
     assert [p for p, _ in vocab] == ["<pad>", "<unk>", "▁a", "▁the", "b", "c", "q", "x", "z"]
     assert vocab[2][1] == vocab[3][1] == -2.0 and vocab[6][1] == pytest.approx(m + 1e-4, abs=1e-6)
     assert vocab[7][1] == vocab[8][1] == pytest.approx(m, abs=1e-6)
+
+
+def test_cli_train_bad_out_and_corpus_are_one_line_errors(tmp_path, capsys):
+    from bertforge.cli import main
+
+    corpus = make_corpus(tmp_path / "c.txt", lines=50)
+    (tmp_path / "file").write_text("x")
+    cases = [(["--out", str(tmp_path / "file")], "--out .*file: cannot create directory"),
+             (["--out", str(tmp_path / "file" / "sub")], "--out .*sub: cannot create directory"),
+             (["--out", "/proc/bertforge-tok"], "--out /proc/bertforge-tok: cannot create directory")]
+    for extra, message in cases:
+        assert main(["tokenizer", "train", "--corpus", str(corpus), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and re.search(message, err), err
+    pattern = str(tmp_path / "nothing-*.txt")
+    assert main(["tokenizer", "train", "--corpus", pattern, "--out", str(tmp_path / "tok")]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"{pattern}: no corpus files match this pattern")
+    assert not (tmp_path / "tok").exists()
 
 
 # ------------------------------------------------------------------------------------------- (d) errors

@@ -477,6 +477,8 @@ def test_errors(tmp_path):
             Tokenizer.train(["", "  \n"], kind=kind, vocab_size=100)
     with pytest.raises(TypeError, match="iter_texts"):  # a path is not a text: it would be trained on its name
         Tokenizer.train([tmp_path / "empty.txt"], vocab_size=100)
+    with pytest.raises(TypeError, match="got the path .*empty.txt.*iter_texts"):
+        Tokenizer.train([str(tmp_path / "empty.txt")], kind="bpe", vocab_size=100)
     with pytest.raises(TypeError):
         Tokenizer.train("a single text", vocab_size=100)
     tok = Tokenizer.from_pretrained(MINILM_DIR)

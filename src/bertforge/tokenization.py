@@ -419,11 +419,13 @@ class Tokenizer:
 
 
 def _checked_texts(texts: Iterable[str], seen: list[int]) -> Iterator[str]:
-    """`texts`, refusing anything but strings (a Path would otherwise be trained on as the text of its name);
-    seen[0] counts the non-blank ones."""
-    for text in texts:
-        if not isinstance(text, str):
-            raise TypeError(f"Tokenizer.train takes texts (str), got {type(text).__name__}: read files with "
+    """`texts`, refusing anything but strings, and a first "text" that is the name of an existing file (paths
+    would otherwise be trained on as the text of their names); seen[0] counts the non-blank texts."""
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or (i == 0 and len(text) < 4096 and not any(c.isspace() for c in text)
+                                         and os.path.isfile(text)):
+            what = type(text).__name__ if not isinstance(text, str) else f"the path {text!r}"
+            raise TypeError(f"Tokenizer.train takes texts, got {what}: read corpus files with "
                             "bertforge.data.corpus.iter_texts(paths)")
         if text.strip():
             seen[0] += 1

@@ -144,23 +144,22 @@ def _strip_gutenberg(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[t
             break
         if len(head) >= _GUTENBERG_HEADER_LINES or size > _GUTENBERG_HEADER_CHARS:
             break
-    dropped = {no for no, _ in head} if found else set()
-    last, in_book = 0, True
+    dropped = len({no for no, _ in head}) if found else 0  # lines, not pieces of chunked long lines
+    last = last_dropped = head[-1][0] if found else 0
+    in_book = True
     for no, line in (it if found else _chain(head, it)):
         last = no
-        if in_book and not _GUTENBERG_START.match(line):  # a START inside a book: the previous one had no END
-            if _GUTENBERG_END.match(line):
-                in_book = False
-                dropped.add(no)
-            else:
+        if in_book and not _GUTENBERG_START.match(line):  # (a START inside a book: the previous one had no END)
+            if not _GUTENBERG_END.match(line):
                 yield no, line
+                continue
+            in_book = False
         else:  # a footer, then the next book's header: skipped up to (and with) its START line
-            dropped.add(no)
             in_book = bool(_GUTENBERG_START.match(line))
-    last = max(last, head[-1][0] if head else 0)
-    if last and 2 * len(dropped) > last:
-        warn(f"{path}: {len(dropped):,} of {last:,} lines ({len(dropped) / last:.0%}) dropped as Project Gutenberg "
-             "headers and footers")
+        dropped, last_dropped = dropped + (no != last_dropped), no
+    if last and 2 * dropped > last:
+        warn(f"{path}: {dropped:,} of {last:,} lines ({dropped / last:.0%}) dropped as Project Gutenberg headers "
+             "and footers")
 
 
 def _chain(first: list, rest: Iterator) -> Iterator:
@@ -240,6 +239,7 @@ def iter_documents(paths: Iterable[str | os.PathLike] | str | os.PathLike, doc_b
         raise BertforgeError(f"no corpus files ({', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES)}) in {where}")
     total = 0
     for path in files:
+        n = 0
         try:
             if path.stat().st_size == 0:
                 warn(f"{path}:0: empty file skipped")
@@ -248,15 +248,14 @@ def iter_documents(paths: Iterable[str | os.PathLike] | str | os.PathLike, doc_b
             if why:
                 warn(f"{path}:1: {why}; skipped")
                 continue
-            n = 0
             for doc in _read_file(path, doc_boundary, strip_gutenberg, max_line_bytes):
                 n += 1
                 yield doc
         except READ_ERRORS as err:  # unreadable from the start (damage later on is LineReader's to report)
-            warn(f"{path}:0: cannot read ({err}); file skipped")
-            continue
-        if n == 0:
-            warn(f"{path}:0: no text (empty after stripping)")
+            warn(f"{path}:0: cannot read ({err}); {'rest of ' if n else ''}file skipped")
+        else:
+            if n == 0:
+                warn(f"{path}:0: no text (empty after stripping)")
         total += n
     if total == 0:
         raise BertforgeError(f"no usable text in {len(files)} corpus file(s) (first: {files[0]})")

@@ -410,6 +410,16 @@ def test_wordpiece_vocabulary_matches_the_tokenizers_trainer(tmp_path):
     assert chars == sorted(chars) and conts == sorted(conts) and vocab[5:5 + len(chars) + len(conts)] == chars + conts
 
 
+def test_wordpiece_words_counted_in_worker_processes_give_the_same_tokenizer(tmp_path, monkeypatch):
+    from bertforge import tokenizer_train
+
+    texts = make_corpus(tmp_path / "c.txt", lines=1500).read_text(encoding="utf-8").splitlines()
+    monkeypatch.setattr(tokenizer_train, "_CHUNK_CHARS", 4000)  # ~27 chunks: most go to the two workers
+    assert sum(map(len, texts)) > 5 * tokenizer_train._SERIAL_CHUNKS * tokenizer_train._CHUNK_CHARS
+    one, two = (Tokenizer.train(texts, vocab_size=400, min_frequency=1, workers=w) for w in (1, 2))
+    assert one.backend.to_str() == two.backend.to_str()
+
+
 def test_canonical_unigram_removes_hash_order():
     """Scores a few ulps apart, equal scores in any order, and the trainer's penalty scores (min, min + 1e-4, ...)
     given to re-added characters in any order all come out the same."""

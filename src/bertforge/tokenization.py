@@ -155,12 +155,13 @@ class Tokenizer:
     @classmethod
     def train(cls, texts: Iterable[str], kind: str = "wordpiece", vocab_size: int = 30522,
               lowercase: bool = True, min_frequency: int = 2, show_progress: bool = False,
-              model_max_length: int = 512) -> "Tokenizer":
+              model_max_length: int = 512, workers: int = 1) -> "Tokenizer":
         """Train a tokenizer on texts (documents as strings: read corpus files with
         `bertforge.data.corpus.iter_texts`). The same texts and options always give the same tokenizer.
 
         `lowercase` applies to WordPiece and Unigram; byte-level BPE is always cased, as RoBERTa is.
-        `min_frequency` applies to WordPiece and BPE (the Unigram trainer has none).
+        `min_frequency` applies to WordPiece and BPE (the Unigram trainer has none). `workers` > 1 counts the
+        words of a large WordPiece corpus in that many processes (see bertforge.tokenizer_train.word_counts).
         """
         if kind not in KINDS:
             raise BertforgeError(f"unknown tokenizer kind {kind!r} (choose from {', '.join(KINDS)})")
@@ -176,7 +177,7 @@ class Tokenizer:
             _bert_pipeline(backend, lowercase)
             # limit_alphabet=1000: as tokenizers' BertWordPieceTokenizer; rare characters become [UNK].
             train_wordpiece(backend, texts, vocab_size, min_frequency, specials, limit_alphabet=1000,
-                            show_progress=show_progress)
+                            show_progress=show_progress, workers=workers)
         elif kind == "bpe":  # the tokenizers trainer is deterministic here (see bertforge.tokenizer_train)
             lowercase = False
             backend = Backend(BPE())

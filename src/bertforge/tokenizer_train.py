@@ -16,9 +16,12 @@ Unigram trainer's result is put in a canonical form.
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
+import os
 import struct
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
+from itertools import chain
 
 from tokenizers import AddedToken, pre_tokenizers, trainers
 from tokenizers import Tokenizer as Backend
@@ -28,21 +31,21 @@ from tokenizers.models import BPE, WordPiece
 # use, above every alphabet character (characters from there up are left out of the alphabet: they become [UNK]).
 _CONTINUATION = 0xF0000
 _PENALTY_SPAN = 0.01  # the Unigram trainer re-adds missing characters at min_score + k * 1e-4
+_CHUNK_CHARS = 1 << 20  # texts per counting task
+_SERIAL_CHUNKS = 4      # counted in this process; a corpus with more goes to worker processes
 
 
 def train_wordpiece(backend: Backend, texts: Iterable[str], vocab_size: int, min_frequency: int,
-                    specials: list[AddedToken], limit_alphabet: int = 1000, show_progress: bool = False) -> None:
+                    specials: list[AddedToken], limit_alphabet: int = 1000, show_progress: bool = False,
+                    workers: int = 1) -> None:
     """Give `backend` (normaliser and pre-tokenizer already set) a WordPiece model trained on `texts`, as
     `tokenizers.trainers.WordPieceTrainer` trains it (same alphabet rule, same merges by count) but with ties
     broken by character order instead of hash order."""
-    normalize, pre_tokenize = backend.normalizer.normalize_str, backend.pre_tokenizer.pre_tokenize_str
-    counts: Counter[str] = Counter()
     if show_progress:
         from tqdm.auto import tqdm
 
         texts = tqdm(texts, desc="count words", unit=" docs", smoothing=0.1)
-    for text in texts:
-        counts.update(word for word, _ in pre_tokenize(normalize(text)))
+    counts = word_counts(backend, texts, workers)
     chars: Counter[str] = Counter()
     for word, n in counts.items():
         for c in word:
@@ -83,6 +86,67 @@ def train_wordpiece(backend: Backend, texts: Iterable[str], vocab_size: int, min
         vocab.setdefault(readable(sym), len(vocab))
     backend.model = WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100, continuing_subword_prefix="##")
     backend.add_special_tokens(specials)
+
+
+def word_counts(backend: Backend, texts: Iterable[str], workers: int = 1) -> Counter[str]:
+    """How often each word (after `backend`'s normaliser and pre-tokenizer) occurs in `texts`. With workers > 1,
+    the first few megabytes are counted here and the rest of a larger corpus in that many spawned processes (so a
+    calling script needs the `if __name__ == "__main__":` guard). Sums do not depend on the order, so neither
+    does the result."""
+    counts: Counter[str] = Counter()
+    chunks = _chunks(texts)
+    for i, chunk in enumerate(chunks):
+        _count_into(counts, backend, chunk)
+        if i + 1 == _SERIAL_CHUNKS and workers > 1:
+            break
+    else:
+        return counts
+    first = next(chunks, None)
+    if first is None:
+        return counts
+    ctx = mp.get_context("spawn")  # not fork: this process holds the Rust thread pools
+    with ctx.Pool(workers, initializer=_worker_init, initargs=(backend.to_str(),)) as pool:
+        pending: deque = deque()
+        for chunk in chain([first], chunks):  # a bounded queue: reading never runs far ahead of counting
+            pending.append(pool.apply_async(_worker_count, (chunk,)))
+            if len(pending) >= 2 * workers:
+                counts.update(pending.popleft().get())
+        while pending:
+            counts.update(pending.popleft().get())
+    return counts
+
+
+def _chunks(texts: Iterable[str]) -> Iterator[list[str]]:
+    chunk, size = [], 0
+    for text in texts:
+        chunk.append(text)
+        size += len(text)
+        if size >= _CHUNK_CHARS:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def _count_into(counts: Counter[str], backend: Backend, texts: list[str]) -> None:
+    normalize, pre_tokenize = backend.normalizer.normalize_str, backend.pre_tokenizer.pre_tokenize_str
+    for text in texts:
+        counts.update(word for word, _ in pre_tokenize(normalize(text)))
+
+
+_WORKER_BACKEND: Backend | None = None
+
+
+def _worker_init(tokenizer_json: str) -> None:
+    global _WORKER_BACKEND
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
+    _WORKER_BACKEND = Backend.from_str(tokenizer_json)
+
+
+def _worker_count(texts: list[str]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    _count_into(counts, _WORKER_BACKEND, texts)
+    return counts
 
 
 def canonical_unigram(backend: Backend, n_special: int) -> Backend:

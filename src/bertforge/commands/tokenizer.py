@@ -36,6 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="minimum pair/word frequency for a merge (wordpiece, bpe; default: 2)")
     train.add_argument("--model-max-length", type=int, default=512, metavar="N",
                        help="model_max_length written to tokenizer_config.json (default: 512)")
+    train.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="processes counting words of a large wordpiece corpus (default: 1)")
     train.set_defaults(func=run_train)
 
 
@@ -58,7 +60,7 @@ def run_train(args: argparse.Namespace) -> int:
     out = _output_dir(args.out)
     tok = Tokenizer.train(iter_texts(files), kind=args.kind, vocab_size=args.vocab_size, lowercase=args.lowercase,
                           min_frequency=args.min_frequency, show_progress=True,
-                          model_max_length=args.model_max_length)
+                          model_max_length=args.model_max_length, workers=args.workers)
     tok.save_pretrained(out)
     seconds = time.perf_counter() - start
     print(f"trained {args.kind} tokenizer: vocab {tok.vocab_size}, {len(files)} file(s), {seconds:.1f} s -> {args.out}")

@@ -31,7 +31,7 @@ def tiny_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tiny")
     corpus = root / "corpus.txt"
     corpus.write_text("\n".join(f"the cat sat on the mat number {i} and the dog ran to the park" for i in range(200)))
-    tok = Tokenizer.train([corpus], kind="wordpiece", vocab_size=120, min_frequency=1)
+    tok = Tokenizer.train(corpus.read_text().splitlines(), kind="wordpiece", vocab_size=120, min_frequency=1)
     torch.manual_seed(0)
     model = MaskedLM(ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
                                  num_attention_heads=2, intermediate_size=64, max_position_embeddings=64))
@@ -80,7 +80,7 @@ def test_fill_mask_prints_text_not_byte_level_symbols(tmp_path):
     """A byte-level BPE vocabulary spells " the" as "Ġthe": `fill-mask` shows the decoded text."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(f"the cat sat on the mat and the dog ran to the park {i}" for i in range(200)))
-    tok = Tokenizer.train([corpus], kind="bpe", vocab_size=300, min_frequency=1)
+    tok = Tokenizer.train(corpus.read_text().splitlines(), kind="bpe", vocab_size=300, min_frequency=1)
     torch.manual_seed(0)
     model = MaskedLM(ModelConfig(model_type="roberta", vocab_size=tok.vocab_size, hidden_size=32,
                                  num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,

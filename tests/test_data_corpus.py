@@ -3,6 +3,7 @@ workers, splits, ranks)."""
 import gzip
 import json
 import os
+import re
 import time
 import warnings
 from pathlib import Path
@@ -12,9 +13,10 @@ import pytest
 from tokenizers import Tokenizer as Backend
 from tokenizers import models, normalizers, pre_tokenizers, trainers
 
-from bertforge.data import BackendTokenizer, ShardedCorpus, iter_documents, prepare_corpus, split_sentences
+from bertforge.data import ShardedCorpus, iter_documents, prepare_corpus, split_sentences
 from bertforge.data.corpus import find_files
 from bertforge.errors import BertforgeError
+from bertforge.tokenization import Tokenizer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 WORDS = ("time people year way day thing man world life hand part child eye woman place work week case point "
@@ -47,10 +49,6 @@ def make_tokenizer(files, vocab_size=100):
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     backend.train([str(f) for f in files], trainers.WordPieceTrainer(
         vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False))
-    try:
-        from bertforge.tokenization import Tokenizer
-    except ImportError:
-        return BackendTokenizer(backend)
     return Tokenizer(backend)
 
 
@@ -102,6 +100,71 @@ def test_gutenberg_header_and_footer_stripped(tmp_path):
     h = tmp_path / "plain.txt"  # no markers: nothing is dropped
     h.write_text("Just text.\n", encoding="utf-8")
     assert [d.text for d in iter_documents(h)] == ["Just text."]
+
+
+def fake_book(title, paragraphs):
+    """A small Project Gutenberg file: header, START marker, the paragraphs, END marker, licence footer."""
+    return (f"The Project Gutenberg eBook of {title}\n\nThis eBook is for the use of anyone anywhere.\n\n"
+            f"*** START OF THE PROJECT GUTENBERG EBOOK {title.upper()} ***\n\n" + "\n\n".join(paragraphs)
+            + f"\n\n*** END OF THE PROJECT GUTENBERG EBOOK {title.upper()} ***\n\n"
+            + "\n".join(f"Licence line {i} of the Project Gutenberg License." for i in range(12)) + "\n")
+
+
+def test_several_gutenberg_books_in_one_file(tmp_path):
+    books = {t: [f"{t} paragraph {i}, line one\nand line two." for i in range(30)] for t in ("Alpha", "Beta", "Gamma")}
+    f = tmp_path / "three.txt"
+    f.write_text("".join(fake_book(t, ps) for t, ps in books.items()), encoding="utf-8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        docs = list(iter_documents(f))
+    assert [d.text for d in docs] == [p.replace("\n", " ") for ps in books.values() for p in ps]
+    assert not caught  # under half of the lines dropped: no warning
+    # A file that is mostly boiler-plate is reported, with its name and the share dropped.
+    g = tmp_path / "short.txt"
+    g.write_text(fake_book("Tiny", ["One short paragraph."]) * 2, encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"short\.txt: 38 of 44 lines \(86%\) dropped as Project Gutenberg"):
+        assert [d.text for d in iter_documents(g)] == ["One short paragraph."] * 2
+
+
+@pytest.mark.parametrize("doc_boundary", ["blank", "file"])
+def test_truncated_gzip_keeps_what_was_read(tmp_path, doc_boundary):
+    lines = [f"Sentence number {i} tells of {WORDS[i % len(WORDS)]} and {WORDS[(i * 7) % len(WORDS)]}."
+             for i in range(20_000)]
+    text = "".join(line + ("\n\n" if i % 10 == 9 else "\n") for i, line in enumerate(lines))
+    packed = gzip.compress(text.encode("utf-8"))
+    f = tmp_path / "cut.txt.gz"
+    f.write_bytes(packed[:int(0.3 * len(packed))])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        docs = list(iter_documents(f, doc_boundary=doc_boundary))
+    got = re.split(r"\.\s+", " ".join(d.text for d in docs))
+    kept = len(got)
+    assert 0.25 * len(lines) < kept <= 0.31 * len(lines)  # most of the first 30% comes back ...
+    assert [g.rstrip(".") for g in got[:-1]] == [x.rstrip(".") for x in lines[:kept - 1]]  # ... in order
+    msgs = [str(w.message) for w in caught]
+    assert len(msgs) == 1 and msgs[0].startswith(f"{f}:") and "cut short" in msgs[0]
+    assert f"of {len(packed[:int(0.3 * len(packed))]):,}" in msgs[0] and "lines" in msgs[0]
+
+
+def test_damaged_gzip_in_strict_readers_and_tiny_cut(tmp_path):
+    from bertforge.files import text_lines
+    f = tmp_path / "rows.txt.gz"
+    f.write_bytes(gzip.compress(b"".join(b"row %d\n" % i for i in range(50_000)))[:4000])
+    with pytest.raises(BertforgeError, match=r"rows\.txt\.gz:\d+: cannot read further"):
+        list(text_lines(f))
+    g = tmp_path / "tiny.txt.gz"  # cut inside the first few kilobytes of text: still read, not skipped
+    g.write_bytes(gzip.compress(b"Alpha beta gamma.\n" * 2000)[:60])
+    with pytest.warns(UserWarning, match="tiny.txt.gz"):
+        docs = list(iter_documents(g))
+    assert docs and docs[0].text.startswith("Alpha beta gamma.")
+
+
+def test_patterns_and_folders_that_match_nothing_are_named(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BertforgeError, match=r"nothing-\*\.txt: no corpus files match this pattern"):
+        find_files([str(tmp_path / "nothing-*.txt")])
+    with pytest.raises(BertforgeError, match=r"empty: no \.txt, .* files in this folder"):
+        find_files([tmp_path / "empty"])
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -250,6 +313,20 @@ def test_tokenizer_as_path_or_backend(small, tmp_path):
     b = prepare_corpus(d / "a.txt", tok.backend, tmp_path / "q", progress=False)
     assert a["tokenizer"]["fingerprint"] == b["tokenizer"]["fingerprint"]
     assert (tmp_path / "p" / "shard_00000.ids.bin").read_bytes() == (tmp_path / "q" / "shard_00000.ids.bin").read_bytes()
+
+
+def test_tokenizer_travels_to_workers_as_its_json(small):
+    import pickle
+
+    _, _, tok = small
+    state = tok.__getstate__()
+    assert set(state) == {"json", "kind", "specials", "do_lower_case", "model_max_length"}
+    blob = pickle.dumps(tok)
+    assert len(blob) < len(state["json"]) + 1000
+    back = pickle.loads(blob)
+    assert back.backend.to_str() == tok.backend.to_str() and back.specials == tok.specials
+    sents = ["Extraordinary circumstances nevertheless.", "The government and the company."]
+    assert back.encode_words(sents) == tok.encode_words(sents) and back.special_ids == tok.special_ids
 
 
 @pytest.mark.slow

@@ -5,11 +5,11 @@ import torch
 from tokenizers import Tokenizer as Backend
 from tokenizers import models, normalizers, pre_tokenizers, trainers
 
-from bertforge.data import (BackendTokenizer, Masker, PretrainingDataset, ShardedCorpus, collate, make_builder,
-                            prepare_corpus)
+from bertforge.data import Masker, PretrainingDataset, ShardedCorpus, collate, make_builder, prepare_corpus
 from bertforge.data.examples import plan_rng
 from bertforge.data.masking import IGNORE_INDEX
 from bertforge.errors import BertforgeError
+from bertforge.tokenization import Tokenizer
 
 WORDS = ("time people year way day thing man world life hand part child eye woman place work week case point "
          "government company number group problem fact extraordinary unbelievable remarkable considering").split()
@@ -31,7 +31,7 @@ def corpus(tmp_path_factory):
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     backend.train([str(d / "c.txt")], trainers.WordPieceTrainer(
         vocab_size=90, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False))
-    prepare_corpus(d / "c.txt", BackendTokenizer(backend), d / "shards", shard_tokens=20_000, progress=False)
+    prepare_corpus(d / "c.txt", Tokenizer(backend), d / "shards", shard_tokens=20_000, progress=False)
     return ShardedCorpus(d / "shards")
 
 

@@ -81,7 +81,7 @@ def base(tmp_path_factory) -> Path:
     rng = random.Random(0)
     vocab = POS + NEG + FILLER
     (d / "corpus.txt").write_text("\n".join(" ".join(rng.choices(vocab, k=10)) for _ in range(300)), encoding="utf-8")
-    tok = Tokenizer.train([d / "corpus.txt"], vocab_size=100, min_frequency=1)
+    tok = Tokenizer.train((d / "corpus.txt").read_text().splitlines(), vocab_size=100, min_frequency=1)
     cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=1)
     torch.manual_seed(0)
     save_pretrained(Encoder(cfg), d / "model", cfg, tokenizer=tok)

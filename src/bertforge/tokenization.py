@@ -2,7 +2,8 @@
 
 All the work is done by the `tokenizers` library; this module only
   * builds the pipelines the reference models use (normaliser, pre-tokenizer, model, post-processor, decoder),
-  * trains them from text files (.txt or .txt.gz, Project Gutenberg boiler-plate skipped),
+  * trains them from texts, deterministically (bertforge.tokenizer_train; corpora are read by the caller, e.g.
+    with bertforge.data.corpus.iter_texts),
   * loads them from a tokenizer.json or a BERT vocab.txt and saves them in the Hugging Face layout,
   * wraps batch encoding in the small API the rest of bertforge uses (see docs/architecture.md).
 
@@ -11,11 +12,8 @@ saved directory loads in `transformers.AutoTokenizer` and encodes identically.
 """
 from __future__ import annotations
 
-import glob
-import gzip
 import json
 import os
-import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -28,6 +26,7 @@ from tokenizers.models import BPE, Unigram, WordPiece
 from bertforge.errors import BertforgeError
 from bertforge.files import read_json
 from bertforge.fileio import atomic_write_text
+from bertforge.tokenizer_train import canonical_unigram, train_wordpiece
 
 KINDS = ("wordpiece", "bpe", "unigram")
 _MODEL_KIND = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
@@ -40,20 +39,6 @@ SPECIAL_TOKENS: dict[str, dict[str, str]] = {
     "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
 }
 HF_TOKENIZER_CLASS = {"wordpiece": "BertTokenizerFast", "bpe": "RobertaTokenizerFast", "unigram": "AlbertTokenizerFast"}
-
-
-def _document_batches(paths: Iterable[str | os.PathLike], batch: int = 1000) -> Iterator[list[str]]:
-    """Document texts in batches, read exactly as `prepare` reads them (bertforge.data.corpus: .txt/.gz/.jsonl,
-    Gutenberg header and footer stripped, bad files reported), so a tokenizer sees the text its shards hold."""
-    from bertforge.data.corpus import iter_documents
-    buf: list[str] = []
-    for doc in iter_documents(paths):
-        buf.append(doc.text)
-        if len(buf) == batch:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
 
 
 # ----------------------------------------------------------------------------------------------- pipelines
@@ -154,53 +139,62 @@ class Tokenizer:
         self.do_lower_case = bool(do_lower_case)
         self.model_max_length = int(model_max_length)
 
-    def __getstate__(self) -> dict:  # picklable for DataLoader workers: the lock is recreated
-        state = dict(self.__dict__)
-        del state["_lock"]
-        return state
+    def __getstate__(self) -> dict:
+        """What travels to worker processes (corpus preparation, DataLoader): the tokenizer.json string."""
+        return {"json": self.backend.to_str(), "kind": self.kind, "specials": self.specials,
+                "do_lower_case": self.do_lower_case, "model_max_length": self.model_max_length}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.backend = Backend.from_str(state["json"])
+        self.kind, self.specials = state["kind"], dict(state["specials"])
+        self.do_lower_case, self.model_max_length = state["do_lower_case"], state["model_max_length"]
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ train / load / save
 
     @classmethod
-    def train(cls, files: Iterable[str | os.PathLike], kind: str = "wordpiece", vocab_size: int = 30522,
+    def train(cls, texts: Iterable[str], kind: str = "wordpiece", vocab_size: int = 30522,
               lowercase: bool = True, min_frequency: int = 2, show_progress: bool = False,
-              model_max_length: int = 512) -> "Tokenizer":
-        """Train a tokenizer on text files, folders or globs (.txt, .txt.gz, .jsonl with a `text` field).
+              model_max_length: int = 512, workers: int = 1) -> "Tokenizer":
+        """Train a tokenizer on texts (documents as strings: read corpus files with
+        `bertforge.data.corpus.iter_texts`). The same texts and options always give the same tokenizer.
 
         `lowercase` applies to WordPiece and Unigram; byte-level BPE is always cased, as RoBERTa is.
-        `min_frequency` applies to WordPiece and BPE (the Unigram trainer has none).
+        `min_frequency` applies to WordPiece and BPE (the Unigram trainer has none). `workers` > 1 counts the
+        words of a large WordPiece corpus in that many processes (see bertforge.tokenizer_train.word_counts).
         """
         if kind not in KINDS:
             raise BertforgeError(f"unknown tokenizer kind {kind!r} (choose from {', '.join(KINDS)})")
-        paths = [str(f) for f in files]
+        if isinstance(texts, (str, bytes, os.PathLike)):
+            raise TypeError("Tokenizer.train takes an iterable of texts, not a single string or path")
         specials = _special_added_tokens(kind)
         if vocab_size <= len(specials):
             raise BertforgeError(f"vocab_size {vocab_size} is too small (the {len(specials)} special tokens alone)")
+        seen = [0]
+        texts = _checked_texts(texts, seen)
         if kind == "wordpiece":
             backend = Backend(WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
             _bert_pipeline(backend, lowercase)
             # limit_alphabet=1000: as tokenizers' BertWordPieceTokenizer; rare characters become [UNK].
-            trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                                special_tokens=specials, limit_alphabet=1000,
-                                                continuing_subword_prefix="##", show_progress=show_progress)
-        elif kind == "bpe":
+            train_wordpiece(backend, texts, vocab_size, min_frequency, specials, limit_alphabet=1000,
+                            show_progress=show_progress, workers=workers)
+        elif kind == "bpe":  # the tokenizers trainer is deterministic here (see bertforge.tokenizer_train)
             lowercase = False
             backend = Backend(BPE())
             _roberta_pipeline(backend)
             trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                           special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                           show_progress=show_progress)
+            backend.train_from_iterator(texts, trainer=trainer)
         else:
             backend = Backend(Unigram())
             _albert_pipeline(backend, lowercase)
             trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>",
                                               show_progress=show_progress)
-        # iter_documents raises a BertforgeError naming the paths when they hold no usable text.
-        backend.train_from_iterator(_document_batches(paths), trainer=trainer)
+            backend.train_from_iterator(texts, trainer=trainer)
+            backend = canonical_unigram(backend, len(specials))
+        if not seen[0]:
+            raise BertforgeError("no text to train the tokenizer on")
         _set_post_processor(backend, kind, SPECIAL_TOKENS[kind])
         return cls(backend, kind, SPECIAL_TOKENS[kind], do_lower_case=lowercase, model_max_length=model_max_length)
 
@@ -423,6 +417,20 @@ class Tokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         return self.backend.token_to_id(token)
+
+
+def _checked_texts(texts: Iterable[str], seen: list[int]) -> Iterator[str]:
+    """`texts`, refusing anything but strings, and a first "text" that is the name of an existing file (paths
+    would otherwise be trained on as the text of their names); seen[0] counts the non-blank texts."""
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or (i == 0 and len(text) < 4096 and not any(c.isspace() for c in text)
+                                         and os.path.isfile(text)):
+            what = type(text).__name__ if not isinstance(text, str) else f"the path {text!r}"
+            raise TypeError(f"Tokenizer.train takes texts, got {what}: read corpus files with "
+                            "bertforge.data.corpus.iter_texts(paths)")
+        if text.strip():
+            seen[0] += 1
+            yield text
 
 
 def _as_list(ids: Any) -> list[int]:

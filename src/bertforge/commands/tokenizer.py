@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from pathlib import Path
 
-from bertforge.data.corpus import find_files
+from bertforge.data.corpus import find_files, iter_texts
 from bertforge.errors import BertforgeError
 from bertforge.tokenization import KINDS, Tokenizer
 
@@ -17,13 +19,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     train = verbs.add_parser(
         "train", help="train a tokenizer on text files",
-        description="Train a tokenizer on plain text (.txt or .txt.gz; Project Gutenberg header/footer lines are "
-                    "skipped) and save it in the Hugging Face layout (tokenizer.json, tokenizer_config.json, "
-                    "special_tokens_map.json, and vocab.txt for WordPiece).",
+        description="Train a tokenizer on plain text (.txt or .txt.gz, documents separated by blank lines; .jsonl "
+                    "with a 'text' field; Project Gutenberg headers and footers are skipped) and save it in the "
+                    "Hugging Face layout (tokenizer.json, tokenizer_config.json, special_tokens_map.json, and "
+                    "vocab.txt for WordPiece). The same corpus and options always give the same files.",
         epilog="kinds: wordpiece = BERT (## continuation, [CLS]/[SEP]/[MASK]); bpe = RoBERTa byte-level BPE "
                "(<s>/</s>/<mask>, always cased); unigram = ALBERT (▁ word starts).")
     train.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
-                       help="text files, folders (every .txt/.txt.gz inside) or glob patterns")
+                       help="text files, folders (every .txt/.txt.gz/.jsonl inside) or glob patterns")
     train.add_argument("--kind", choices=KINDS, default="wordpiece", help="tokenizer model (default: wordpiece)")
     train.add_argument("--vocab-size", type=int, default=30522, metavar="N", help="vocabulary size (default: 30522)")
     train.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer to")
@@ -33,19 +36,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="minimum pair/word frequency for a merge (wordpiece, bpe; default: 2)")
     train.add_argument("--model-max-length", type=int, default=512, metavar="N",
                        help="model_max_length written to tokenizer_config.json (default: 512)")
+    train.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="processes counting words of a large wordpiece corpus (default: 1)")
     train.set_defaults(func=run_train)
+
+
+def _output_dir(path: str) -> Path:
+    """--out, created now: a path that cannot hold the tokenizer fails before minutes of training, not after."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise BertforgeError(f"--out {path}: cannot create directory ({err.strerror or err})") from None
+    if not os.access(out, os.W_OK):
+        raise BertforgeError(f"--out {path}: directory is not writable")
+    return out
 
 
 def run_train(args: argparse.Namespace) -> int:
     """Train, save and print a one-line summary."""
     start = time.perf_counter()
-    files = find_files(args.corpus)
-    if not files:
-        raise BertforgeError(f"no corpus files found in {' '.join(args.corpus)}")
-    tok = Tokenizer.train(files, kind=args.kind, vocab_size=args.vocab_size, lowercase=args.lowercase,
+    files = find_files(args.corpus)  # a missing file or a pattern matching nothing is named here
+    out = _output_dir(args.out)
+    tok = Tokenizer.train(iter_texts(files), kind=args.kind, vocab_size=args.vocab_size, lowercase=args.lowercase,
                           min_frequency=args.min_frequency, show_progress=True,
-                          model_max_length=args.model_max_length)
-    tok.save_pretrained(args.out)
+                          model_max_length=args.model_max_length, workers=args.workers)
+    tok.save_pretrained(out)
     seconds = time.perf_counter() - start
     print(f"trained {args.kind} tokenizer: vocab {tok.vocab_size}, {len(files)} file(s), {seconds:.1f} s -> {args.out}")
     return 0

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
-from bertforge.files import MAX_WARNINGS_PER_FILE, LineReader, open_binary, warn
+from bertforge.files import MAX_WARNINGS_PER_FILE, READ_ERRORS, LineReader, open_binary, warn
 
 TEXT_SUFFIXES = (".txt", ".txt.gz")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz")
@@ -60,13 +60,18 @@ def find_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[P
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found += sorted(f for f in p.rglob("*") if f.is_file() and f.name.lower().endswith(TEXT_SUFFIXES + JSONL_SUFFIXES))
+            inside = _folder_files(p)
+            if not inside:
+                raise BertforgeError(f"{raw}: no {', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES)} files in this folder")
+            found += inside
         elif p.is_file():
             found.append(p)
         elif glob.has_magic(str(raw)):
             matches = sorted(Path(m) for m in glob.glob(str(raw), recursive=True))
-            found += [m for m in matches if m.is_file()]
-            found += [f for m in matches if m.is_dir() for f in find_files([m])]
+            matched = [m for m in matches if m.is_file()] + [f for m in matches if m.is_dir() for f in _folder_files(m)]
+            if not matched:
+                raise BertforgeError(f"{raw}: no corpus files match this pattern")
+            found += matched
         else:
             raise BertforgeError(f"{raw}: no such file or folder")
     seen: set[Path] = set()
@@ -79,12 +84,26 @@ def find_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[P
     return unique
 
 
+def _folder_files(folder: Path) -> list[Path]:
+    suffixes = TEXT_SUFFIXES + JSONL_SUFFIXES
+    return sorted(f for f in folder.rglob("*") if f.is_file() and f.name.lower().endswith(suffixes))
+
+
 # ---------------------------------------------------------------------------------------------- sniffing
 
 def _sniff(path: Path) -> str | None:
     """Why `path` is not text (None if it looks like text): NUL bytes or mostly undecodable bytes up front."""
+    head = b""
     with open_binary(path) as fh:
-        head = fh.read(_SNIFF_BYTES)
+        try:
+            while len(head) < _SNIFF_BYTES:  # read1: a .gz cut short still gives what precedes the cut
+                chunk = fh.read1(_SNIFF_BYTES - len(head))
+                if not chunk:
+                    break
+                head += chunk
+        except READ_ERRORS:
+            if not head:
+                raise
     if b"\x00" in head:
         return "binary file (NUL bytes)"
     text = head.decode("utf-8", errors="replace")
@@ -110,23 +129,37 @@ def _read_file(path: Path, doc_boundary: str, strip_gutenberg: bool, max_line_by
 
 
 def _strip_gutenberg(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
-    """Drop everything up to a "*** START OF ... PROJECT GUTENBERG" line (looked for in the first lines only,
-    so a file without one is buffered briefly) and from an "*** END OF ..." line on."""
+    """Keep the books' text: drop everything up to a "*** START OF ... PROJECT GUTENBERG" line and from an
+    "*** END OF ..." line to the next START line (files often hold several books one after another) or to the end.
+    The first START is looked for in the first lines only, so a file without one is buffered briefly and kept
+    whole. Warns when more than half of the file's lines are dropped (a sign the markers were misread)."""
     it = iter(lines)
     head: list[tuple[int, str]] = []
-    size = 0
+    size, found = 0, False
     for item in it:
         head.append(item)
         size += len(item[1])
         if _GUTENBERG_START.match(item[1]):
-            head = []
+            found = True
             break
         if len(head) >= _GUTENBERG_HEADER_LINES or size > _GUTENBERG_HEADER_CHARS:
             break
-    for item in _chain(head, it):
-        if _GUTENBERG_END.match(item[1]):
-            return
-        yield item
+    dropped = len({no for no, _ in head}) if found else 0  # lines, not pieces of chunked long lines
+    last = last_dropped = head[-1][0] if found else 0
+    in_book = True
+    for no, line in (it if found else _chain(head, it)):
+        last = no
+        if in_book and not _GUTENBERG_START.match(line):  # (a START inside a book: the previous one had no END)
+            if not _GUTENBERG_END.match(line):
+                yield no, line
+                continue
+            in_book = False
+        else:  # a footer, then the next book's header: skipped up to (and with) its START line
+            in_book = bool(_GUTENBERG_START.match(line))
+        dropped, last_dropped = dropped + (no != last_dropped), no
+    if last and 2 * dropped > last:
+        warn(f"{path}: {dropped:,} of {last:,} lines ({dropped / last:.0%}) dropped as Project Gutenberg headers "
+             "and footers")
 
 
 def _chain(first: list, rest: Iterator) -> Iterator:
@@ -199,11 +232,14 @@ def iter_documents(paths: Iterable[str | os.PathLike] | str | os.PathLike, doc_b
     """
     if doc_boundary not in ("blank", "file"):
         raise BertforgeError(f"doc_boundary must be 'blank' or 'file', not {doc_boundary!r}")
-    files = find_files(paths)
+    names = [str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+    files = find_files(names)
     if not files:
-        raise BertforgeError(f"no corpus files found in {[str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]}")
+        where = ", ".join(names) if names else "(no paths given)"
+        raise BertforgeError(f"no corpus files ({', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES)}) in {where}")
     total = 0
     for path in files:
+        n = 0
         try:
             if path.stat().st_size == 0:
                 warn(f"{path}:0: empty file skipped")
@@ -212,18 +248,23 @@ def iter_documents(paths: Iterable[str | os.PathLike] | str | os.PathLike, doc_b
             if why:
                 warn(f"{path}:1: {why}; skipped")
                 continue
-            n = 0
             for doc in _read_file(path, doc_boundary, strip_gutenberg, max_line_bytes):
                 n += 1
                 yield doc
-        except (OSError, EOFError) as err:  # unreadable or truncated/corrupt gzip: keep what was read
-            warn(f"{path}:0: read error ({err}); rest of file skipped")
-            continue
-        if n == 0:
-            warn(f"{path}:0: no text (empty after stripping)")
+        except READ_ERRORS as err:  # unreadable from the start (damage later on is LineReader's to report)
+            warn(f"{path}:0: cannot read ({err}); {'rest of ' if n else ''}file skipped")
+        else:
+            if n == 0:
+                warn(f"{path}:0: no text (empty after stripping)")
         total += n
     if total == 0:
         raise BertforgeError(f"no usable text in {len(files)} corpus file(s) (first: {files[0]})")
+
+
+def iter_texts(paths: Iterable[str | os.PathLike] | str | os.PathLike, doc_boundary: str = "blank") -> Iterator[str]:
+    """The text of each document of a corpus, read as `iter_documents` reads it (what a tokenizer trains on)."""
+    for doc in iter_documents(paths, doc_boundary=doc_boundary):
+        yield doc.text
 
 
 # ---------------------------------------------------------------------------------------------- sentences

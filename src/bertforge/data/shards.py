@@ -9,9 +9,9 @@ Layout of a prepared corpus directory::
     shard_00000.doc_offsets.npy        # int64 [n_documents + 1]: sentence offset of each document in the shard
     shard_00000.doc_hash.npy           # uint64 [n_documents]: content hash, gives the deterministic held-out split
 
-Documents never straddle shards. Tokenisation runs in worker processes (spawned; each rebuilds the tokenizer
-from its tokenizer.json string); results are written in input order, so any number of workers gives the same
-shards. Every file is written under a temporary name and renamed when complete.
+Documents never straddle shards. Tokenisation runs in worker processes (spawned; each receives the Tokenizer,
+which pickles as its tokenizer.json string); results are written in input order, so any number of workers gives
+the same shards. Every file is written under a temporary name and renamed when complete.
 """
 from __future__ import annotations
 
@@ -21,17 +21,19 @@ import multiprocessing as mp
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer as Backend
 
 from bertforge.data.corpus import find_files, iter_documents, split_sentences
 from bertforge.errors import BertforgeError
 from bertforge.fileio import atomic_write, atomic_write_text
+from bertforge.tokenization import Tokenizer
 
 FORMAT = "bertforge-shards"
 VERSION = 1
@@ -39,75 +41,16 @@ DEFAULT_SHARD_TOKENS = 64_000_000
 DEFAULT_HELDOUT_FRACTION = 0.01
 _CHUNK_CHARS = 1 << 20  # text per worker task: large enough to amortise IPC, small enough to keep memory flat
 
-_SPECIALS = {  # role -> candidate token strings, BERT family first
-    "pad": ("[PAD]", "<pad>"), "unk": ("[UNK]", "<unk>"), "cls": ("[CLS]", "<s>"),
-    "sep": ("[SEP]", "</s>"), "mask": ("[MASK]", "<mask>"),
-}
-
 
 # ---------------------------------------------------------------------------------------------- tokenizer glue
 
-class BackendTokenizer:
-    """The slice of `bertforge.tokenization.Tokenizer` the data pipeline uses, over a bare `tokenizers.Tokenizer`
-    (or a tokenizer.json). Also what worker processes rebuild from the tokenizer.json string."""
-
-    def __init__(self, backend: Any):
-        self.backend = backend
-        vocab = backend.get_vocab(with_added_tokens=True)
-        ids = {}
-        for role, names in _SPECIALS.items():
-            ids[role] = next((vocab[n] for n in names if n in vocab), None)
-        self._ids = ids
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "BackendTokenizer":
-        from tokenizers import Tokenizer as Backend
-
-        p = Path(path)
-        p = p / "tokenizer.json" if p.is_dir() else p
-        if not p.is_file():
-            raise BertforgeError(f"{path}: no tokenizer.json")
-        return cls(Backend.from_file(str(p)))
-
-    vocab_size = property(lambda self: self.backend.get_vocab_size(with_added_tokens=True))
-    pad_token_id = property(lambda self: self._ids["pad"])
-    unk_token_id = property(lambda self: self._ids["unk"])
-    cls_token_id = property(lambda self: self._ids["cls"])
-    sep_token_id = property(lambda self: self._ids["sep"])
-    mask_token_id = property(lambda self: self._ids["mask"])
-
-    @property
-    def special_ids(self) -> set[int]:
-        ids = {i for i in self._ids.values() if i is not None}
-        return ids | {i for i, t in self.backend.get_added_tokens_decoder().items() if t.special}
-
-    def encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
-
-    def encode_words(self, texts: Sequence[str]) -> list[tuple[list[int], list[int]]]:
-        encs = self.backend.encode_batch(list(texts), add_special_tokens=False)
-        return [(e.ids, [-1 if w is None else w for w in e.word_ids]) for e in encs]
-
-    def __getstate__(self) -> dict:  # travel to workers as the tokenizer.json string
-        return {"json": self.backend.to_str()}
-
-    def __setstate__(self, state: dict) -> None:
-        from tokenizers import Tokenizer as Backend
-
-        self.__init__(Backend.from_str(state["json"]))
-
-
 def resolve_tokenizer(tokenizer: Any) -> Any:
-    """A bertforge Tokenizer (or anything with its interface) as is; a `tokenizers.Tokenizer` or a path to a
-    tokenizer directory / tokenizer.json wrapped so it has that interface."""
+    """A bertforge Tokenizer (or anything with its interface) as is; a `tokenizers.Tokenizer`, or a path to a
+    tokenizer directory / tokenizer.json, as a bertforge Tokenizer."""
     if isinstance(tokenizer, (str, os.PathLike)):
-        try:
-            from bertforge.tokenization import Tokenizer
-        except ImportError:
-            return BackendTokenizer.from_file(tokenizer)
         return Tokenizer.from_pretrained(tokenizer)
-    if type(tokenizer).__module__.startswith("tokenizers"):
-        return BackendTokenizer(tokenizer)
+    if isinstance(tokenizer, Backend):
+        return Tokenizer(tokenizer)
     missing = [a for a in ("encode_words", "vocab_size", "mask_token_id", "special_ids") if not hasattr(tokenizer, a)]
     if missing:
         raise BertforgeError(f"tokenizer {type(tokenizer).__name__} lacks {', '.join(missing)}")
@@ -120,12 +63,6 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     text = backend.to_str() if backend is not None else json.dumps(
         [tokenizer.vocab_size, sorted(tokenizer.special_ids), tokenizer.encode_ids(["The quick brown fox."])])
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _worker_payload(tokenizer: Any) -> Any:
-    """What a worker process receives: the tokenizer.json string when there is a backend, else the object."""
-    backend = getattr(tokenizer, "backend", None)
-    return BackendTokenizer(backend) if backend is not None else tokenizer
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -176,11 +113,11 @@ def _encode_documents(texts: list[str], tokenizer: Any, dtype: np.dtype) -> _Enc
 _WORKER_TOKENIZER: Any = None
 
 
-def _worker_init(payload: Any) -> None:
+def _worker_init(tokenizer: Any) -> None:
     global _WORKER_TOKENIZER
     # One worker per core: the Rust thread pool inside each worker would only oversubscribe.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _WORKER_TOKENIZER = payload
+    _WORKER_TOKENIZER = tokenizer
 
 
 def _worker_encode(texts: list[str], dtype_str: str) -> _Encoded:
@@ -318,7 +255,7 @@ def prepare_corpus(paths: Iterable[str | os.PathLike] | str | os.PathLike, token
     else:
         # Spawned (not forked) workers: the parent may hold torch / Rust thread pools that do not survive fork.
         ctx = mp.get_context("spawn")
-        with ctx.Pool(workers, initializer=_worker_init, initargs=(_worker_payload(tok),)) as pool:
+        with ctx.Pool(workers, initializer=_worker_init, initargs=(tok,)) as pool:
             pending: deque = deque()
             for texts in batches:  # bounded queue: reading never runs far ahead of tokenising
                 pending.append(pool.apply_async(_worker_encode, (texts, dtype.str)))

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from bertforge.data import ShardedCorpus, find_files, prepare_corpus
+from bertforge.data.corpus import iter_texts
 from bertforge.errors import BertforgeError
 from bertforge.fileio import atomic_write_text
 from bertforge.pretrain.default_corpus import default_corpus
@@ -71,7 +72,7 @@ def prepare_tokenizer(opts: PretrainOptions, corpus_paths: list[str], is_main: b
     barrier()  # every rank has looked at the old tokenizer before rank 0 replaces it
     if is_main:
         t0 = time.perf_counter()
-        tok = Tokenizer.train(corpus_paths, kind=opts.recipe.tokenizer_kind, vocab_size=vocab,
+        tok = Tokenizer.train(iter_texts(corpus_paths), kind=opts.recipe.tokenizer_kind, vocab_size=vocab,
                               model_max_length=max(512, opts.seq_len))
         tok.save_pretrained(out_tok)
         _write_fingerprint(out_tok, fingerprint)

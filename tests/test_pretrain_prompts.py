@@ -21,7 +21,7 @@ def tokenizers(tmp_path_factory) -> dict[str, Tokenizer]:
     path = tmp_path_factory.mktemp("corpus") / "c.txt"
     path.write_text("\n".join(lines), encoding="utf-8")
     # BPE at 300: the 256 bytes plus merges enough for the frequent words, not for "ADVENTURES"
-    return {kind: Tokenizer.train([path], kind=kind, vocab_size=300 if kind == "bpe" else 120)
+    return {kind: Tokenizer.train(lines, kind=kind, vocab_size=300 if kind == "bpe" else 120)
             for kind in ("bpe", "wordpiece")}
 
 

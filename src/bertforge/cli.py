@@ -15,6 +15,8 @@ import sys
 import warnings
 from collections.abc import Iterator
 
+from tqdm import tqdm
+
 from bertforge.errors import BertforgeError
 from bertforge.fileio import is_write_failure, write_failure_reason
 
@@ -109,7 +111,9 @@ class _WarningLines(logging.Handler):
         if message in self.seen:
             return
         self.seen.add(message)
-        print(f"bertforge {self.verb}: {level}: {message}", file=sys.stderr, flush=True)
+        # tqdm.write clears an active progress bar first, so the warning starts its own line.
+        tqdm.write(f"bertforge {self.verb}: {level}: {message}", file=sys.stderr)
+        sys.stderr.flush()
 
 
 @contextlib.contextmanager

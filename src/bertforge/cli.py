@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "bertforge.commands.embed",      # embed, index
     "bertforge.commands.pretrain",   # prepare, pretrain, ablate
     "bertforge.commands.finetune",   # finetune, evaluate, predict
+    "bertforge.commands.serve",      # serve
 ]
 
 

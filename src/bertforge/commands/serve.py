@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 
@@ -35,8 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
-        raise BertforgeError("serving needs FastAPI and uvicorn: pip install 'bertforge[serve]'")
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError:
+        raise BertforgeError("serving needs FastAPI and uvicorn: pip install 'bertforge[serve]'") from None
     for name in ("max_batch_tokens", "max_queue", "max_inputs", "max_body_bytes"):
         if getattr(args, name) < 1:
             raise BertforgeError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
@@ -45,7 +47,6 @@ def serve_command(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise BertforgeError(f"--port must be 0..65535, got {args.port}")
     import torch
-    import uvicorn
 
     from bertforge.serve import ServeOptions, create_app, load_models
 

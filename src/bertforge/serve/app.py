@@ -126,7 +126,12 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
                 # every body is JSON: accept `curl -d '{...}'` (which says x-www-form-urlencoded) as such
                 request.scope["headers"] = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"] \
                     + [(b"content-type", b"application/json")]
-            response = await call_next(request)
+            counted = path != "/metrics"
+            metrics.in_flight += counted  # one event loop: no lock needed
+            try:
+                response = await call_next(request)
+            finally:
+                metrics.in_flight -= counted
         elapsed = time.perf_counter() - start
         response.headers["X-Total-Time-Ms"] = f"{elapsed * 1000:.2f}"
         metrics.request(route, response.status_code, elapsed)

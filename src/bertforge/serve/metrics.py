@@ -81,6 +81,7 @@ class Metrics:
         self.batch_rows = Histogram("bertforge_batch_size", "Inputs per inference batch", ("op",), SIZE_BUCKETS)
         self.tokens = Counter("bertforge_tokens_total", "Input tokens processed", ("op",))
         self.inputs = Counter("bertforge_inputs_total", "Inputs processed", ("op",))
+        self.in_flight = 0  # requests being handled now (a gauge)
         self.rejected = Counter("bertforge_queue_rejections_total", "Requests refused with 429 (queue full)")
 
     def request(self, route: str, status: int, seconds: float) -> None:
@@ -105,6 +106,8 @@ class Metrics:
             for m in (self.requests, self.duration, self.queue, self.compute, self.batch_rows, self.tokens,
                       self.inputs, self.rejected):
                 lines += m.render()
+        lines += ["# HELP bertforge_requests_in_flight Requests being handled (this scrape not counted)",
+                  "# TYPE bertforge_requests_in_flight gauge", f"bertforge_requests_in_flight {self.in_flight}"]
         lines += ["# HELP bertforge_queue_depth Requests waiting for the inference worker",
                   "# TYPE bertforge_queue_depth gauge", f"bertforge_queue_depth {queue_depth}"]
         return "\n".join(lines) + "\n"

@@ -164,9 +164,16 @@ def _task_model(name: str, path: Path, config: dict[str, Any]) -> ServedModel:
     model, _, _ = load_task_model(path)
 
     def classify(pairs: list[tuple[str, str | None]]) -> list[dict[str, Any]]:
-        enc = kind.encode([TextExample(t, p, None, str(i)) for i, (t, p) in enumerate(pairs)], tokenizer)
-        records = kind.predict(model, enc, batch_size=max(1, len(pairs)), progress=False)
-        return [{k: v for k, v in r.items() if k != "id"} for r in records]
+        out: list[dict[str, Any]] = [{} for _ in pairs]
+        # the encoder refuses single texts and pairs in one call; a batch from several requests may hold both
+        for want_pair in (False, True):
+            rows = [i for i, (_, p) in enumerate(pairs) if (p is not None) == want_pair]
+            if not rows:
+                continue
+            enc = kind.encode([TextExample(pairs[i][0], pairs[i][1], None, str(i)) for i in rows], tokenizer)
+            for i, rec in zip(rows, kind.predict(model, enc, batch_size=len(rows), progress=False)):
+                out[i] = {k: v for k, v in rec.items() if k != "id"}
+        return out
 
     def rerank(pairs: list[tuple[str, str]]) -> list[float]:
         return [r["score"] for r in classify(list(pairs))]

@@ -2,10 +2,10 @@
 
 Single-sentence requests at concurrency 1/8/32/64 against (a) `bertforge serve` (dynamic batching) and (b) a
 plain FastAPI app calling sentence-transformers `encode` per request (what users write by hand), optionally
-(c) infinity-emb (`--infinity PYTHON`: an interpreter that has it). Reference: offline `bertforge embed`
-throughput (SentenceEncoder.encode, batch 32, same thread count). Every answer is checked against the offline
-vector of its own sentence (a wrong or missing answer is counted), and the server's RSS is read before and after
-`--memory-requests` requests.
+(c) infinity-emb (`--servers infinity --infinity EXE`: its executable, installed in a venv of its own).
+Reference: offline `bertforge embed` throughput (SentenceEncoder.encode, batch 32, same thread count). Every
+answer is checked against the offline vector of its own sentence (a wrong or missing answer is counted), and the
+server's RSS is read before and after `--memory-requests` requests at concurrency 32.
 
     python benchmarks/serve_load.py [--requests 2000] [--memory-requests 10000] [--threads 2]
 """
@@ -143,7 +143,7 @@ def main() -> None:
     ap.add_argument("--memory-requests", type=int, default=10000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--servers", nargs="+", default=["bertforge", "plain"], choices=("bertforge", "plain", "infinity"))
-    ap.add_argument("--infinity", metavar="PYTHON", help="an interpreter with infinity-emb installed")
+    ap.add_argument("--infinity", metavar="EXE", help="the infinity_emb executable (a venv of its own)")
     ap.add_argument("--append", action="store_true", help="add these rows to the rows already in --out")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/serve_load.json"))
     args = ap.parse_args()
@@ -216,10 +216,10 @@ def serve_bertforge(bertforge: str, model_path: str, texts: list[str], want: np.
 def serve_infinity(model_path: str, texts: list[str], want: np.ndarray, env: dict, args: argparse.Namespace,
                    result: dict) -> None:
     if not args.infinity:
-        result["infinity_error"] = "no --infinity interpreter given"
+        result["infinity_error"] = "no --infinity executable given"
         return
     port = free_port()
-    proc = subprocess.Popen([args.infinity, "-m", "infinity_emb.cli", "v2", "--model-id", model_path, "--port",
+    proc = subprocess.Popen([args.infinity, "v2", "--model-id", model_path, "--port",
                              str(port), "--engine", "torch", "--device", "cpu", "--no-bettertransformer"], env=env)
     url = f"http://127.0.0.1:{port}"
     try:

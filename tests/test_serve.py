@@ -191,7 +191,7 @@ def test_info_health_metrics(server):
     assert re.search(r'^bertforge_tokens_total\{op="embed"\} \d+$', text, re.M)
 
 
-# ---- errors ------------------------------------------------------------------------------------------------------------
+# ---- errors ----------------------------------------------------------------------------------------------------------
 def test_error_statuses_name_the_field(server):
     def err(status: int, path: str, **kw) -> dict:
         r = server.post(path, **kw)
@@ -225,7 +225,7 @@ def test_missing_extra_and_bad_model_dir(monkeypatch, capsys, tmp_path):
     assert "\n" not in line and "model directory not found" in line
 
 
-# ---- batching under concurrency ----------------------------------------------------------------------------------------
+# ---- batching under concurrency --------------------------------------------------------------------------------------
 def test_concurrent_requests_get_their_own_answers(server, dirs):
     texts = [[_sentence(i, 3 + i % 7)] + ([_sentence(100 + i)] if i % 3 == 0 else []) for i in range(48)]
     enc = SentenceEncoder.from_pretrained(dirs["mlm"])

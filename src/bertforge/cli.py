@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "bertforge.commands.embed",      # embed, index
     "bertforge.commands.pretrain",   # prepare, pretrain, ablate
     "bertforge.commands.finetune",   # finetune, evaluate, predict
+    "bertforge.commands.serve",      # serve
 ]
 
 

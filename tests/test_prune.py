@@ -171,7 +171,17 @@ def test_prune_command_writes_a_smaller_model_that_loads(task_model, tmp_path):
     assert report["heads_removed"] == 2 and report["parameters_after"] < report["parameters_before"]
     model, task, _ = load_task_model(out)
     assert sum(model.config.heads_per_layer) == 6 and task["name"] == "sst2"
-    bad = run("prune", "--model", task_model / "model", "--task", "sst2", "--data", task_model / "dev.tsv",
-              "--fraction", "1.5", "--out", tmp_path / "x")
-    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--fraction" in bad.stderr
+
+
+def test_prune_refuses_a_fraction_outside_0_1(task_model, tmp_path, capsys):
+    from bertforge.cli import main
+
+    for fraction in ("1.5", "0", "1"):
+        assert main(["prune", "--model", str(task_model / "model"), "--task", "sst2", "--data",
+                     str(task_model / "dev.tsv"), "--fraction", fraction, "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--fraction" in err[0]
     assert not (tmp_path / "x").exists()
+    assert main(["prune", "--model", str(task_model / "model"), "--task", "conll", "--data",
+                 str(task_model / "dev.tsv"), "--fraction", "0.5", "--out", str(tmp_path / "x")]) == 2
+    assert "not --task 'conll'" in capsys.readouterr().err

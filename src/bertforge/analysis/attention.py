@@ -152,8 +152,9 @@ def attention_html(maps: AttentionMaps, layers: list[int] | None = None, heads: 
     from that token colours the sentence."""
     L, H, T, _ = maps.attn.shape
     rows, cols = _select(L, layers, "layers"), _select(H, heads, "heads")
-    attn = [[None if np.isnan(maps.attn[layer, head]).any() else np.round(maps.attn[layer, head], 3).tolist()
-             for head in cols] for layer in rows]
+    # float64 before rounding: rounded float32 values print as 0.12800000607967377 in JSON
+    attn = [[None if np.isnan(a).any() else np.round(a.astype(np.float64), 3).tolist()
+             for a in (maps.attn[layer, head] for head in cols)] for layer in rows]
     data = {"tokens": maps.tokens, "layers": rows, "heads": cols, "attn": attn}
     note = "The input was longer than the model's maximum and was truncated." if maps.truncated else ""
     # "</" inside the JSON would close the <script> element early

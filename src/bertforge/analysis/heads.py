@@ -146,7 +146,9 @@ def plot_statistics(stats: HeadStats):
         ax.set_title(k, fontsize=9)
         ax.set_xlabel("head", fontsize=7)
         ax.set_ylabel("layer", fontsize=7)
-        ax.tick_params(labelsize=6)
+        ax.set_xticks(range(v.shape[1]))
+        ax.set_yticks(range(v.shape[0]))
+        ax.tick_params(labelsize=5)
         fig.colorbar(im, ax=ax, fraction=0.046)
     fig.tight_layout()
     return fig

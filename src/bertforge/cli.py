@@ -26,6 +26,8 @@ COMMAND_MODULES = [
     "bertforge.commands.embed",      # embed, index
     "bertforge.commands.pretrain",   # prepare, pretrain, ablate
     "bertforge.commands.finetune",   # finetune, evaluate, predict
+    "bertforge.commands.analyze",    # analyze attention|heads|probe|importance|explain
+    "bertforge.commands.prune",      # prune
     "bertforge.commands.serve",      # serve
 ]
 

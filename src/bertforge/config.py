@@ -129,6 +129,8 @@ class ModelConfig:
     embedding_size: int | None = None  # None -> hidden_size (no factorisation)
     share_layers: str = "none"
     use_pooler: bool = True
+    # Heads left in each layer after pruning (None: num_attention_heads everywhere); bertforge layout only.
+    heads_per_layer: list[int] | None = None
     # Task metadata carried through config.json (id2label etc.); not used by the encoder itself.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -144,6 +146,11 @@ class ModelConfig:
             raise BertforgeError(f"unsupported hidden_act {self.hidden_act!r} (expected one of {', '.join(ACTIVATIONS)})")
         if self.embedding_size is None:
             self.embedding_size = self.hidden_size
+        if self.heads_per_layer is not None and (
+                len(self.heads_per_layer) != self.num_hidden_layers
+                or not all(1 <= n <= self.num_attention_heads for n in self.heads_per_layer)):
+            raise BertforgeError(f"heads_per_layer {self.heads_per_layer} needs {self.num_hidden_layers} counts "
+                                 f"between 1 and {self.num_attention_heads}")
         if not self.family.factorised and self.embedding_size != self.hidden_size:
             raise BertforgeError(f"{self.model_type} cannot have embedding_size != hidden_size; use albert or electra")
 
@@ -190,6 +197,8 @@ class ModelConfig:
                 d.update(bos_token_id=0, eos_token_id=2)
         d["tie_word_embeddings"] = True
         d["bertforge"] = {"share_layers": self.share_layers, "use_pooler": self.use_pooler}
+        if self.heads_per_layer is not None:
+            d["bertforge"]["heads_per_layer"] = list(self.heads_per_layer)
         if architectures:
             d["architectures"] = architectures
         d.update(self.extra)
@@ -216,7 +225,7 @@ class ModelConfig:
                            type_vocab_size=FAMILIES["distilbert"].type_vocab_size,
                            initializer_range=d.get("initializer_range", 0.02), layer_norm_eps=1e-12,
                            pad_token_id=d.get("pad_token_id", 0), use_pooler=FAMILIES["distilbert"].use_pooler,
-                           extra=extra)
+                           heads_per_layer=ours.get("heads_per_layer"), extra=extra)
             share = ours.get("share_layers", "none")
             if model_type == "albert":
                 groups = d.get("num_hidden_groups", 1)
@@ -236,7 +245,8 @@ class ModelConfig:
                        layer_norm_eps=d.get("layer_norm_eps", 1e-12), pad_token_id=d.get("pad_token_id") or 0,
                        embedding_size=d.get("embedding_size") if FAMILIES[model_type].factorised else None,
                        share_layers=share,
-                       use_pooler=ours.get("use_pooler", FAMILIES[model_type].use_pooler), extra=extra)
+                       use_pooler=ours.get("use_pooler", FAMILIES[model_type].use_pooler),
+                       heads_per_layer=ours.get("heads_per_layer"), extra=extra)
         except KeyError as err:
             raise BertforgeError(f"{source}: missing field {err.args[0]!r} for model_type {model_type!r}") from None
 

@@ -99,30 +99,38 @@ class MultiHeadAttention(nn.Module):
     def project(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, eager: bool = False):
-        B, T, H = x.shape
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, eager: bool = False,
+                head_mask: torch.Tensor | None = None):
+        """`head_mask` [n_heads] multiplies each head's attention probabilities (HF's and Michel et al.'s head
+        mask); on the SDPA path it scales each head's context, which is the same product: (m * P) @ V = m * (P @ V)."""
+        B, T, _ = x.shape
         q, k, v = self.project(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         p = self.dropout_p if self.training else 0.0
+        per_head = None if head_mask is None else head_mask.to(q.dtype).view(1, -1, 1, 1)
         if eager or self.attn_implementation == "eager":  # the reference maths; materialises the probabilities
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
             if mask is not None:
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
             probs = scores.softmax(dim=-1)
+            if per_head is not None:
+                probs = probs * per_head
             ctx = F.dropout(probs, p, self.training) @ v
         else:
             probs = None
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        return ctx.transpose(1, 2).reshape(B, T, H), probs
+            if per_head is not None:
+                ctx = ctx * per_head
+        return ctx.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim), probs
 
 
 class SelfAttention(MultiHeadAttention):
     """The trainable attention, with HF's three projections `query`, `key`, `value`."""
 
-    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
-        super().__init__(cfg.num_attention_heads, cfg.head_dim, cfg.attention_probs_dropout_prob,
-                         attn_implementation)
-        h = cfg.hidden_size
-        self.query, self.key, self.value = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
+    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None):
+        n_heads = cfg.num_attention_heads if n_heads is None else n_heads  # fewer after pruning (prune_heads)
+        super().__init__(n_heads, cfg.head_dim, cfg.attention_probs_dropout_prob, attn_implementation)
+        h, inner = cfg.hidden_size, n_heads * cfg.head_dim
+        self.query, self.key, self.value = nn.Linear(h, inner), nn.Linear(h, inner), nn.Linear(h, inner)
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         # One [3H, H] matmul instead of three (fused at forward time, so the parameters keep HF's names): fewer,
@@ -138,8 +146,7 @@ class FusedSelfAttention(MultiHeadAttention):
 
     def __init__(self, source: SelfAttention):
         super().__init__(source.n_heads, source.head_dim, source.dropout_p, source.attn_implementation)
-        h = source.query.in_features
-        self.qkv = nn.Linear(h, 3 * h)
+        self.qkv = nn.Linear(source.query.in_features, 3 * source.query.out_features)
         with torch.no_grad():
             self.qkv.weight.copy_(torch.cat([source.query.weight, source.key.weight, source.value.weight]))
             self.qkv.bias.copy_(torch.cat([source.query.bias, source.key.bias, source.value.bias]))
@@ -162,14 +169,38 @@ class AddNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
+    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None):
         super().__init__()
-        self.self: MultiHeadAttention = SelfAttention(cfg, attn_implementation)
-        self.output = AddNorm(cfg.hidden_size, cfg)
+        self.self: MultiHeadAttention = SelfAttention(cfg, attn_implementation, n_heads)
+        self.output = AddNorm(self.self.n_heads * cfg.head_dim, cfg)
 
-    def forward(self, x, mask, eager=False):
-        ctx, probs = self.self(x, mask, eager)
+    def forward(self, x, mask, eager=False, head_mask=None):
+        ctx, probs = self.self(x, mask, eager, head_mask)
         return self.output(ctx, x), probs
+
+    def prune_heads(self, heads: list[int]) -> None:
+        """Remove `heads` physically (HF's `prune_heads`): fewer rows in query/key/value, fewer output columns."""
+        attn = self.self
+        if not isinstance(attn, SelfAttention):
+            raise BertforgeError("prune heads on the trainable encoder, not on an inference copy")
+        d = attn.head_dim
+        keep = [h for h in range(attn.n_heads) if h not in set(heads)]
+        if not keep:
+            raise BertforgeError("cannot prune every head of a layer (keep at least one)")
+        idx = torch.cat([torch.arange(h * d, (h + 1) * d) for h in keep])
+        with torch.no_grad():
+            for name in ("query", "key", "value"):
+                old = getattr(attn, name)
+                new = nn.Linear(old.in_features, len(idx)).to(old.weight)
+                new.weight.copy_(old.weight[idx])
+                new.bias.copy_(old.bias[idx])
+                setattr(attn, name, new)
+            old = self.output.dense
+            new = nn.Linear(len(idx), old.out_features).to(old.weight)
+            new.weight.copy_(old.weight[:, idx])
+            new.bias.copy_(old.bias)
+            self.output.dense = new
+        attn.n_heads = len(keep)
 
 
 class Intermediate(nn.Module):
@@ -183,21 +214,22 @@ class Intermediate(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
+    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None):
         super().__init__()
-        self.attention = Attention(cfg, attn_implementation)
+        self.attention = Attention(cfg, attn_implementation, n_heads)
         self.intermediate = Intermediate(cfg)
         self.output = AddNorm(cfg.intermediate_size, cfg)
 
-    def forward(self, x, mask, eager=False):
-        x, probs = self.attention(x, mask, eager)
+    def forward(self, x, mask, eager=False, head_mask=None):
+        x, probs = self.attention(x, mask, eager, head_mask)
         return self.output(self.intermediate(x), x), probs
 
 
 class LayerStack(nn.Module):
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
-        layers = [Layer(cfg, attn_implementation) for _ in range(cfg.num_hidden_layers)]
+        heads = cfg.heads_per_layer or [cfg.num_attention_heads] * cfg.num_hidden_layers  # pruned: fewer
+        layers = [Layer(cfg, attn_implementation, n) for n in heads]
         # Cross-layer sharing (ALBERT) ties modules by identity: state_dict() still lists every layer, which keeps
         # the Hugging Face layout, while named_parameters() (and so the optimiser) sees each tensor once.
         for layer in layers[1:]:
@@ -229,6 +261,7 @@ class Encoder(nn.Module):
                                    if cfg.embedding_size != cfg.hidden_size else None)
         self.encoder = LayerStack(cfg, attn_implementation)
         self.pooler = Pooler(cfg) if cfg.use_pooler else None
+        self.head_mask: torch.Tensor | list[torch.Tensor] | None = None  # see forward
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -247,7 +280,11 @@ class Encoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False) -> EncoderOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                head_mask: torch.Tensor | list[torch.Tensor] | None = None) -> EncoderOutput:
+        """`head_mask`: per layer, one weight per head ([L, heads], or a list when pruned layers differ); when
+        None, `self.head_mask` is used, which lets analysis mask the encoder inside any task model."""
+        head_mask = self.head_mask if head_mask is None else head_mask
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
@@ -257,13 +294,25 @@ class Encoder(nn.Module):
         if attention_mask is not None and not bool(attention_mask.all()):
             mask = attention_mask[:, None, None, :].bool()
         hidden, attentions = [x], []
-        for layer in self.encoder.layer:
-            x, probs = layer(x, mask, eager=output_attentions)
+        for i, layer in enumerate(self.encoder.layer):
+            x, probs = layer(x, mask, output_attentions, None if head_mask is None else head_mask[i])
             hidden.append(x)
             attentions.append(probs)
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, pooled, tuple(hidden) if output_hidden_states else None,
                              tuple(attentions) if output_attentions else None)
+
+    def prune_heads(self, heads: dict[int, list[int]]) -> None:
+        """Physically remove heads ({layer: [head indices in that layer now]}); config.heads_per_layer records the
+        new counts, so a saved model rebuilds the smaller layers. (transformers v5 cannot load pruned heads.)"""
+        if self.config.share_layers in ("all", "attention"):
+            raise BertforgeError("cannot prune heads of an encoder whose layers share attention (ALBERT)")
+        for i, hs in heads.items():
+            if hs:
+                self.encoder.layer[i].attention.prune_heads(sorted(set(hs)))
+        counts = [layer.attention.self.n_heads for layer in self.encoder.layer]
+        full = counts == [self.config.num_attention_heads] * self.config.num_hidden_layers
+        self.config = self.config.replace(heads_per_layer=None if full else counts)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

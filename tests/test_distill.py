@@ -151,3 +151,47 @@ def test_teacher_of_another_task_and_other_vocabulary_are_one_line(tiny, tmp_pat
                "--out", tmp_path / "o2", "--student", other)
     one_line_error(proc, "vocabulary", str(other))
     assert not (tmp_path / "o2").exists()
+
+
+# ---- general distillation -------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mlm_teacher(tiny) -> Path:
+    tok = Tokenizer.from_pretrained(tiny["base"])
+    cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=4)
+    torch.manual_seed(1)
+    out = tiny["dir"] / "mlm"
+    MaskedLM(cfg).save_pretrained(out, tokenizer=tok)
+    return out
+
+
+def test_general_distillation_loss_falls_and_loads_in_transformers(tiny, mlm_teacher, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path / "student"
+    proc = run("distill", "general", "--teacher", mlm_teacher, "--corpus", tiny["corpus"], "--out", out,
+               "--max-steps", "30", "--seq-len", "32", "--batch-size", "16", "--lr", "2e-3", "--random-init",
+               "--alpha-mlm", "0")  # a random student: the soft targets alone must teach it
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout[proc.stdout.index("{\n"):])
+    assert record["student_layers"] == 2 and record["steps"] == 30
+    ce, cos = _losses(out, "ce_loss"), _losses(out, "cos_loss")
+    assert ce[-1] < 0.7 * ce[0] and cos[-1] < 0.7 * cos[0], (ce, cos)
+    hf = transformers.AutoModelForMaskedLM.from_pretrained(out)
+    assert type(hf).__name__ == "DistilBertForMaskedLM" and hf.config.n_layers == 2
+    ours = MaskedLM.from_pretrained(out)
+    ids = torch.tensor([[2, 10, 11, 12, 3]])
+    with torch.no_grad():
+        assert torch.allclose(hf(input_ids=ids).logits, ours(ids), atol=1e-4)
+
+
+def test_general_distillation_bad_inputs_are_one_line(tiny, mlm_teacher, tmp_path):
+    other = tmp_path / "other"
+    (tmp_path / "c.txt").write_text("zebra quantum xylophone " * 50, encoding="utf-8")
+    tok = Tokenizer.train([tmp_path / "c.txt"], vocab_size=60, min_frequency=1)
+    MaskedLM(preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=2)).save_pretrained(other, tokenizer=tok)
+    proc = run("distill", "general", "--teacher", mlm_teacher, "--corpus", tiny["corpus"], "--out", tmp_path / "o",
+               "--max-steps", "2", "--student-init", other)
+    one_line_error(proc, "vocabulary")
+    proc = run("distill", "general", "--teacher", tiny["dir"], "--corpus", tiny["corpus"], "--out", tmp_path / "o",
+               "--max-steps", "2")
+    one_line_error(proc, "no config.json")
+    assert not (tmp_path / "o").exists()

@@ -24,6 +24,8 @@ COMMAND_MODULES = [
     "bertforge.commands.embed",      # embed, index
     "bertforge.commands.pretrain",   # prepare, pretrain, ablate
     "bertforge.commands.finetune",   # finetune, evaluate, predict
+    "bertforge.commands.distill",    # distill general | task
+    "bertforge.commands.compress",   # quantize, export
 ]
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertforge.distill.init import check_same_vocab
 from bertforge.distill.bilstm import BiLSTMStudent, augment, student_from_teacher_embeddings
 from bertforge.distill.losses import TeacherCache, soft_target_loss
 from bertforge.errors import BertforgeError
@@ -69,15 +70,6 @@ class TaskDistillConfig:
     overwrite: bool = False
     progress: bool = False
     extra: dict = field(default_factory=dict)
-
-
-def check_same_vocab(teacher_dir: Path, student_dir: Path) -> None:
-    """Refuse a student whose tokenizer maps pieces to other ids than the teacher's (one line, before training)."""
-    t, s = Tokenizer.from_pretrained(teacher_dir), Tokenizer.from_pretrained(student_dir)
-    if t.vocab_size != s.vocab_size or t.backend.get_vocab() != s.backend.get_vocab():
-        raise BertforgeError(f"--student {student_dir}: its vocabulary ({s.vocab_size} pieces) differs from the "
-                             f"teacher's ({t.vocab_size} pieces, {teacher_dir}); distillation needs the same "
-                             "tokenizer")
 
 
 def pick_layers(n_teacher: int, n_student: int) -> list[int]:

@@ -31,6 +31,7 @@ from torch import nn
 from bertforge.checkpoint import load_pretrained, read_state_dict, save_pretrained
 from bertforge.config import FAMILIES, ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.files import read_json
 from bertforge.heads import mean_pool, task_loss
 from bertforge.model import Encoder, for_inference
 
@@ -377,6 +378,6 @@ def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[s
     head_missing = [m for m in missing if not m.startswith("bert.")]
     if head_missing:
         raise BertforgeError(f"{path}: the task head is missing from the checkpoint ({', '.join(head_missing[:3])})")
-    if cfg.extra.get("bertforge_quantization"):  # `bertforge quantize`: the encoder runs dynamic int8
+    if read_json(Path(path) / "config.json").get("bertforge_quantization"):  # `bertforge quantize`: dynamic int8
         model.bert = for_inference(model.bert, "int8")
     return model.eval(), task, labels

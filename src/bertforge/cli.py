@@ -29,6 +29,8 @@ COMMAND_MODULES = [
     "bertforge.commands.analyze",    # analyze attention|heads|probe|importance|explain
     "bertforge.commands.prune",      # prune
     "bertforge.commands.serve",      # serve
+    "bertforge.commands.distill",    # distill general | task
+    "bertforge.commands.compress",   # quantize, export
 ]
 
 

@@ -6,6 +6,7 @@ teacher has one, so the student starts as a working masked LM.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -15,6 +16,7 @@ from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.heads import MaskedLM
 from bertforge.model import Encoder
+from bertforge.tokenization import Tokenizer
 
 
 def student_from_teacher(teacher: nn.Module, layers: Sequence[int] | None = None) -> MaskedLM:
@@ -55,3 +57,13 @@ def student_from_teacher(teacher: nn.Module, layers: Sequence[int] | None = None
             student.cls.predictions.transform.load_state_dict(head.transform.state_dict())
             student.cls.predictions.bias.copy_(head.bias)
     return student
+
+
+def check_same_vocab(teacher_dir: Path, student_dir: Path) -> None:
+    """Refuse a student whose tokenizer maps pieces to other ids than the teacher's (one line, before training):
+    soft targets over another vocabulary, or teacher logits for other ids, would be silently meaningless."""
+    t, s = Tokenizer.from_pretrained(teacher_dir), Tokenizer.from_pretrained(student_dir)
+    if t.vocab_size != s.vocab_size or t.backend.get_vocab() != s.backend.get_vocab():
+        raise BertforgeError(f"--student {student_dir}: its vocabulary ({s.vocab_size} pieces) differs from the "
+                             f"teacher's ({t.vocab_size} pieces, {teacher_dir}); distillation needs the same "
+                             "tokenizer")

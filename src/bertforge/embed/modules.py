@@ -25,7 +25,7 @@ from bertforge.embed.encode import encode as encode_texts
 from bertforge.errors import BertforgeError
 from bertforge.files import read_json
 from bertforge.heads import mean_pool
-from bertforge.model import Encoder
+from bertforge.model import Encoder, for_inference
 from bertforge.tokenization import Tokenizer
 
 Features = dict[str, torch.Tensor]
@@ -86,7 +86,10 @@ class Transformer(nn.Module):
         cfg = read_json(path / "sentence_bert_config.json") if (path / "sentence_bert_config.json").is_file() else {}
         tok = Tokenizer.from_pretrained(path)
         max_len = cfg.get("max_seq_length") or _tokenizer_max_length(path) or 512
-        return cls(Encoder.from_pretrained(path), tok, max_len, bool(cfg.get("do_lower_case", False)))
+        encoder = Encoder.from_pretrained(path)
+        if read_json(path / "config.json").get("bertforge_quantization"):  # `bertforge quantize`: int8
+            encoder = for_inference(encoder, "int8")
+        return cls(encoder, tok, max_len, bool(cfg.get("do_lower_case", False)))
 
     def save(self, path: Path) -> None:
         save_pretrained(self.bert, path, self.bert.config, tokenizer=self.tokenizer)

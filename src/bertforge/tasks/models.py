@@ -31,8 +31,9 @@ from torch import nn
 from bertforge.checkpoint import load_pretrained, read_state_dict, save_pretrained
 from bertforge.config import FAMILIES, ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.files import read_json
 from bertforge.heads import mean_pool, task_loss
-from bertforge.model import Encoder
+from bertforge.model import Encoder, for_inference
 
 KINDS = ("classify", "regress", "tag", "qa", "choice")
 HF_PREFIX = {name: family.hf_prefix for name, family in FAMILIES.items()}  # "Bert", "Roberta", ...
@@ -356,6 +357,10 @@ def init_from_pretrained(path: str | Path, kind: str, num_labels: int = 2,
 
 def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[str] | None]:
     """Load a fine-tuned directory written by `save_task_model`: (model in eval mode, task info, label names)."""
+    from bertforge.distill.bilstm import is_bilstm_dir, load_bilstm
+
+    if is_bilstm_dir(path):  # a distilled BiLSTM student (bertforge distill task --student bilstm)
+        return load_bilstm(path)
     cfg = ModelConfig.from_file(path)
     task = cfg.extra.get("bertforge_task")
     if not isinstance(task, dict) or task.get("kind") not in KINDS:
@@ -373,4 +378,6 @@ def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[s
     head_missing = [m for m in missing if not m.startswith("bert.")]
     if head_missing:
         raise BertforgeError(f"{path}: the task head is missing from the checkpoint ({', '.join(head_missing[:3])})")
+    if read_json(Path(path) / "config.json").get("bertforge_quantization"):  # `bertforge quantize`: dynamic int8
+        model.bert = for_inference(model.bert, "int8")
     return model.eval(), task, labels

@@ -1,0 +1,44 @@
+"""`bertforge quantize` (dynamic int8) and `bertforge export` (ONNX, checked in onnxruntime)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quantize", help="dynamic int8 quantisation of an encoder / sentence encoder / task model",
+                       description="Write a copy of --model whose encoder runs torch's dynamic int8 quantisation "
+                                   "when `embed`, `predict` or `evaluate` load it. See docs/distillation.md.")
+    p.add_argument("--model", required=True, metavar="DIR")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier output in --out")
+    p.set_defaults(func=quantize_command)
+
+    p = sub.add_parser("export", help="export an encoder / sentence encoder / task model to ONNX",
+                       description="Trace the model to ONNX, run it in onnxruntime and keep it only if it matches "
+                                   "PyTorch to 1e-4 (fp32); --int8 adds onnxruntime's dynamic int8 graph.")
+    p.add_argument("--model", required=True, metavar="DIR")
+    p.add_argument("--format", default="onnx", choices=("onnx",))
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--int8", action="store_true", help="also write model.int8.onnx (dynamic int8)")
+    p.add_argument("--opset", type=int, default=17)
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier output in --out")
+    p.set_defaults(func=export_command)
+
+
+def quantize_command(args: argparse.Namespace) -> int:
+    from bertforge.distill.compress import quantize
+
+    print(json.dumps(quantize(args.model, args.out, overwrite=args.overwrite), indent=2))
+    print(f"-> {args.out}", file=sys.stderr)
+    return 0
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from bertforge.distill.compress import export_onnx
+
+    print(json.dumps(export_onnx(args.model, args.out, int8=args.int8, opset=args.opset, overwrite=args.overwrite),
+                     indent=2))
+    print(f"-> {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,92 @@
+"""`bertforge distill general | task`: DistilBERT-style general distillation and task distillation."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("distill", help="distil a teacher into a smaller student (general | task)",
+                       description="Knowledge distillation: `general` (DistilBERT's triple loss on raw text) or "
+                                   "`task` (soft targets of a fine-tuned teacher). See docs/distillation.md.")
+    dsub = p.add_subparsers(dest="distill_command", metavar="MODE")
+
+    g = dsub.add_parser("general", help="DistilBERT: soft MLM targets + MLM + hidden-state cosine on a corpus")
+    g.add_argument("--teacher", required=True, metavar="DIR", help="a masked LM (BertForMaskedLM / ForPreTraining)")
+    g.add_argument("--corpus", required=True, nargs="+", metavar="PATH", help=".txt / .jsonl files or folders")
+    g.add_argument("--out", required=True, metavar="DIR")
+    g.add_argument("--student-layers", type=int, help="student depth (default: half the teacher's, every other "
+                                                      "layer copied)")
+    g.add_argument("--student-init", metavar="DIR", help="start from this masked LM instead (same vocabulary)")
+    g.add_argument("--random-init", action="store_true", help="the same student shape, randomly initialised "
+                                                              "(the from-scratch baseline)")
+    budget = g.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--max-steps", type=int)
+    budget.add_argument("--time-budget", metavar="DUR", help="wall clock, e.g. 30m, 1h")
+    g.add_argument("--alpha-ce", type=float, default=5.0)
+    g.add_argument("--alpha-mlm", type=float, default=2.0)
+    g.add_argument("--alpha-cos", type=float, default=1.0)
+    g.add_argument("--temperature", type=float, default=2.0)
+    g.add_argument("--ce-positions", choices=("all", "masked"), default="all",
+                   help="where the soft loss is taken: every real token (DistilBERT) or the masked ones")
+    g.add_argument("--seq-len", type=int, default=128)
+    g.add_argument("--batch-size", type=int, default=32)
+    g.add_argument("--lr", type=float, default=5e-4)
+    g.add_argument("--max-blocks", type=int, help="use at most this many blocks of the corpus")
+    g.add_argument("--teacher-precision", choices=("fp32", "bf16"), default="fp32")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--device", default="auto")
+    g.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
+    g.add_argument("--progress", action="store_true")
+    g.set_defaults(func=general_command)
+
+    t = dsub.add_parser("task", help="soft targets of a fine-tuned teacher -> layers:N, bilstm or a pretrained DIR")
+    t.add_argument("--teacher", required=True, metavar="DIR", help="a model fine-tuned by `bertforge finetune`")
+    t.add_argument("--task", required=True, help="the teacher's task (sst2, stsb, conll2003, or a kind name)")
+    t.add_argument("--data", required=True, metavar="PATH", help="task folder or training file")
+    t.add_argument("--out", required=True, metavar="DIR")
+    t.add_argument("--student", default="layers:3", help="layers:N (teacher layers spread evenly), bilstm, or a "
+                                                         "pretrained encoder DIR with the teacher's vocabulary")
+    t.add_argument("--alpha", type=float, default=0.5, help="weight of the soft loss; 1 - alpha on the labels")
+    t.add_argument("--temperature", type=float, default=2.0)
+    t.add_argument("--epochs", type=float, default=3.0)
+    t.add_argument("--max-steps", type=int)
+    t.add_argument("--lr", type=float, help="default 5e-5 (transformer), 1e-3 (bilstm)")
+    t.add_argument("--batch-size", type=int, default=32)
+    t.add_argument("--max-seq-len", type=int)
+    t.add_argument("--train-limit", type=int, help="first N training examples")
+    t.add_argument("--limit", type=int, dest="eval_limit", help="first N evaluation examples")
+    t.add_argument("--text-col", default="text")
+    t.add_argument("--text-pair-col")
+    t.add_argument("--label-col", default="label")
+    t.add_argument("--augment", type=int, default=0, help="bilstm: augmented variants per example (paper: 20)")
+    t.add_argument("--p-mask", type=float, default=0.1)
+    t.add_argument("--p-ng", type=float, default=0.25)
+    t.add_argument("--bilstm-hidden", type=int, default=300)
+    t.add_argument("--teacher-precision", choices=("fp32", "bf16"), default="fp32")
+    t.add_argument("--seed", type=int, default=42)
+    t.add_argument("--device", default="auto")
+    t.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
+    t.add_argument("--progress", action="store_true")
+    t.set_defaults(func=task_command)
+
+
+def general_command(args: argparse.Namespace) -> int:
+    from bertforge.distill.general import GeneralDistillConfig, distill_general
+
+    keys = GeneralDistillConfig.__dataclass_fields__
+    record = distill_general(GeneralDistillConfig(**{k: v for k, v in vars(args).items() if k in keys}))
+    print(json.dumps(record, indent=2))
+    print(f"-> {args.out}", file=sys.stderr)
+    return 0
+
+
+def task_command(args: argparse.Namespace) -> int:
+    from bertforge.distill.task import TaskDistillConfig, distill_task
+
+    keys = TaskDistillConfig.__dataclass_fields__
+    record = distill_task(TaskDistillConfig(**{k: v for k, v in vars(args).items() if k in keys}))
+    print(json.dumps(record, indent=2))
+    print(f"-> {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,198 @@
+"""Compression: dynamic int8 quantisation (`quantize`) and ONNX export (`export`) of encoders, sentence encoders
+and task models.
+
+`quantize` writes a copy of the model folder whose config.json carries `bertforge_quantization`; the loaders
+(`tasks.models.load_task_model`, `embed`'s Transformer) then run the encoder through torch's dynamic int8
+quantisation (`model.for_inference(..., "int8")`: int8 Linear weights per output channel, activations quantised
+per batch; the FFN output projection stays fp32). The weights on disk stay fp32, so the folder still loads in
+transformers and the int8 weights are re-derived exactly at load time.
+
+`export` traces the model into ONNX (opset 17, dynamic batch and sequence axes), runs the file in onnxruntime on a
+padded batch and refuses it unless fp32 max |diff| <= 1e-4 against PyTorch; `--int8` adds onnxruntime's dynamic
+int8 quantisation of the same graph (model.int8.onnx).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertforge.errors import BertforgeError
+from bertforge.fileio import atomic_write, atomic_write_text
+from bertforge.files import read_json
+
+QUANT_FIELD = "bertforge_quantization"
+EXPORTABLE = ("encoder", "sentence-encoder", "classify", "regress", "tag", "qa")
+PARITY_TOL = 1e-4
+SAMPLE = ["A quick test sentence.", "Distillation keeps most of the accuracy at a fraction of the cost, they say.",
+          "Short."]
+
+
+def model_kind(path: Path) -> str:
+    """encoder | sentence-encoder | a task kind (classify, regress, tag, qa, choice) | bilstm | feature."""
+    if not (path / "config.json").is_file():
+        raise BertforgeError(f"--model {path}: not a model directory (no config.json)")
+    config = read_json(path / "config.json")
+    if config.get("model_type") == "bertforge-bilstm":
+        return "bilstm"
+    task = config.get("bertforge_task")
+    if isinstance(task, dict):
+        return "feature" if task.get("features") else str(task.get("kind"))
+    return "sentence-encoder" if (path / "modules.json").is_file() else "encoder"
+
+
+def _copy_tree(src: Path, dst: Path, skip: set[str] = frozenset()) -> None:
+    """Every file of `src` into `dst` (sub-folders too: sentence-transformers modules), each by an atomic rename."""
+    for f in sorted(src.rglob("*")):
+        rel = f.relative_to(src)
+        if f.is_dir() or rel.parts[0].startswith(".") or str(rel) in skip or rel.parts[0] in ("checkpoints",):
+            continue
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(dst / rel, lambda tmp, f=f: shutil.copyfile(f, tmp))
+
+
+def quantize(model_dir: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
+    """Write a dynamically int8-quantised copy of `model_dir` to `out`; returns its fp32 agreement."""
+    from bertforge.rundir import claim_output_dir
+
+    src, out = Path(model_dir), Path(out)
+    kind = model_kind(src)
+    if kind in ("bilstm", "feature", "choice"):
+        raise BertforgeError(f"--model {src}: a {kind} model cannot be quantised (quantize supports encoders, "
+                             "sentence encoders and classify / regress / tag / qa task models)")
+    config = read_json(src / "config.json")
+    if config.get(QUANT_FIELD):
+        raise BertforgeError(f"--model {src}: already quantised")
+    fp32 = _reference(src, kind)  # loads (and so checks) the model before anything is written
+    with claim_output_dir(out, resume=False, overwrite=overwrite, resume_flag=None, what="--out"):
+        _copy_tree(src, out, skip={"config.json", "run_options.json", "results.json", "metrics.jsonl", "speed.jsonl"})
+        config[QUANT_FIELD] = {"method": "dynamic_int8", "library": "torch.ao.quantization.quantize_dynamic",
+                               "weights": "int8 per output channel, re-derived from the fp32 weights at load",
+                               "activations": "int8 per batch", "fp32_layers": "FFN output projections"}
+        atomic_write_text(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")  # last: complete
+        int8 = _reference(out, kind)
+    cos = torch.nn.functional.cosine_similarity(fp32.flatten(1), int8.flatten(1)).mean().item()
+    return {"kind": kind, "out": str(out), "max_abs_diff": float((fp32 - int8).abs().max()), "mean_cosine": cos}
+
+
+# ---- one forward function per kind: (input_ids, attention_mask, token_type_ids) -> outputs ----------------------------
+class _Exportable(nn.Module):
+    """A plain-tensor-in, tuple-out view of a model (what the ONNX tracer needs)."""
+
+    def __init__(self, model: nn.Module, kind: str):
+        super().__init__()
+        self.model, self.kind = model, kind
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        if self.kind == "encoder":
+            out = self.model(input_ids, attention_mask, token_type_ids)
+            return (out.last_hidden_state,) if out.pooler_output is None else (out.last_hidden_state, out.pooler_output)
+        if self.kind == "sentence-encoder":
+            feats = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+            return (self.model(feats)["sentence_embedding"],)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return (out["start_logits"], out["end_logits"]) if self.kind == "qa" else (out["logits"],)
+
+
+def output_names(kind: str, n: int) -> list[str]:
+    names = {"encoder": ["last_hidden_state", "pooler_output"], "sentence-encoder": ["sentence_embedding"],
+             "qa": ["start_logits", "end_logits"]}.get(kind, ["logits"])
+    return names[:n]
+
+
+def load_for_export(path: Path, kind: str) -> tuple[nn.Module, Any]:
+    """(model in eval mode, tokenizer) for a kind `export` supports."""
+    from bertforge.embed import SentenceEncoder
+    from bertforge.model import Encoder
+    from bertforge.tasks.models import load_task_model
+    from bertforge.tokenization import Tokenizer
+
+    if kind == "sentence-encoder":
+        st = SentenceEncoder.from_pretrained(path)
+        return st.eval(), st.tokenizer
+    tok = Tokenizer.from_pretrained(path)
+    if kind == "encoder":
+        return Encoder.from_pretrained(path).eval(), tok
+    return load_task_model(path)[0].eval(), tok
+
+
+def _sample_batch(tok, max_len: int = 64) -> dict[str, torch.Tensor]:
+    """A padded batch (so that the traced graph keeps the attention-mask path)."""
+    return tok(SAMPLE, max_length=max_len, padding="longest", truncation=True, return_tensors="pt")
+
+
+def _reference(path: Path, kind: str) -> torch.Tensor:
+    """The first output of the model at `path` on the sample batch (quantize's fp32 vs int8 agreement)."""
+    model, tok = load_for_export(path, kind)
+    if QUANT_FIELD in read_json(path / "config.json") and kind == "encoder":
+        from bertforge.model import for_inference
+
+        model = for_inference(model, "int8")
+    batch = _sample_batch(tok)
+    with torch.no_grad():
+        outs = _Exportable(model, kind)(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    return outs[0].float()
+
+
+def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opset: int = 17,
+                overwrite: bool = False) -> dict[str, Any]:
+    """Export to `out`/model.onnx (+ model.int8.onnx), checked in onnxruntime; returns the parity record."""
+    import onnxruntime as ort
+
+    from bertforge.rundir import claim_output_dir
+
+    src, out = Path(model_dir), Path(out)
+    kind = model_kind(src)
+    if kind not in EXPORTABLE:
+        raise BertforgeError(f"--model {src}: a {kind} model cannot be exported to ONNX (export supports "
+                             f"{', '.join(EXPORTABLE)} models)")
+    if read_json(src / "config.json").get(QUANT_FIELD):
+        raise BertforgeError(f"--model {src}: export the fp32 model and pass --int8 (a torch-quantised model "
+                             "does not trace to ONNX)")
+    model, tok = load_for_export(src, kind)
+    wrapper = _Exportable(model, kind).eval()
+    batch = _sample_batch(tok)
+    args = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    with torch.no_grad():
+        expected = [o.float().numpy() for o in wrapper(*args)]
+    names = output_names(kind, len(expected))
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
+            "token_type_ids": {0: "batch", 1: "sequence"}}
+    for name in names:
+        axes[name] = {0: "batch"} if name in ("sentence_embedding", "pooler_output") or kind in ("classify", "regress") \
+            else {0: "batch", 1: "sequence"}
+    with claim_output_dir(out, resume=False, overwrite=overwrite, resume_flag=None, what="--out"):
+        tmp = out / ".model.onnx.partial"
+        with torch.no_grad():
+            torch.onnx.export(wrapper, args, str(tmp), input_names=list(axes)[:3], output_names=names,
+                              dynamic_axes=axes, opset_version=opset, dynamo=False, do_constant_folding=True)
+        feeds = {k: v.numpy() for k, v in zip(("input_ids", "attention_mask", "token_type_ids"), args)}
+        got = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"]).run(names, feeds)
+        diff = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
+        if diff > PARITY_TOL:
+            tmp.unlink(missing_ok=True)
+            raise BertforgeError(f"--model {src}: the ONNX graph differs from PyTorch by {diff:.2e} "
+                                 f"(> {PARITY_TOL}); not written")
+        tmp.rename(out / "model.onnx")
+        record: dict[str, Any] = {"kind": kind, "format": "onnx", "opset": opset, "inputs": list(feeds),
+                                  "outputs": names, "fp32_max_abs_diff": diff}
+        if int8:
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            qtmp = out / ".model.int8.onnx.partial"
+            quantize_dynamic(str(out / "model.onnx"), str(qtmp), weight_type=QuantType.QInt8, per_channel=True)
+            qgot = ort.InferenceSession(str(qtmp), providers=["CPUExecutionProvider"]).run(names, feeds)
+            record["int8_max_abs_diff"] = max(float(np.abs(g - e).max()) for g, e in zip(qgot, expected))
+            e0, q0 = expected[0].reshape(len(SAMPLE), -1), qgot[0].reshape(len(SAMPLE), -1)
+            record["int8_mean_cosine"] = float(np.mean(np.sum(e0 * q0, 1) / (np.linalg.norm(e0, axis=1)
+                                                                            * np.linalg.norm(q0, axis=1))))
+            qtmp.rename(out / "model.int8.onnx")
+        _copy_tree(src, out, skip={"model.safetensors", "pytorch_model.bin", "run_options.json", "results.json",
+                                   "metrics.jsonl", "speed.jsonl", "best_metrics.json"})
+        atomic_write_text(out / "export.json", json.dumps(record, indent=2) + "\n")
+    return record

@@ -1,0 +1,215 @@
+"""General (task-agnostic) distillation: DistilBERT's triple loss on a raw-text corpus.
+
+    loss = alpha_ce * KL(teacher_T || student_T) * T^2   (soft MLM targets, every real token or the masked ones)
+         + alpha_mlm * MLM cross-entropy                 (the student's own masked-LM loss)
+         + alpha_cos * (1 - cos(h_student, h_teacher))    (last hidden states, real tokens)
+
+Defaults are DistilBERT's (Sanh et al. 2019, and its training script): 5 / 2 / 1 and T = 2; the student keeps
+every other teacher layer (`bertforge.distill.init`). The teacher is frozen and runs under `inference_mode`
+(optionally in bf16). The corpus is read with `bertforge.data.corpus`, tokenised with the teacher's tokenizer and
+packed into [CLS] ... [SEP] blocks of `seq_len`; 5 % of the blocks (at least one) are held out for MLM accuracy.
+The output is a DistilBERT masked LM (`DistilBertForMaskedLM` loads it).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertforge.data.corpus import iter_documents
+from bertforge.data.dataset import Collator
+from bertforge.data.masking import Masker
+from bertforge.distill.init import check_same_vocab, student_from_teacher
+from bertforge.distill.losses import cosine_loss, kd_loss
+from bertforge.errors import BertforgeError
+from bertforge.fileio import atomic_write_text
+from bertforge.heads import MaskedLM
+from bertforge.rundir import claim_output_dir
+from bertforge.tokenization import Tokenizer
+
+
+@dataclass
+class GeneralDistillConfig:
+    teacher: str | Path
+    corpus: list[str]
+    out: str | Path
+    student_layers: int | None = None  # None: half the teacher's
+    student_init: str | Path | None = None  # a MaskedLM directory to start from instead of the teacher's layers
+    random_init: bool = False  # the same student shape, randomly initialised (the "from scratch" baseline)
+    alpha_ce: float = 5.0
+    alpha_mlm: float = 2.0
+    alpha_cos: float = 1.0
+    temperature: float = 2.0
+    ce_positions: str = "all"  # all (DistilBERT) | masked (cheaper: the vocabulary projection at 15 % of tokens)
+    seq_len: int = 128
+    batch_size: int = 32
+    lr: float = 5e-4
+    max_steps: int | None = None
+    time_budget: str | None = None
+    heldout_fraction: float = 0.05
+    max_blocks: int | None = None
+    teacher_precision: str = "fp32"
+    seed: int = 0
+    device: str = "auto"
+    overwrite: bool = False
+    progress: bool = False
+
+
+def pack_corpus(paths: list[str], tok: Tokenizer, seq_len: int, max_blocks: int | None = None) -> list[np.ndarray]:
+    """The corpus as [CLS] pieces [SEP] blocks of `seq_len` ids (documents concatenated, the last short block kept)."""
+    if seq_len < 8:
+        raise BertforgeError(f"--seq-len {seq_len}: must be at least 8")
+    width, blocks, buf = seq_len - 2, [], []
+    texts = [d.text for d in iter_documents(paths)]
+    for start in range(0, len(texts), 1000):
+        for ids in tok.encode_ids(texts[start:start + 1000]):
+            buf.extend(ids)
+            while len(buf) >= width:
+                blocks.append(np.array([tok.cls_token_id, *buf[:width], tok.sep_token_id], np.int64))
+                buf = buf[width:]
+                if max_blocks and len(blocks) >= max_blocks:
+                    return blocks
+    if len(buf) >= 4:
+        blocks.append(np.array([tok.cls_token_id, *buf, tok.sep_token_id], np.int64))
+    return blocks
+
+
+class GeneralDistiller(nn.Module):
+    """The Trainer's model: the student's parameters only; the teacher is held outside the module tree."""
+
+    def __init__(self, student: MaskedLM, teacher: MaskedLM | None, cfg: GeneralDistillConfig):
+        super().__init__()
+        self.student = student
+        self._teacher = [teacher]  # a list: not a sub-module, so not optimised, saved or moved by the Trainer
+        self.cfg = cfg
+
+    def forward(self, input_ids, attention_mask, mlm_labels, token_type_ids=None) -> dict[str, Any]:
+        cfg, teacher = self.cfg, self._teacher[0]
+        masked = mlm_labels.ne(-100)
+        ce_rows = masked if cfg.ce_positions == "masked" else attention_mask.bool()
+        s_hidden = self.student.bert(input_ids, attention_mask).last_hidden_state
+        head = self.student.cls.predictions
+        s_logits = head(s_hidden, ce_rows)  # [N, V] at the rows the soft loss reads (the masked ones among them)
+        mlm_logits = s_logits[masked[ce_rows]]
+        loss = s_hidden.sum() * 0.0
+        out: dict[str, Any] = {}
+        if cfg.alpha_mlm:
+            mlm = torch.nn.functional.cross_entropy(mlm_logits.float(), mlm_labels[masked])
+            loss, out["mlm_loss"] = loss + cfg.alpha_mlm * mlm, mlm.detach()
+        out["mlm_accuracy"] = (mlm_logits.detach().argmax(-1) == mlm_labels[masked]).float().mean()
+        if teacher is not None and (cfg.alpha_ce or cfg.alpha_cos):
+            with torch.inference_mode():
+                t_hidden = teacher.bert(input_ids, attention_mask).last_hidden_state
+                t_logits = teacher.cls.predictions(t_hidden, ce_rows) if cfg.alpha_ce else None
+            t_hidden = t_hidden.float().clone()  # out of inference mode: usable in the student's graph
+            if cfg.alpha_ce:
+                ce = kd_loss(s_logits, t_logits.float().clone(), cfg.temperature)
+                loss, out["ce_loss"] = loss + cfg.alpha_ce * ce, ce.detach()
+            if cfg.alpha_cos:
+                cos = cosine_loss(s_hidden, t_hidden, attention_mask)
+                loss, out["cos_loss"] = loss + cfg.alpha_cos * cos, cos.detach()
+        out["loss"] = loss
+        return out
+
+
+@torch.no_grad()
+def mlm_accuracy(model: MaskedLM, batches: list[dict[str, torch.Tensor]]) -> float:
+    """Accuracy of the masked-token predictions over fixed held-out batches."""
+    was = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    right = total = 0
+    for b in batches:
+        positions = b["mlm_labels"].ne(-100).to(device)
+        logits = model(b["input_ids"].to(device), b["attention_mask"].to(device), positions=positions)
+        right += int((logits.argmax(-1) == b["mlm_labels"].to(device)[positions]).sum())
+        total += int(positions.sum())
+    model.train(was)
+    return right / max(total, 1)
+
+
+def _check(cfg: GeneralDistillConfig) -> None:
+    if cfg.ce_positions not in ("all", "masked"):
+        raise BertforgeError(f"--ce-positions {cfg.ce_positions}: expected all or masked")
+    if min(cfg.alpha_ce, cfg.alpha_mlm, cfg.alpha_cos) < 0 or not (cfg.alpha_ce or cfg.alpha_mlm or cfg.alpha_cos):
+        raise BertforgeError("--alpha-ce / --alpha-mlm / --alpha-cos: must be >= 0 and not all 0")
+    if cfg.max_steps is None and cfg.time_budget is None:
+        raise BertforgeError("give --max-steps N or --time-budget DUR")
+    if cfg.teacher_precision not in ("fp32", "bf16"):
+        raise BertforgeError(f"--teacher-precision {cfg.teacher_precision}: expected fp32 or bf16")
+
+
+def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
+    """Distil the masked LM in `cfg.teacher` into a DistilBERT student on `cfg.corpus`; returns the run record."""
+    from bertforge.distill.task import pick_layers
+    from bertforge.training import ResumableLoader, Trainer, TrainConfig, parse_duration, set_seed
+
+    _check(cfg)
+    if cfg.time_budget is not None:
+        parse_duration(cfg.time_budget)  # a bad duration is refused before the corpus is read
+    teacher_dir = Path(cfg.teacher)
+    if not (teacher_dir / "config.json").is_file():
+        raise BertforgeError(f"--teacher {teacher_dir}: not a model directory (no config.json)")
+    if cfg.student_init is not None:
+        check_same_vocab(teacher_dir, Path(cfg.student_init))
+    tok = Tokenizer.from_pretrained(teacher_dir)
+    teacher = MaskedLM.from_pretrained(teacher_dir)
+    if tok.vocab_size != teacher.config.vocab_size:
+        raise BertforgeError(f"--teacher {teacher_dir}: its tokenizer has {tok.vocab_size} pieces but the model "
+                             f"{teacher.config.vocab_size}")
+    blocks = pack_corpus(cfg.corpus, tok, min(cfg.seq_len, teacher.config.max_position_embeddings), cfg.max_blocks)
+    if len(blocks) < 2:
+        raise BertforgeError(f"--corpus: too little text ({len(blocks)} block of {cfg.seq_len} pieces)")
+    set_seed(cfg.seed)
+    n_held = max(1, int(len(blocks) * cfg.heldout_fraction))
+    train_blocks, held_blocks = blocks[:-n_held], blocks[-n_held:]
+    n_layers = cfg.student_layers or max(1, teacher.config.num_hidden_layers // 2)
+    if cfg.student_init is not None:
+        student = MaskedLM.from_pretrained(cfg.student_init)
+    else:
+        student = student_from_teacher(teacher, pick_layers(teacher.config.num_hidden_layers, n_layers))
+        if cfg.random_init:
+            student = MaskedLM(student.config)
+    student.train()
+    teacher.requires_grad_(False).eval()
+    if cfg.teacher_precision == "bf16":
+        teacher.to(torch.bfloat16)
+    masker = Masker(tok.vocab_size, tok.mask_token_id, tok.special_ids)
+    collate = Collator(masker, tok.pad_token_id, seed=cfg.seed)
+    rows = [{"input_ids": b, "token_type_ids": np.zeros_like(b), "index": i} for i, b in enumerate(train_blocks)]
+    held_rows = [{"input_ids": b, "token_type_ids": np.zeros_like(b), "index": i} for i, b in enumerate(held_blocks)]
+    held = [Collator(masker, tok.pad_token_id, seed=cfg.seed + 1)(held_rows[i:i + 64])
+            for i in range(0, len(held_rows), 64)]
+    model = GeneralDistiller(student, teacher if not cfg.random_init or cfg.alpha_ce or cfg.alpha_cos else None, cfg)
+    teacher_acc = mlm_accuracy(teacher, held)
+    out = Path(cfg.out)
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items() if k != "overwrite"}
+    with claim_output_dir(out, resume=False, overwrite=cfg.overwrite, options=options, resume_flag=None):
+        loader = ResumableLoader(rows, cfg.batch_size, collate_fn=collate, shuffle=True, seed=cfg.seed)
+        every = max(1, min(len(loader), cfg.max_steps or len(loader)))
+        tc = TrainConfig(out_dir=out, lr=cfg.lr, max_steps=cfg.max_steps, time_budget_s=cfg.time_budget,
+                         eval_every=every, save_every=None, keep_checkpoints=1, seed=cfg.seed, device=cfg.device,
+                         progress=cfg.progress, plot=False, overwrite=False, log_every=max(1, min(50, every)),
+                         warmup_ratio=0.05, extra={"distill": "general"})
+        trainer = Trainer(model, loader, tc, eval_fn=lambda m: {"mlm_accuracy": mlm_accuracy(m.student, held)},
+                          save_fn=lambda m, d: None, load_fn=lambda m, d: None)
+        teacher_dev = next(model.parameters()).device
+        teacher.to(teacher_dev)
+        history = trainer.train()
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)  # a distillation run is not resumable
+        student.save_pretrained(out, tokenizer=tok)
+        evals = [h for h in history if h.get("split") == "eval"]
+        record = {"steps": trainer.step, "train_blocks": len(train_blocks), "heldout_blocks": len(held_blocks),
+                  "seq_len": cfg.seq_len, "student_layers": student.config.num_hidden_layers,
+                  "init": "random" if cfg.random_init else (str(cfg.student_init) if cfg.student_init else "teacher"),
+                  "alphas": [cfg.alpha_ce, cfg.alpha_mlm, cfg.alpha_cos], "temperature": cfg.temperature,
+                  "heldout_mlm_accuracy": evals[-1]["mlm_accuracy"] if evals else None,
+                  "teacher_heldout_mlm_accuracy": teacher_acc, "train_seconds": trainer.train_seconds}
+        atomic_write_text(out / "results.json", json.dumps(record, indent=2) + "\n")
+    return record

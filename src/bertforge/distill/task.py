@@ -1,0 +1,250 @@
+"""Task distillation: a fine-tuned teacher's soft targets train a smaller student on the same task.
+
+    loss = alpha * soft + (1 - alpha) * hard
+    soft = KL(teacher_T || student_T) * T^2   (classification, tagging; Hinton et al.)
+         | MSE(student logits, teacher logits) (regression, and the BiLSTM student: Tang et al. 2019)
+    hard = the task loss on the gold labels (rows without labels, e.g. augmented ones, add no hard loss)
+
+Students: `layers:N` (the teacher's family and width, N layers taken evenly from the teacher, its embeddings,
+pooler and head copied: DistilBERT's initialisation for a task model), `bilstm` (bertforge.distill.bilstm), or a
+directory holding a pretrained encoder (e.g. `bertforge distill general`'s output; its vocabulary must be the
+teacher's). The teacher runs once per unique input (`TeacherCache`), not once per epoch. The output folder is a
+normal fine-tuned model folder: `bertforge predict` / `evaluate` work on it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertforge.distill.init import check_same_vocab
+from bertforge.distill.bilstm import BiLSTMStudent, augment, student_from_teacher_embeddings
+from bertforge.distill.losses import TeacherCache, soft_target_loss
+from bertforge.errors import BertforgeError
+from bertforge.fileio import atomic_write_text
+from bertforge.heads import task_loss
+from bertforge.rundir import claim_output_dir
+from bertforge.tasks.batching import TRAIN_KEYS, forward_rows, make_collate, row_length
+from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
+from bertforge.tasks.finetune import encode_data, read_examples, resolve_files
+from bertforge.tasks.folders import install_model, load_model_dir, saved_task
+from bertforge.tasks.kinds import kind_for
+from bertforge.tasks.models import build_model, init_from_pretrained, load_task_model, save_task_model
+from bertforge.tokenization import Tokenizer
+
+KINDS = ("classify", "regress", "tag")
+
+
+@dataclass
+class TaskDistillConfig:
+    teacher: str | Path
+    task: str
+    data: str | Path
+    out: str | Path
+    student: str = "layers:3"  # layers:N | bilstm | DIR
+    alpha: float = 0.5  # weight of the soft loss (0: the student learns from the labels only)
+    temperature: float = 2.0
+    epochs: float = 3.0
+    max_steps: int | None = None
+    lr: float | None = None  # None: 5e-5 for transformers, 1e-3 for the BiLSTM
+    batch_size: int = 32
+    seed: int = 42
+    train_limit: int | None = None
+    eval_limit: int | None = None
+    max_seq_len: int | None = None
+    text_col: str = "text"
+    text_pair_col: str | None = None
+    label_col: str = "label"
+    augment: int = 0  # BiLSTM: augmented variants per example (the paper used 20)
+    p_mask: float = 0.1
+    p_ng: float = 0.25
+    bilstm_hidden: int = 300
+    teacher_precision: str = "fp32"  # fp32 | bf16
+    device: str = "auto"
+    overwrite: bool = False
+    progress: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def pick_layers(n_teacher: int, n_student: int) -> list[int]:
+    """`n_student` teacher layers spread evenly, starting at 0 (6 -> 3 gives 0, 2, 4: every other layer)."""
+    if not 1 <= n_student <= n_teacher:
+        raise BertforgeError(f"--student layers:{n_student}: must be between 1 and the teacher's {n_teacher} layers")
+    return [math.floor(i * n_teacher / n_student) for i in range(n_student)]
+
+
+def layer_student(teacher: nn.Module, kind: str, num_labels: int, n_layers: int) -> nn.Module:
+    """A task model of the teacher's family with `n_layers` of its layers; everything else copied."""
+    keep = pick_layers(teacher.config.num_hidden_layers, n_layers)
+    student = build_model(teacher.config.replace(num_hidden_layers=n_layers), kind, num_labels)
+    state = teacher.state_dict()
+    renamed = {}
+    for name, tensor in state.items():
+        if name.startswith("bert.encoder.layer."):
+            index, rest = name[len("bert.encoder.layer."):].split(".", 1)
+            if int(index) not in keep:
+                continue
+            name = f"bert.encoder.layer.{keep.index(int(index))}.{rest}"
+        renamed[name] = tensor
+    student.load_state_dict(renamed)
+    return student
+
+
+class Distiller(nn.Module):
+    """The Trainer's model: the student (the only parameters) plus the loss mixing; the teacher sits in `cache`."""
+
+    def __init__(self, student: nn.Module, cache: TeacherCache | None, kind: str, alpha: float, temperature: float,
+                 soft_kind: str):
+        super().__init__()
+        self.student, self.kind, self.alpha, self.temperature, self.soft_kind = student, kind, alpha, temperature, soft_kind
+        self.cache = cache
+
+    def forward(self, input_ids, attention_mask, labels, labelled, index, token_type_ids=None) -> dict[str, Any]:
+        logits = self.student(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)["logits"]
+        out: dict[str, Any] = {}
+        loss = logits.sum() * 0.0
+        has = labelled.bool()
+        if self.alpha < 1.0 and bool(has.any()):
+            hard = task_loss(logits[has], labels[has], regression=self.kind == "regress")
+            out["hard_loss"] = hard.detach()
+            loss = loss + (1.0 - self.alpha) * hard
+        if self.alpha > 0.0 and self.cache is not None:
+            ids = index.tolist()
+            teacher = self.cache.get(ids, ids)
+            mask = None
+            if self.kind == "tag":  # teacher rows are trimmed to their length: pad back, score real tokens only
+                t = torch.zeros(logits.shape, dtype=torch.float32, device=logits.device)
+                for j, row in enumerate(teacher):
+                    t[j, :row.shape[0]] = row.to(logits.device)
+                mask = attention_mask.bool()
+            else:
+                t = torch.stack(teacher).to(logits.device)
+            soft = soft_target_loss(logits, t, self.soft_kind, self.temperature, mask)
+            out["soft_loss"] = soft.detach()
+            loss = loss + self.alpha * soft
+        out["loss"] = loss
+        return out
+
+
+def _student(cfg: TaskDistillConfig, teacher: nn.Module, teacher_dir: Path, kind: str, num_labels: int,
+             pad_id: int) -> nn.Module:
+    spec = cfg.student
+    if spec == "bilstm":
+        return student_from_teacher_embeddings(teacher, kind, num_labels, pad_id, hidden_size=cfg.bilstm_hidden)
+    if spec.startswith("layers:"):
+        try:
+            n = int(spec.split(":", 1)[1])
+        except ValueError:
+            raise BertforgeError(f"--student {spec}: expected layers:N (N an integer), bilstm or a directory") from None
+        return layer_student(teacher, kind, num_labels, n)
+    path = Path(spec)
+    if not (path / "config.json").is_file():
+        raise BertforgeError(f"--student {spec}: expected layers:N, bilstm or a model directory (no config.json)")
+    check_same_vocab(teacher_dir, path)
+    student, _ = init_from_pretrained(path, kind, num_labels)
+    return student
+
+
+def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
+    """Distil the fine-tuned teacher in `cfg.teacher` into `cfg.student` on `cfg.task`; returns the run record."""
+    from bertforge.training import ResumableLoader, Trainer, TrainConfig, resolve_device, set_seed
+
+    if cfg.task not in TASK_KINDS:
+        raise BertforgeError(f"--task {cfg.task}: unknown task (choose from {', '.join(sorted(TASK_KINDS))})")
+    if not 0.0 <= cfg.alpha <= 1.0:
+        raise BertforgeError(f"--alpha {cfg.alpha}: must be in [0, 1]")
+    if cfg.temperature <= 0:
+        raise BertforgeError(f"--temperature {cfg.temperature}: must be > 0")
+    teacher_dir = load_model_dir(cfg.teacher)
+    saved, labels = saved_task(teacher_dir)
+    kind_name = TASK_KINDS[cfg.task]
+    if saved.get("kind") != kind_name or (saved.get("name") in TASK_KINDS and saved.get("name") != cfg.task):
+        raise BertforgeError(f"--teacher {teacher_dir} was fine-tuned for {saved.get('name')} ({saved.get('kind')}), "
+                             f"not for {cfg.task} ({kind_name}); give a teacher fine-tuned on this task")
+    if kind_name not in KINDS:
+        raise BertforgeError(f"--task {cfg.task}: task distillation supports {', '.join(KINDS)} tasks, not {kind_name}")
+    fcfg = FinetuneConfig(task=cfg.task, model=teacher_dir, out=cfg.out, data=cfg.data, max_seq_len=cfg.max_seq_len,
+                          text_col=cfg.text_col, text_pair_col=cfg.text_pair_col, label_col=cfg.label_col,
+                          train_limit=cfg.train_limit, eval_limit=cfg.eval_limit, progress=cfg.progress,
+                          batch_size=cfg.batch_size)
+    kind = kind_for(fcfg, saved, labels)
+    files = resolve_files(fcfg, kind)
+    train, evaluation = read_examples(fcfg, kind, files=files)  # every data problem before any model is loaded
+    tokenizer = Tokenizer.from_pretrained(teacher_dir)
+    teacher, _, _ = load_task_model(teacher_dir)
+    device = resolve_device(cfg.device)
+    teacher.to(device)
+    if cfg.teacher_precision == "bf16":
+        teacher.to(torch.bfloat16)
+    set_seed(cfg.seed)
+    student = _student(cfg, teacher, teacher_dir, kind_name, kind.num_labels, tokenizer.pad_token_id)
+    bilstm = isinstance(student, BiLSTMStudent)
+    data = encode_data(fcfg, kind, train, evaluation, tokenizer)
+    rows = [{k: v for k, v in r.items() if k in TRAIN_KEYS} | {"labelled": torch.tensor(1)} for r in data.train_rows]
+    n_aug = 0
+    if bilstm and cfg.augment > 0:
+        extra = augment(rows, cfg.augment, tokenizer.mask_token_id, tokenizer.special_ids, cfg.p_mask, cfg.p_ng,
+                        seed=cfg.seed, ngrams=kind_name != "tag")
+        for r in extra:  # a placeholder label of the right shape; `labelled` = 0 keeps it out of the hard loss
+            like = rows[0]["labels"]
+            r["labels"] = (torch.full_like(r["input_ids"], -100) if kind_name == "tag" else torch.zeros_like(like))
+            r["labelled"] = torch.tensor(0)
+        rows += extra
+        n_aug = len(extra)
+    for i, r in enumerate(rows):
+        r["index"] = torch.tensor(i)
+
+    def teacher_logits(indices: list[int]) -> list[torch.Tensor]:
+        return [o["logits"] for o in forward_rows(teacher, [rows[i] for i in indices], tokenizer.pad_token_id,
+                                                  128, ("logits",), progress=False)]
+
+    cache = TeacherCache(teacher_logits) if cfg.alpha > 0 else None
+    soft_kind = "regress" if bilstm or kind_name == "regress" else kind_name
+    model = Distiller(student, cache, kind_name, cfg.alpha, cfg.temperature, soft_kind)
+    info = kind.info() | {"distilled_from": str(teacher_dir), "student": cfg.student, "alpha": cfg.alpha,
+                          "temperature": cfg.temperature}
+
+    def save_fn(m: nn.Module, d: Path) -> None:
+        if isinstance(m.student, BiLSTMStudent):
+            m.student.save_pretrained(d, kind.labels, info, tokenizer)
+        else:
+            save_task_model(m.student, d, kind.labels, info, tokenizer=tokenizer)
+
+    evaluate = (lambda m: data.evaluate(m.student)) if data.evaluate else None  # noqa: E731
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items() if k != "overwrite"}
+    out = Path(cfg.out)
+    with claim_output_dir(out, resume=False, overwrite=cfg.overwrite, options=options, resume_flag=None):
+        loader = ResumableLoader(rows, cfg.batch_size, collate_fn=make_collate(tokenizer.pad_token_id), shuffle=True,
+                                 seed=cfg.seed, group_by_length=[row_length(r) for r in rows])
+        every = len(loader) if cfg.max_steps is None else min(len(loader), cfg.max_steps)
+        lr = cfg.lr if cfg.lr is not None else (1e-3 if bilstm else 5e-5)
+        tc = TrainConfig(out_dir=out, lr=lr, max_steps=cfg.max_steps, num_epochs=None if cfg.max_steps else cfg.epochs,
+                         eval_every=every if evaluate else None, save_every=None, keep_checkpoints=1, seed=cfg.seed,
+                         device=cfg.device, progress=cfg.progress, plot=False, overwrite=False,
+                         best_metric=data.main_metric if evaluate else None, log_every=max(1, min(50, every)),
+                         weight_decay=0.0 if bilstm else 0.01, extra={"task": cfg.task, "distill": True})
+        trainer = Trainer(model, loader, tc, eval_fn=evaluate, save_fn=save_fn,
+                          load_fn=lambda m, d: None)  # noqa: ARG005 - no resume for distillation runs
+        history = trainer.train()
+        if evaluate is None:
+            save_fn(model, out / "best")
+        install_model(out / "best", out, move=True)
+        shutil.rmtree(out / "best", ignore_errors=True)
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)  # a distillation run is not resumable
+        evals = [h for h in history if h.get("split") == "eval"]
+        best = max(evals, key=lambda h: h.get(data.main_metric, -math.inf)) if evals else {}
+        record = {"task": cfg.task, "student": cfg.student, "alpha": cfg.alpha, "temperature": cfg.temperature,
+                  "steps": trainer.step, "train_examples": len(data.train_rows), "augmented_examples": n_aug,
+                  "teacher_rows_computed": cache.computed if cache else 0,
+                  "teacher_batches": cache.calls if cache else 0, "main_metric": data.main_metric,
+                  "best": {k: v for k, v in best.items() if k != "split"},
+                  "student_parameters": sum(p.numel() for p in student.parameters()),
+                  "teacher_parameters": sum(p.numel() for p in teacher.parameters())}
+        atomic_write_text(out / "results.json", json.dumps(record, indent=2) + "\n")
+    return record

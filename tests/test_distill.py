@@ -1,0 +1,197 @@
+"""Distillation: the losses against hand computations, the teacher cache, task distillation into a layer-dropped
+transformer and a BiLSTM (loss falls, `predict` / `evaluate` load the result), general distillation (loads in
+transformers), and the one-line errors for a teacher of another task and a student with another vocabulary."""
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertforge.checkpoint import save_pretrained
+from bertforge.config import preset
+from bertforge.distill.bilstm import augment
+from bertforge.distill.losses import TeacherCache, cosine_loss, kd_loss, logit_mse
+from bertforge.distill.task import TaskDistillConfig, distill_task, pick_layers
+from bertforge.errors import BertforgeError
+from bertforge.heads import MaskedLM
+from bertforge.model import Encoder
+from bertforge.tasks.config import FinetuneConfig
+from bertforge.tasks.finetune import evaluate_model
+from bertforge.tasks.models import init_from_pretrained, load_task_model, save_task_model
+from bertforge.tasks.predict import predict
+from bertforge.tokenization import Tokenizer
+from test_finetune_cli import NAMES, NEG, PLACES, POS, FILLER, one_line_error, run, write_sst
+
+
+# ---- losses ---------------------------------------------------------------------------------------------------------
+def test_kd_loss_is_kl_at_temperature_times_t_squared():
+    s, t, T = torch.tensor([[1.0, 2.0, 0.5]]), torch.tensor([[0.2, 3.0, -1.0]]), 2.0
+    p_t = [math.exp(x / T) for x in t[0].tolist()]
+    p_t = [x / sum(p_t) for x in p_t]
+    p_s = [math.exp(x / T) for x in s[0].tolist()]
+    p_s = [x / sum(p_s) for x in p_s]
+    hand = sum(a * math.log(a / b) for a, b in zip(p_t, p_s)) * T * T
+    assert kd_loss(s, t, T).item() == pytest.approx(hand, rel=1e-5)
+    assert kd_loss(t, t, T).item() == pytest.approx(0.0, abs=1e-6)
+    # masked rows (padding when tagging) do not count
+    s2, t2 = torch.cat([s, torch.zeros(1, 3)]), torch.cat([t, torch.tensor([[9.0, -9.0, 0.0]])])
+    assert kd_loss(s2, t2, T, mask=torch.tensor([True, False])).item() == pytest.approx(hand, rel=1e-5)
+
+
+def test_cosine_and_mse_losses():
+    a = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]])
+    b = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [-1.0, 2.0]]])
+    # token 0: cos 1 -> 0; token 1: cos 0 -> 1; token 2 is padding
+    assert cosine_loss(a, b, torch.tensor([[1, 1, 0]])).item() == pytest.approx(0.5)
+    assert logit_mse(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 0.0])).item() == pytest.approx(5.0)
+
+
+def test_teacher_cache_runs_the_teacher_once_per_unique_input():
+    calls: list[list[int]] = []
+
+    def fn(indices):
+        calls.append(list(indices))
+        return [torch.tensor([float(i)]) for i in indices]
+
+    cache = TeacherCache(fn)
+    assert [x.item() for x in cache.get([0, 1, 1], [0, 1, 1])] == [0.0, 1.0, 1.0]
+    for _ in range(3):  # later epochs: all hits
+        cache.get([1, 0], [1, 0])
+    cache.get([2, 0], [2, 0])
+    assert calls == [[0, 1], [2]] and cache.computed == 3
+
+
+def test_pick_layers_takes_every_other_layer():
+    assert pick_layers(6, 3) == [0, 2, 4] and pick_layers(12, 6) == [0, 2, 4, 6, 8, 10] and pick_layers(4, 4) == [0, 1, 2, 3]
+    with pytest.raises(BertforgeError, match="layers:7"):
+        pick_layers(6, 7)
+
+
+def test_augment_masks_and_samples_ngrams():
+    row = {"input_ids": torch.tensor([101, 5, 6, 7, 8, 102]), "attention_mask": torch.ones(6, dtype=torch.long),
+           "token_type_ids": torch.zeros(6, dtype=torch.long)}
+    out = augment([row], 30, mask_id=103, special_ids={101, 102, 103}, p_mask=0.3, p_ng=0.5, seed=0)
+    assert out and all(r["input_ids"][0] == 101 and r["input_ids"][-1] == 102 for r in out)
+    assert any((r["input_ids"] == 103).any() for r in out)  # masked pieces
+    assert any(len(r["input_ids"]) < 6 for r in out)  # n-grams
+    keys = [r["input_ids"].numpy().tobytes() for r in out]
+    assert len(set(keys)) == len(keys) and row["input_ids"].numpy().tobytes() not in keys
+
+
+# ---- task distillation ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    """A 4-layer tiny BERT, a teacher fine-tuned (briefly) from it on a toy SST-2, and the data."""
+    d = tmp_path_factory.mktemp("distill")
+    rng = random.Random(0)
+    vocab = POS + NEG + FILLER + NAMES + PLACES
+    (d / "corpus.txt").write_text("\n".join(" ".join(rng.choices(vocab, k=10)) for _ in range(400)), encoding="utf-8")
+    tok = Tokenizer.train([d / "corpus.txt"], vocab_size=120, min_frequency=1)
+    cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=4)
+    torch.manual_seed(0)
+    save_pretrained(Encoder(cfg), d / "base", cfg, tokenizer=tok)
+    data = write_sst(d / "sst", 96, 32)
+    teacher, _ = init_from_pretrained(d / "base", "classify", 2)
+    save_task_model(teacher, d / "teacher", ["0", "1"], {"name": "sst2", "max_seq_len": 64}, tokenizer=tok)
+    return {"dir": d, "base": d / "base", "teacher": d / "teacher", "data": data, "corpus": d / "corpus.txt"}
+
+
+def _losses(out: Path, key: str = "loss") -> list[float]:
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r[key] for r in lines if r.get("split") != "eval" and key in r]
+
+
+@pytest.mark.parametrize("student", ["layers:2", "bilstm"])
+def test_task_distillation_loss_falls_and_predict_evaluate_load_it(tiny, tmp_path, student):
+    out = tmp_path / "student"
+    record = distill_task(TaskDistillConfig(teacher=tiny["teacher"], task="sst2", data=tiny["data"], out=out,
+                                            student=student, alpha=1.0, epochs=6, batch_size=16, lr=3e-3,
+                                            augment=2 if student == "bilstm" else 0, bilstm_hidden=32))
+    losses = _losses(out)
+    assert losses[-1] < 0.5 * losses[0], losses
+    # the teacher ran once per unique training input, not once per epoch
+    assert record["teacher_rows_computed"] == record["train_examples"] + record["augmented_examples"]
+    model, task, labels = load_task_model(out)
+    assert labels == ["0", "1"] and task["distilled_from"] == str(tiny["teacher"])
+    if student == "layers:2":
+        assert model.config.num_hidden_layers == 2
+    metrics = evaluate_model(out, FinetuneConfig(task="sst2", model=out, out=out, data=tiny["data"], progress=False))
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+    (tmp_path / "in.txt").write_text("good movie\nawful film\n", encoding="utf-8")
+    preds = predict(out, tmp_path / "in.txt", progress=False)
+    assert [p["label"] in ("0", "1") for p in preds] == [True, True]
+
+
+def test_layer_student_starts_as_the_teachers_layers(tiny):
+    from bertforge.distill.task import layer_student
+
+    teacher, _, _ = load_task_model(tiny["teacher"])
+    student = layer_student(teacher, "classify", 2, 2)
+    t, s = teacher.state_dict(), student.state_dict()
+    assert torch.equal(s["bert.encoder.layer.1.output.dense.weight"], t["bert.encoder.layer.2.output.dense.weight"])
+    assert torch.equal(s["classifier.weight"], t["classifier.weight"])
+
+
+def test_teacher_of_another_task_and_other_vocabulary_are_one_line(tiny, tmp_path):
+    proc = run("distill", "task", "--teacher", tiny["teacher"], "--task", "cola", "--data", tiny["data"],
+               "--out", tmp_path / "o1", "--student", "layers:2")
+    one_line_error(proc, "fine-tuned for sst2", "cola")
+    assert not (tmp_path / "o1").exists()
+    # a student encoder with another vocabulary
+    other = tmp_path / "other"
+    (tmp_path / "c.txt").write_text("zebra quantum xylophone " * 50, encoding="utf-8")
+    tok = Tokenizer.train([tmp_path / "c.txt"], vocab_size=60, min_frequency=1)
+    cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=2)
+    save_pretrained(Encoder(cfg), other, cfg, tokenizer=tok)
+    proc = run("distill", "task", "--teacher", tiny["teacher"], "--task", "sst2", "--data", tiny["data"],
+               "--out", tmp_path / "o2", "--student", other)
+    one_line_error(proc, "vocabulary", str(other))
+    assert not (tmp_path / "o2").exists()
+
+
+# ---- general distillation -------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mlm_teacher(tiny) -> Path:
+    tok = Tokenizer.from_pretrained(tiny["base"])
+    cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=4)
+    torch.manual_seed(1)
+    out = tiny["dir"] / "mlm"
+    MaskedLM(cfg).save_pretrained(out, tokenizer=tok)
+    return out
+
+
+def test_general_distillation_loss_falls_and_loads_in_transformers(tiny, mlm_teacher, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path / "student"
+    proc = run("distill", "general", "--teacher", mlm_teacher, "--corpus", tiny["corpus"], "--out", out,
+               "--max-steps", "30", "--seq-len", "32", "--batch-size", "16", "--lr", "2e-3", "--random-init",
+               "--alpha-mlm", "0")  # a random student: the soft targets alone must teach it
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout[proc.stdout.index("{\n"):])
+    assert record["student_layers"] == 2 and record["steps"] == 30
+    ce, cos = _losses(out, "ce_loss"), _losses(out, "cos_loss")
+    assert ce[-1] < 0.7 * ce[0] and cos[-1] < 0.7 * cos[0], (ce, cos)
+    hf = transformers.AutoModelForMaskedLM.from_pretrained(out)
+    assert type(hf).__name__ == "DistilBertForMaskedLM" and hf.config.n_layers == 2
+    ours = MaskedLM.from_pretrained(out)
+    ids = torch.tensor([[2, 10, 11, 12, 3]])
+    with torch.no_grad():
+        assert torch.allclose(hf(input_ids=ids).logits, ours(ids), atol=1e-4)
+
+
+def test_general_distillation_bad_inputs_are_one_line(tiny, mlm_teacher, tmp_path):
+    other = tmp_path / "other"
+    (tmp_path / "c.txt").write_text("zebra quantum xylophone " * 50, encoding="utf-8")
+    tok = Tokenizer.train([tmp_path / "c.txt"], vocab_size=60, min_frequency=1)
+    MaskedLM(preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=2)).save_pretrained(other, tokenizer=tok)
+    proc = run("distill", "general", "--teacher", mlm_teacher, "--corpus", tiny["corpus"], "--out", tmp_path / "o",
+               "--max-steps", "2", "--student-init", other)
+    one_line_error(proc, "vocabulary")
+    proc = run("distill", "general", "--teacher", tiny["dir"], "--corpus", tiny["corpus"], "--out", tmp_path / "o",
+               "--max-steps", "2")
+    one_line_error(proc, "no config.json")
+    assert not (tmp_path / "o").exists()

@@ -68,7 +68,7 @@ def tiny(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("tiny")
     words = "the cat dog sat ran on a mat , . good bad film".split()
     (d / "c.txt").write_text("\n".join(" ".join(random.Random(i).choices(words, k=8)) for i in range(200)))
-    tok = Tokenizer.train([d / "c.txt"], vocab_size=80, min_frequency=1)
+    tok = Tokenizer.train((d / "c.txt").read_text().splitlines(), vocab_size=80, min_frequency=1)
     cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=2, max_position_embeddings=16)
     torch.manual_seed(0)
     save_pretrained(Encoder(cfg), d / "model", cfg, tokenizer=tok)

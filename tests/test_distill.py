@@ -90,7 +90,7 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     rng = random.Random(0)
     vocab = POS + NEG + FILLER + NAMES + PLACES
     (d / "corpus.txt").write_text("\n".join(" ".join(rng.choices(vocab, k=10)) for _ in range(400)), encoding="utf-8")
-    tok = Tokenizer.train([d / "corpus.txt"], vocab_size=120, min_frequency=1)
+    tok = Tokenizer.train((d / "corpus.txt").read_text().splitlines(), vocab_size=120, min_frequency=1)
     cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=4)
     torch.manual_seed(0)
     save_pretrained(Encoder(cfg), d / "base", cfg, tokenizer=tok)
@@ -144,7 +144,7 @@ def test_teacher_of_another_task_and_other_vocabulary_are_one_line(tiny, tmp_pat
     # a student encoder with another vocabulary
     other = tmp_path / "other"
     (tmp_path / "c.txt").write_text("zebra quantum xylophone " * 50, encoding="utf-8")
-    tok = Tokenizer.train([tmp_path / "c.txt"], vocab_size=60, min_frequency=1)
+    tok = Tokenizer.train((tmp_path / "c.txt").read_text().splitlines(), vocab_size=60, min_frequency=1)
     cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=2)
     save_pretrained(Encoder(cfg), other, cfg, tokenizer=tok)
     proc = run("distill", "task", "--teacher", tiny["teacher"], "--task", "sst2", "--data", tiny["data"],
@@ -186,7 +186,7 @@ def test_general_distillation_loss_falls_and_loads_in_transformers(tiny, mlm_tea
 def test_general_distillation_bad_inputs_are_one_line(tiny, mlm_teacher, tmp_path):
     other = tmp_path / "other"
     (tmp_path / "c.txt").write_text("zebra quantum xylophone " * 50, encoding="utf-8")
-    tok = Tokenizer.train([tmp_path / "c.txt"], vocab_size=60, min_frequency=1)
+    tok = Tokenizer.train((tmp_path / "c.txt").read_text().splitlines(), vocab_size=60, min_frequency=1)
     MaskedLM(preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=2)).save_pretrained(other, tokenizer=tok)
     proc = run("distill", "general", "--teacher", mlm_teacher, "--corpus", tiny["corpus"], "--out", tmp_path / "o",
                "--max-steps", "2", "--student-init", other)

@@ -118,7 +118,7 @@ def write_sst(path: Path, n: int, seed: int) -> Path:
 def task_model(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("prune")
     (d / "corpus.txt").write_text("\n".join(" ".join(random.Random(i).choices(WORDS, k=8)) for i in range(200)))
-    tok = Tokenizer.train([d / "corpus.txt"], vocab_size=80, min_frequency=1)
+    tok = Tokenizer.train((d / "corpus.txt").read_text().splitlines(), vocab_size=80, min_frequency=1)
     cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=2, num_attention_heads=4)
     torch.manual_seed(0)
     save_pretrained(Encoder(cfg), d / "base", cfg, tokenizer=tok)

@@ -49,7 +49,7 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("serve")
     corpus = root / "corpus.txt"
     corpus.write_text("\n".join(_sentence(i, 10) for i in range(300)) + "\n")
-    tok = Tokenizer.train([corpus], kind="wordpiece", vocab_size=150, min_frequency=1)
+    tok = Tokenizer.train((corpus).read_text().splitlines(), kind="wordpiece", vocab_size=150, min_frequency=1)
     cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=40)
     torch.manual_seed(0)

@@ -72,21 +72,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=task_command)
 
 
-def general_command(args: argparse.Namespace) -> int:
-    from bertforge.distill.general import GeneralDistillConfig, distill_general
-
-    keys = GeneralDistillConfig.__dataclass_fields__
-    record = distill_general(GeneralDistillConfig(**{k: v for k, v in vars(args).items() if k in keys}))
+def _run(args: argparse.Namespace, config_cls: type, run) -> int:
+    """Build the verb's config dataclass from the parsed flags of the same names, run it, print its record."""
+    keys = config_cls.__dataclass_fields__
+    record = run(config_cls(**{k: v for k, v in vars(args).items() if k in keys}))
     print(json.dumps(record, indent=2))
     print(f"-> {args.out}", file=sys.stderr)
     return 0
+
+
+def general_command(args: argparse.Namespace) -> int:
+    from bertforge.distill.general import GeneralDistillConfig, distill_general
+    return _run(args, GeneralDistillConfig, distill_general)
 
 
 def task_command(args: argparse.Namespace) -> int:
     from bertforge.distill.task import TaskDistillConfig, distill_task
-
-    keys = TaskDistillConfig.__dataclass_fields__
-    record = distill_task(TaskDistillConfig(**{k: v for k, v in vars(args).items() if k in keys}))
-    print(json.dumps(record, indent=2))
-    print(f"-> {args.out}", file=sys.stderr)
-    return 0
+    return _run(args, TaskDistillConfig, distill_task)

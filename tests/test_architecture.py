@@ -120,7 +120,7 @@ def _definitions(name: str) -> list[str]:
 
 
 def test_one_self_attention():
-    assert _calls("scaled_dot_product_attention") == ["model.py"]
+    assert _calls("scaled_dot_product_attention") == ["model/attention.py"]
 
 
 def test_one_mean_pool_and_one_json_reader():

@@ -110,13 +110,13 @@ def test_eager_implementation_matches_sdpa():
 
 
 def test_one_attention_implementation_and_no_second_forward_pass():
-    """Only model.py calls scaled_dot_product_attention (once) or softmaxes attention scores."""
+    """Only model/attention.py calls scaled_dot_product_attention (once, in `attend`)."""
     calls: dict[str, int] = {}
     for path in SRC.rglob("*.py"):
         n = len(re.findall(r"scaled_dot_product_attention\(", path.read_text(encoding="utf-8")))
         if n:
             calls[str(path.relative_to(SRC))] = n
-    assert calls == {"model.py": 1}
+    assert calls == {"model/attention.py": 1}
     assert not (SRC / "embed" / "fast.py").exists()
 
 

@@ -12,7 +12,6 @@ pre-fused into one Linear) in fp32, bf16 or int8.
 from __future__ import annotations
 
 import copy
-import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +24,8 @@ from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 from bertforge.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.model.attention import FusedSelfAttention, MultiHeadAttention, SelfAttention
 
-ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 PRECISIONS = ("fp32", "bf16", "int8")
 
 
@@ -80,79 +79,6 @@ class Embeddings(nn.Module):
                 token_type_ids = torch.zeros_like(input_ids)
             x = x + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(x))
-
-
-class MultiHeadAttention(nn.Module):
-    """Scaled dot-product self-attention over heads; subclasses say how x [B, T, H] becomes [q | k | v] [B, T, 3H].
-
-    `mask` is a bool [B, 1, 1, T] (True = a key that may be attended to) or None when nothing is padded.
-    """
-
-    def __init__(self, n_heads: int, head_dim: int, dropout_p: float, attn_implementation: str):
-        super().__init__()
-        if attn_implementation not in ATTN_IMPLEMENTATIONS:
-            raise BertforgeError(f"unknown attn_implementation {attn_implementation!r} "
-                                 f"(expected {', '.join(ATTN_IMPLEMENTATIONS)})")
-        self.n_heads, self.head_dim, self.dropout_p = n_heads, head_dim, dropout_p
-        self.attn_implementation = attn_implementation
-
-    def project(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, eager: bool = False,
-                head_mask: torch.Tensor | None = None):
-        """`head_mask` [n_heads] multiplies each head's attention probabilities (HF's and Michel et al.'s head
-        mask); on the SDPA path it scales each head's context, which is the same product: (m * P) @ V = m * (P @ V)."""
-        B, T, _ = x.shape
-        q, k, v = self.project(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        p = self.dropout_p if self.training else 0.0
-        per_head = None if head_mask is None else head_mask.to(q.dtype).view(1, -1, 1, 1)
-        if eager or self.attn_implementation == "eager":  # the reference maths; materialises the probabilities
-            scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
-            if mask is not None:
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-            probs = scores.softmax(dim=-1)
-            if per_head is not None:
-                probs = probs * per_head
-            ctx = F.dropout(probs, p, self.training) @ v
-        else:
-            probs = None
-            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-            if per_head is not None:
-                ctx = ctx * per_head
-        return ctx.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim), probs
-
-
-class SelfAttention(MultiHeadAttention):
-    """The trainable attention, with HF's three projections `query`, `key`, `value`."""
-
-    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None):
-        n_heads = cfg.num_attention_heads if n_heads is None else n_heads  # fewer after pruning (prune_heads)
-        super().__init__(n_heads, cfg.head_dim, cfg.attention_probs_dropout_prob, attn_implementation)
-        h, inner = cfg.hidden_size, n_heads * cfg.head_dim
-        self.query, self.key, self.value = nn.Linear(h, inner), nn.Linear(h, inner), nn.Linear(h, inner)
-
-    def project(self, x: torch.Tensor) -> torch.Tensor:
-        # One [3H, H] matmul instead of three (fused at forward time, so the parameters keep HF's names): fewer,
-        # larger GEMMs and one read of x, which matters most for the small models trained on CPU.
-        w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-        return F.linear(x, w, b)
-
-
-class FusedSelfAttention(MultiHeadAttention):
-    """Inference-only variant: Q/K/V concatenated once into one Linear `qkv` (no per-call torch.cat, and one
-    nn.Linear that dynamic int8 quantisation can replace). Built by `for_inference`; never trained or saved."""
-
-    def __init__(self, source: SelfAttention):
-        super().__init__(source.n_heads, source.head_dim, source.dropout_p, source.attn_implementation)
-        self.qkv = nn.Linear(source.query.in_features, 3 * source.query.out_features)
-        with torch.no_grad():
-            self.qkv.weight.copy_(torch.cat([source.query.weight, source.key.weight, source.value.weight]))
-            self.qkv.bias.copy_(torch.cat([source.query.bias, source.key.bias, source.value.bias]))
-
-    def project(self, x: torch.Tensor) -> torch.Tensor:
-        return self.qkv(x)
 
 
 class AddNorm(nn.Module):

@@ -1,0 +1,99 @@
+"""Multi-head self-attention, and `attend`: the one place attention is computed (SDPA or the eager reference).
+
+`attend` takes per-head queries, keys and values and a boolean mask (True = may attend), and returns the context and,
+on the eager path, the probabilities. Every attention module of bertforge calls it, so there is one softmax
+convention, one masking rule and one `scaled_dot_product_attention` call site.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.config import ModelConfig
+from bertforge.errors import BertforgeError
+
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float = 0.0,
+           eager: bool = False, head_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q k^T / sqrt(d) + mask) v for q, k, v [B, heads, T, d]; `mask` bool, broadcastable to
+    [B, heads, Tq, Tk], True where a key may be attended to, or None. Returns (context [B, heads, Tq, d],
+    probabilities or None). `eager` materialises the probabilities (the reference maths); otherwise torch's fused
+    kernel runs. `head_mask` [heads] multiplies each head's probabilities (HF's and Michel et al.'s head mask); on
+    the SDPA path it scales each head's context, which is the same product: (m * P) @ V = m * (P @ V)."""
+    per_head = None if head_mask is None else head_mask.to(q.dtype).view(1, -1, 1, 1)
+    if eager:
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        probs = scores.softmax(dim=-1)
+        if per_head is not None:
+            probs = probs * per_head
+        ctx = F.dropout(probs, dropout_p, dropout_p > 0) @ v
+        return ctx, probs
+    ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    if per_head is not None:
+        ctx = ctx * per_head
+    return ctx, None
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product self-attention over heads; subclasses say how x [B, T, H] becomes [q | k | v] [B, T, 3H].
+
+    `mask` is a bool [B, 1, 1, T] (True = a key that may be attended to) or None when nothing is padded.
+    """
+
+    def __init__(self, n_heads: int, head_dim: int, dropout_p: float, attn_implementation: str):
+        super().__init__()
+        if attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise BertforgeError(f"unknown attn_implementation {attn_implementation!r} "
+                                 f"(expected {', '.join(ATTN_IMPLEMENTATIONS)})")
+        self.n_heads, self.head_dim, self.dropout_p = n_heads, head_dim, dropout_p
+        self.attn_implementation = attn_implementation
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, eager: bool = False,
+                head_mask: torch.Tensor | None = None):
+        B, T, _ = x.shape
+        q, k, v = self.project(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        ctx, probs = attend(q, k, v, mask, self.dropout_p if self.training else 0.0,
+                            eager or self.attn_implementation == "eager", head_mask)
+        return ctx.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim), probs
+
+
+class SelfAttention(MultiHeadAttention):
+    """The trainable attention, with HF's three projections `query`, `key`, `value`."""
+
+    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None):
+        n_heads = cfg.num_attention_heads if n_heads is None else n_heads  # fewer after pruning (prune_heads)
+        super().__init__(n_heads, cfg.head_dim, cfg.attention_probs_dropout_prob, attn_implementation)
+        h, inner = cfg.hidden_size, n_heads * cfg.head_dim
+        self.query, self.key, self.value = nn.Linear(h, inner), nn.Linear(h, inner), nn.Linear(h, inner)
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        # One [3H, H] matmul instead of three (fused at forward time, so the parameters keep HF's names): fewer,
+        # larger GEMMs and one read of x, which matters most for the small models trained on CPU.
+        w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+        b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        return F.linear(x, w, b)
+
+
+class FusedSelfAttention(MultiHeadAttention):
+    """Inference-only variant: Q/K/V concatenated once into one Linear `qkv` (no per-call torch.cat, and one
+    nn.Linear that dynamic int8 quantisation can replace). Built by `for_inference`; never trained or saved."""
+
+    def __init__(self, source: SelfAttention):
+        super().__init__(source.n_heads, source.head_dim, source.dropout_p, source.attn_implementation)
+        self.qkv = nn.Linear(source.query.in_features, 3 * source.query.out_features)
+        with torch.no_grad():
+            self.qkv.weight.copy_(torch.cat([source.query.weight, source.key.weight, source.value.weight]))
+            self.qkv.bias.copy_(torch.cat([source.query.bias, source.key.bias, source.value.bias]))
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        return self.qkv(x)

@@ -160,3 +160,25 @@ def test_cross_encoder_is_the_sequence_classifier():
     ids, mask = _padded_batch(cfg)
     out = ce.eval()(ids, mask, labels=torch.tensor([0.5, 1.0, 0.0, 2.0]))
     torch.testing.assert_close(out["loss"], F.mse_loss(out["logits"].squeeze(-1), torch.tensor([0.5, 1.0, 0.0, 2.0])))
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_packed_rows_equal_separate_sequences(impl):
+    """Two sequences packed into one row with `segment_mask` and restarted positions give the same token vectors
+    as each sequence run on its own; the padding after them changes nothing."""
+    from bertforge.model import segment_mask
+    cfg = CONFIGS["bert"]
+    enc = _model(cfg)
+    for layer in enc.encoder.layer:
+        layer.attention.self.attn_implementation = impl
+    torch.manual_seed(1)
+    a, b = torch.randint(5, cfg.vocab_size, (1, 7)), torch.randint(5, cfg.vocab_size, (1, 5))
+    row = torch.cat([a, b, torch.zeros(1, 3, dtype=torch.long)], dim=1)
+    segments = torch.tensor([[1] * 7 + [2] * 5 + [0] * 3])
+    positions = torch.tensor([list(range(7)) + list(range(5)) + [0, 0, 0]])
+    with torch.no_grad():
+        packed = enc(row, attention_mask=segment_mask(segments), position_ids=positions).last_hidden_state
+        alone_a, alone_b = enc(a).last_hidden_state, enc(b).last_hidden_state
+    torch.testing.assert_close(packed[:, :7], alone_a, atol=1e-5, rtol=0)
+    torch.testing.assert_close(packed[:, 7:12], alone_b, atol=1e-5, rtol=0)
+    assert torch.isfinite(packed).all()

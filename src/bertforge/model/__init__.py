@@ -8,6 +8,7 @@ from bertforge.model.attention import (
     MultiHeadAttention,
     SelfAttention,
     attend,
+    segment_mask,
 )
 from bertforge.model.encoder import (
     PRECISIONS,
@@ -26,4 +27,4 @@ from bertforge.model.encoder import (
 
 __all__ = ["ATTN_IMPLEMENTATIONS", "PRECISIONS", "AddNorm", "Attention", "Embeddings", "Encoder", "EncoderOutput",
            "FusedSelfAttention", "Intermediate", "Layer", "LayerStack", "MultiHeadAttention", "Pooler",
-           "SelfAttention", "activation", "attend", "for_inference"]
+           "SelfAttention", "activation", "attend", "for_inference", "segment_mask"]

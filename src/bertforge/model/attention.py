@@ -41,6 +41,15 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     return ctx, None
 
 
+def segment_mask(segment_ids: torch.Tensor) -> torch.Tensor:
+    """[B, T] segment numbers (1, 2, ... per packed sequence; 0 = padding) -> bool [B, T, T] query x key mask:
+    block-diagonal, so several sequences packed into one row never attend to each other. A padding query
+    attends to itself only (a row with no key at all would make the softmax NaN)."""
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    eye = torch.eye(segment_ids.shape[1], dtype=torch.bool, device=segment_ids.device)
+    return (same & (segment_ids[:, None, :] > 0)) | eye
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product self-attention over heads; subclasses say how x [B, T, H] becomes [q | k | v] [B, T, 3H].
 

@@ -215,9 +215,12 @@ class Encoder(nn.Module):
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
         # The one mask rule: bool [B, 1, 1, T], True where a key may be attended to; None when nothing is padded
-        # (SDPA then takes its unmasked, fastest kernel, which length-sorted inference batches mostly hit).
+        # (SDPA then takes its unmasked, fastest kernel, which length-sorted inference batches mostly hit). A
+        # [B, T, T] mask (query x key, e.g. `segment_mask` for packed rows) is used as given.
         mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):
+        if attention_mask is not None and attention_mask.dim() == 3:
+            mask = attention_mask[:, None].bool()
+        elif attention_mask is not None and not bool(attention_mask.all()):
             mask = attention_mask[:, None, None, :].bool()
         hidden, attentions = [x], []
         for i, layer in enumerate(self.encoder.layer):

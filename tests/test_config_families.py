@@ -78,7 +78,7 @@ def test_albert_recipe_and_preset_agree():
 def test_hf_names_come_from_the_family_table():
     from bertforge.tasks.models import HF_PREFIX
     assert checkpoint.FAMILY_PREFIX == {"bert": "bert", "roberta": "roberta", "albert": "albert",
-                                        "distilbert": "distilbert", "electra": "electra"}
+                                        "distilbert": "distilbert", "electra": "electra", "xlnet": "transformer"}
     assert checkpoint.BASE_ARCHITECTURE["distilbert"] == "DistilBertModel"
     assert HF_PREFIX["roberta"] == "Roberta" and HF_PREFIX["distilbert"] == "DistilBert"
     for name, fam in FAMILIES.items():

@@ -77,10 +77,12 @@ _RULES: dict[str, list[tuple[str, str]]] = {
         (r"^cls\.predictions\.decoder\.weight$", "vocab_projector.weight"),
         (r"^bert\.", "distilbert."),
     ],
+    # XLNet's modules already carry transformers' names (bertforge.model.xlnet); its LM head is `lm_loss`.
+    "xlnet": [(r"^bert\.", "transformer.")],
 }
 _COMPILED = {fam: [(re.compile(p), r) for p, r in rules] for fam, rules in _RULES.items()}
 # Weights every family ties to another tensor; checkpoints store them once (under the embedding / bias).
-_TIED = re.compile(r"^cls\.predictions\.decoder\.(weight|bias)$")
+_TIED = re.compile(r"^cls\.predictions\.decoder\.(weight|bias)$|^lm_loss\.weight$")
 
 
 def hf_name(canonical: str, cfg: ModelConfig) -> str:
@@ -94,10 +96,14 @@ def hf_name(canonical: str, cfg: ModelConfig) -> str:
 
 
 def is_bare_encoder(model: nn.Module) -> bool:
-    """A `bertforge.model.Encoder` itself (parameters `embeddings.*`, `encoder.*`), not a wrapper holding one as
-    `.bert`. Decided by its parts, not by isinstance: checkpoint must not import model (model imports checkpoint)."""
-    return isinstance(getattr(model, "embeddings", None), nn.Module) and \
+    """A `bertforge.model.Encoder` itself (parameters `embeddings.*`, `encoder.*`) or an `XLNetEncoder`
+    (`word_embedding`, `layer.*`), not a wrapper holding one as `.bert`. Decided by its parts, not by isinstance:
+    checkpoint must not import model (model imports checkpoint)."""
+    bert = isinstance(getattr(model, "embeddings", None), nn.Module) and \
         isinstance(getattr(model, "encoder", None), nn.Module)
+    xlnet = isinstance(getattr(model, "word_embedding", None), nn.Embedding) and \
+        isinstance(getattr(model, "layer", None), nn.ModuleList)
+    return bert or xlnet
 
 
 def _canonical_state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -6,6 +6,8 @@ BERT, RoBERTa, ALBERT, DistilBERT and ELECTRA are the same encoder with differen
   - `type_vocab_size` = 0            -> no token-type embeddings (DistilBERT)
   - `use_pooler` = False             -> no [CLS] pooler (DistilBERT, ELECTRA)
   - `model_type` = "roberta"         -> position ids counted from padding_idx + 1
+XLNet is a family of its own structure (relative positions, two-stream attention: `bertforge.model.xlnet`) whose
+shape fields are the same (hidden_size = d_model, intermediate_size = d_inner, ...); its config.json is XLNet's.
 Everything a family fixes lives in `FAMILIES`; shapes live in `SIZES`; a config is size x family (+ overrides):
 `compose("albert", "base")`, or a named preset such as `preset("albert-base")`.
 `to_hf_dict` / `from_hf_dict` translate to and from each family's Hugging Face `config.json` schema.
@@ -45,6 +47,7 @@ class Family:
     # structure
     factorised: bool = False             # may have embedding_size != hidden_size (a projection E -> H)
     positions_after_padding: bool = False  # position ids start at pad_token_id + 1 (RoBERTa)
+    relative_positions: bool = False       # no position table and no length limit (XLNet)
 
     @property
     def base_architecture(self) -> str:
@@ -72,6 +75,10 @@ FAMILIES: dict[str, Family] = {
     "distilbert": Family("distilbert", "DistilBert", "distilbert", type_vocab_size=0, use_pooler=False),
     # Clark et al. 2020: no pooler; E may be smaller than H (ELECTRA-Small).
     "electra": Family("electra", "Electra", "electra", use_pooler=False, factorised=True),
+    # Yang et al. 2019: Transformer-XL relative attention, two streams, relative segments; a 32k SentencePiece with
+    # <pad> = 5; no pooler (XLNet summarises the last token in its task heads).
+    "xlnet": Family("xlnet", "XLNet", "transformer", vocab_size=32000, pad_token_id=5, use_pooler=False,
+                    relative_positions=True),
 }
 MODEL_TYPES = tuple(FAMILIES)
 
@@ -131,6 +138,9 @@ class ModelConfig:
     use_pooler: bool = True
     # Heads left in each layer after pruning (None: num_attention_heads everywhere); bertforge layout only.
     heads_per_layer: list[int] | None = None
+    # XLNet: relative distances beyond clamp_len share one encoding (-1: none); mems kept per layer (None: all).
+    clamp_len: int = -1
+    mem_len: int | None = None
     # Task metadata carried through config.json (id2label etc.); not used by the encoder itself.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -174,8 +184,16 @@ class ModelConfig:
     def to_hf_dict(self, architectures: list[str] | None = None) -> dict[str, Any]:
         common = dict(vocab_size=self.vocab_size, initializer_range=self.initializer_range,
                       pad_token_id=self.pad_token_id, max_position_embeddings=self.max_position_embeddings)
-        if self.model_type == "distilbert":
+        if self.model_type == "xlnet":  # XLNetConfig: no max_position_embeddings (its setter raises)
             d: dict[str, Any] = dict(
+                model_type="xlnet", vocab_size=self.vocab_size, d_model=self.hidden_size,
+                n_layer=self.num_hidden_layers, n_head=self.num_attention_heads, d_head=self.head_dim,
+                d_inner=self.intermediate_size, ff_activation=self.hidden_act, dropout=self.hidden_dropout_prob,
+                layer_norm_eps=self.layer_norm_eps, initializer_range=self.initializer_range,
+                pad_token_id=self.pad_token_id, attn_type="bi", bi_data=False, clamp_len=self.clamp_len,
+                mem_len=self.mem_len, reuse_len=None, same_length=False, untie_r=True)
+        elif self.model_type == "distilbert":
+            d = dict(
                 model_type="distilbert", dim=self.hidden_size, n_layers=self.num_hidden_layers,
                 n_heads=self.num_attention_heads, hidden_dim=self.intermediate_size, activation=self.hidden_act,
                 dropout=self.hidden_dropout_prob, attention_dropout=self.attention_probs_dropout_prob,
@@ -215,6 +233,8 @@ class ModelConfig:
                        "classifier_dropout", "bertforge_task")
         extra = {k: d[k] for k in known_extra if k in d and k != "architectures"}
         try:
+            if model_type == "xlnet":
+                return cls._from_xlnet_dict(d, source, extra)
             if model_type == "distilbert":
                 return cls(model_type="distilbert", vocab_size=d["vocab_size"], hidden_size=d["dim"],
                            num_hidden_layers=d["n_layers"], num_attention_heads=d["n_heads"],
@@ -251,6 +271,26 @@ class ModelConfig:
             raise BertforgeError(f"{source}: missing field {err.args[0]!r} for model_type {model_type!r}") from None
 
     @classmethod
+    def _from_xlnet_dict(cls, d: dict[str, Any], source: str, extra: dict[str, Any]) -> "ModelConfig":
+        """XLNetConfig -> ModelConfig; the settings bertforge's XLNet does not implement are refused by name."""
+        unsupported = {"attn_type": (d.get("attn_type", "bi"), "bi"), "bi_data": (bool(d.get("bi_data")), False)}
+        for name, (got, ours) in unsupported.items():
+            if got != ours:
+                raise BertforgeError(f"{source}: XLNet with {name}={got!r} is not supported (bertforge runs "
+                                     f"{name}={ours!r})")
+        n_head = d["n_head"]
+        if d.get("d_head") not in (None, d["d_model"] // n_head):
+            raise BertforgeError(f"{source}: d_head {d['d_head']} is not d_model // n_head")
+        return cls(model_type="xlnet", vocab_size=d["vocab_size"], hidden_size=d["d_model"],
+                   num_hidden_layers=d["n_layer"], num_attention_heads=n_head, intermediate_size=d["d_inner"],
+                   hidden_act=d.get("ff_activation", "gelu"), hidden_dropout_prob=d.get("dropout", 0.1),
+                   attention_probs_dropout_prob=d.get("dropout", 0.1), type_vocab_size=2,
+                   initializer_range=d.get("initializer_range", 0.02), layer_norm_eps=d.get("layer_norm_eps", 1e-12),
+                   pad_token_id=d.get("pad_token_id") or 0, use_pooler=False,
+                   clamp_len=-1 if d.get("clamp_len") is None else d["clamp_len"],
+                   mem_len=d.get("mem_len"), extra=extra)
+
+    @classmethod
     def from_file(cls, path: str | Path) -> "ModelConfig":
         path = Path(path)
         if path.is_dir():
@@ -273,6 +313,8 @@ PRESETS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "distilbert-base": ("distilbert", "base", dict(num_hidden_layers=6)),  # half of BERT-base's layers
     "electra-small": ("electra", "mini", dict(num_hidden_layers=12, embedding_size=128)),  # Clark et al., Table 6
     "electra-base": ("electra", "base", {}),
+    "xlnet-base": ("xlnet", "base", {}),
+    "xlnet-large": ("xlnet", "large", {}),
 }
 
 

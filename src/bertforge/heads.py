@@ -15,7 +15,8 @@ from torch import nn
 
 from bertforge.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
-from bertforge.model import Encoder, activation
+from bertforge.errors import BertforgeError
+from bertforge.model import Encoder, XLNetEncoder, activation
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -72,10 +73,11 @@ class MaskedLMHead(nn.Module):
 
 
 class SentenceRelationHead(nn.Linear):
-    """Two-way classifier on the pooled [CLS] output: NSP (0 = IsNext) or SOP (0 = in order)."""
+    """Classifier on the pooled [CLS] output: NSP (0 = IsNext), SOP (0 = in order), or StructBERT's three-way
+    sentence structure (0 = next, 1 = previous, 2 = other document)."""
 
-    def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg.hidden_size, 2)
+    def __init__(self, cfg: ModelConfig, n_classes: int = 2):
+        super().__init__(cfg.hidden_size, n_classes)
         nn.init.normal_(self.weight, 0.0, cfg.initializer_range)
         nn.init.zeros_(self.bias)
 
@@ -121,7 +123,12 @@ class MaskedLM(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "MaskedLM":
-        model = cls(ModelConfig.from_file(path))
+        cfg = ModelConfig.from_file(path)
+        if cfg.model_type == "xlnet":
+            raise BertforgeError(f"{path}: an XLNet checkpoint is a permutation language model (XLNetLMHeadModel), "
+                                 "not a masked LM: it predicts a position from its query stream, never a [MASK] "
+                                 "token; fill-mask needs a bert, roberta, albert, distilbert or electra MLM")
+        model = cls(cfg)
         load_pretrained(model, path, require=("cls.predictions.",))
         return model.eval()
 
@@ -170,6 +177,33 @@ class ReplacedTokenDetector(nn.Module):
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
         save_pretrained(self, path, self.config, architecture="ElectraForPreTraining", tokenizer=tokenizer)
+
+
+class XLNetLM(nn.Module):
+    """XLNet encoder + its LM head, a Linear tied to the word embeddings (XLNetLMHeadModel layout: `transformer.*`,
+    `lm_loss.bias`). Logits at the query stream's targets when given perm_mask / target_mapping, else per token."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.bert = XLNetEncoder(cfg)
+        self.lm_loss = nn.Linear(cfg.hidden_size, cfg.vocab_size)
+        self.lm_loss.weight = self.bert.word_embedding.weight
+        nn.init.zeros_(self.lm_loss.bias)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, perm_mask=None, target_mapping=None,
+                mems=None) -> torch.Tensor:
+        hidden = self.bert(input_ids, attention_mask, token_type_ids, perm_mask, target_mapping, mems)
+        return self.lm_loss(hidden.last_hidden_state)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> "XLNetLM":
+        model = cls(ModelConfig.from_file(path))
+        load_pretrained(model, path, require=("lm_loss.",))
+        return model.eval()
+
+    def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
+        save_pretrained(self, path, self.config, architecture="XLNetLMHeadModel", tokenizer=tokenizer)
 
 
 # The transformers class that loads each wrapper, per family.

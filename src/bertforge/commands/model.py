@@ -86,8 +86,8 @@ def fill_mask_command(args: argparse.Namespace) -> int:
     from bertforge.heads import MaskedLM
     from bertforge.tokenization import Tokenizer
 
+    model = MaskedLM.from_pretrained(args.model)  # first: a checkpoint that cannot fill masks is the error to report
     tokenizer = Tokenizer.from_pretrained(args.model)
-    model = MaskedLM.from_pretrained(args.model)
     results = fill_mask(model, tokenizer, args.text, args.top_k)
     if args.json:
         print(json.dumps([[c.__dict__ for c in cands] for cands in results], indent=2))

@@ -1,4 +1,5 @@
-"""The model core: one encoder (`encoder.py`) and the one attention computation (`attention.py`).
+"""The model core: one encoder (`encoder.py`), the one attention computation (`attention.py`), and XLNet's
+two-stream relative encoder (`xlnet.py`), which computes its attention through the same `attend`.
 
 Import from here (`from bertforge.model import Encoder`); modules inside this package import from their siblings.
 """
@@ -24,7 +25,14 @@ from bertforge.model.encoder import (
     activation,
     for_inference,
 )
+from bertforge.model.xlnet import (
+    XLNetEncoder,
+    XLNetOutput,
+    permutation_mask,
+    target_mapping_of,
+)
 
 __all__ = ["ATTN_IMPLEMENTATIONS", "PRECISIONS", "AddNorm", "Attention", "Embeddings", "Encoder", "EncoderOutput",
            "FusedSelfAttention", "Intermediate", "Layer", "LayerStack", "MultiHeadAttention", "Pooler",
-           "SelfAttention", "activation", "attend", "for_inference", "segment_mask"]
+           "SelfAttention", "XLNetEncoder", "XLNetOutput", "activation", "attend", "for_inference", "permutation_mask",
+           "segment_mask", "target_mapping_of"]

@@ -19,17 +19,25 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float = 0.0,
-           eager: bool = False, head_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """softmax(q k^T / sqrt(d) + mask) v for q, k, v [B, heads, T, d]; `mask` bool, broadcastable to
+           eager: bool = False, head_mask: torch.Tensor | None = None,
+           bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q k^T / sqrt(d) + bias + mask) v for q, k, v [B, heads, T, d]; `mask` bool, broadcastable to
     [B, heads, Tq, Tk], True where a key may be attended to, or None. Returns (context [B, heads, Tq, d],
     probabilities or None). `eager` materialises the probabilities (the reference maths); otherwise torch's fused
     kernel runs. `head_mask` [heads] multiplies each head's probabilities (HF's and Michel et al.'s head mask); on
-    the SDPA path it scales each head's context, which is the same product: (m * P) @ V = m * (P @ V)."""
+    the SDPA path it scales each head's context, which is the same product: (m * P) @ V = m * (P @ V).
+    `bias`: extra scores, already scaled, broadcastable to [B, heads, Tq, Tk] (XLNet's relative-position and
+    segment terms); a masked key gets the dtype's lowest value, so a row with no key left is uniform, not NaN."""
     per_head = None if head_mask is None else head_mask.to(q.dtype).view(1, -1, 1, 1)
+    if bias is not None:
+        bias = bias.to(q.dtype)
+        mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
     if eager:
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-        if mask is not None:
+        if mask is not None and mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        elif mask is not None:
+            scores = scores + mask
         probs = scores.softmax(dim=-1)
         if per_head is not None:
             probs = probs * per_head

@@ -180,6 +180,10 @@ class Encoder(nn.Module):
 
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
+        if cfg.family.relative_positions:
+            raise BertforgeError(f"a {cfg.model_type} model is built by bertforge.model.XLNetEncoder (two-stream "
+                                 "relative attention), not by the BERT encoder: bertforge pretrains XLNet and "
+                                 "exchanges it with transformers, but does not fine-tune, embed or fill-mask with it")
         self.config = cfg
         self.embeddings = Embeddings(cfg)
         # Factorised embeddings (ALBERT, ELECTRA): a small E projected up to H.

@@ -19,11 +19,15 @@ from bertforge.data.masking import IGNORE_INDEX, Masker, mask_rng
 from bertforge.errors import BertforgeError
 
 _PAD_VALUES = {"input_ids": None, "token_type_ids": 0, "attention_mask": 0, "mlm_labels": IGNORE_INDEX,
-               "sbo_left": 0, "sbo_right": 0, "sbo_pos": 0}
+               "sbo_left": 0, "sbo_right": 0, "sbo_pos": 0,  # span masking (SpanBERT)
+               "wso_labels": IGNORE_INDEX,                    # trigram shuffling (StructBERT)
+               "perm_rank": -1}                               # factorisation orders (XLNet)
+_OPTIONAL = ("sbo_left", "sbo_right", "sbo_pos", "wso_labels", "perm_rank")
 
 
 class PretrainingDataset(Dataset):
-    """Examples of `builder` over `corpus`, masked by `masker` (statically or dynamically)."""
+    """Examples of `builder` over `corpus`, masked by `masker` (statically or dynamically). `masker` is a `Masker`
+    or anything with its call (input_ids, word_start, rng) -> dict: `WordShuffle`, `PermutationSampler`."""
 
     def __init__(self, corpus, builder: ExampleBuilder | str = "segment_pair", masker: Masker | None = None,
                  seq_len: int = 128, masking: str = "dynamic", dupe_factor: int = 1, seed: int = 0,
@@ -67,7 +71,7 @@ class PretrainingDataset(Dataset):
 
 class Collator:
     """Pad a list of examples into a batch of tensors: input_ids, token_type_ids, attention_mask, mlm_labels
-    (-100 = not masked), optional sentence_label and sbo_left / sbo_right / sbo_pos. Examples that are not yet
+    (-100 = not masked), optional sentence_label, sbo_left / sbo_right / sbo_pos, wso_labels, perm_rank. Examples that are not yet
     masked are masked here with `mask_rng(seed, epoch, example["index"])`."""
 
     def __init__(self, masker: Masker | None, pad_id: int, seed: int = 0, epoch: int = 0):
@@ -95,7 +99,7 @@ def collate(examples: Sequence[dict[str, Any]], masker: Masker | None = None, pa
     lengths = [len(ex["input_ids"]) for ex in rows]
     width = max(lengths)
     batch: dict[str, torch.Tensor] = {}
-    keys = ["input_ids", "token_type_ids", "mlm_labels"] + [k for k in ("sbo_left", "sbo_right", "sbo_pos") if k in rows[0]]
+    keys = ["input_ids", "token_type_ids", "mlm_labels"] + [k for k in _OPTIONAL if k in rows[0]]
     for key in keys:
         fill = pad_id if key == "input_ids" else _PAD_VALUES[key]
         arr = np.full((len(rows), width), fill, np.int64)

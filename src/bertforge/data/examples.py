@@ -16,6 +16,8 @@ Objectives (``BUILDERS``):
   at each join (only the last sequence may be shorter); no label.
 * ``doc_sentences`` the same within one document (the last sequence of each document may be shorter).
 * ``sop`` ALBERT: two consecutive segments of one document, swapped half the time; label 0 = in order, 1 = swapped.
+* ``sentence_structure`` StructBERT's sentence-structural task: a third each B follows A (label 0), B precedes A
+  (1: the two consecutive segments swapped) or B comes from another document (2).
 """
 from __future__ import annotations
 
@@ -166,10 +168,16 @@ def plan_rng(seed: int, dupe: int) -> np.random.Generator:
 
 
 class _SegmentBuilder(ExampleBuilder):
-    """Google's chunking of a document into segments of whole sentences (shared by segment-pair NSP and SOP)."""
+    """Google's chunking of a document into segments of whole sentences (shared by segment-pair NSP, SOP, SSO)."""
 
     has_label = True
-    order_objective = False  # False: NSP (B random half the time); True: SOP (A and B swapped half the time)
+    # What B is, by label: the actual continuation, segments swapped (B precedes A), or another document's.
+    relations: tuple[str, ...] = ("next", "random")
+
+    def draw_label(self, rng: np.random.Generator) -> int:
+        """A label, uniform over `relations` (two relations: 1 when u < 0.5, the stream NSP/SOP always used)."""
+        u = rng.random()
+        return int(u < 0.5) if len(self.relations) == 2 else min(int(u * len(self.relations)), len(self.relations) - 1)
 
     def __init__(self, seq_len: int = 128, short_seq_prob: float = 0.1):
         super().__init__(seq_len)
@@ -180,7 +188,7 @@ class _SegmentBuilder(ExampleBuilder):
     def plan(self, corpus, rng: np.random.Generator) -> ExamplePlan:
         doc_ptr, starts, ends = corpus.sentence_spans()
         n_docs = len(doc_ptr) - 1
-        if not self.order_objective and n_docs < 2:
+        if "random" in self.relations and n_docs < 2:
             raise BertforgeError(f"{self.name}: needs at least 2 documents for random next segments, got {n_docs}")
         prefix = np.concatenate([[0], np.cumsum(ends - starts)])  # prefix[k] = tokens in sentences [0, k)
         doc_ptr, starts, ends, prefix = doc_ptr.tolist(), starts.tolist(), ends.tolist(), prefix
@@ -198,16 +206,17 @@ class _SegmentBuilder(ExampleBuilder):
                     # The label is drawn first. Google forces "random" for a one-sentence chunk, which skews
                     # labels (42% IsNext on short-sentence text); here such a chunk takes the next sentence
                     # along, or at the end of a document gives no example, so both labels stay at 50%.
-                    flip = rng.random() < 0.5  # NSP: B from another document; SOP: A and B swapped
+                    label = self.draw_label(rng)
+                    relation = self.relations[label]
                     if i == chunk_lo and i + 1 < hi:
                         i += 1
                     n_chunk = i - chunk_lo + 1
                     if n_chunk >= 2:
                         a_end = chunk_lo + int(rng.integers(1, n_chunk))
                         a0, a1 = starts[chunk_lo], ends[a_end - 1]
-                        if not flip:
+                        if relation == "next":
                             b0, b1 = starts[a_end], ends[i]
-                        elif self.order_objective:
+                        elif relation == "swapped":
                             a0, a1, b0, b1 = starts[a_end], ends[i], a0, a1
                         else:
                             target_b = target - (a1 - a0)
@@ -220,7 +229,7 @@ class _SegmentBuilder(ExampleBuilder):
                             b0, b1 = starts[j0], ends[j1]
                             i = a_end - 1  # put the unused sentences back: the next chunk starts at A's end
                         a0, a1, b0, b1 = _truncate_pair(a0, a1, b0, b1, max_tokens, rng)
-                        out.add([(a0, a1, 0, False), (b0, b1, 1, False)], int(flip))
+                        out.add([(a0, a1, 0, False), (b0, b1, 1, False)], label)
                     chunk_lo = i + 1
                 i += 1
         return out.freeze()
@@ -232,7 +241,14 @@ class SegmentPairNSP(_SegmentBuilder):
 
 class SOP(_SegmentBuilder):
     name = "sop"
-    order_objective = True
+    relations = ("next", "swapped")
+
+
+class SentenceStructure(_SegmentBuilder):
+    """StructBERT (Wang et al. 2020): 0 = B is A's next segment, 1 = B is A's previous one, 2 = another document's."""
+
+    name = "sentence_structure"
+    relations = ("next", "swapped", "random")
 
 
 class SentencePairNSP(ExampleBuilder):
@@ -303,12 +319,12 @@ class DocSentences(FullSentences):
 
 
 BUILDERS: dict[str, type[ExampleBuilder]] = {
-    b.name: b for b in (SegmentPairNSP, SentencePairNSP, FullSentences, DocSentences, SOP)
+    b.name: b for b in (SegmentPairNSP, SentencePairNSP, FullSentences, DocSentences, SOP, SentenceStructure)
 }
 
 
 def make_builder(name: str, seq_len: int = 128, **kwargs) -> ExampleBuilder:
-    """Builder by name: segment_pair, sentence_pair, full_sentences, doc_sentences, sop."""
+    """Builder by name: segment_pair, sentence_pair, full_sentences, doc_sentences, sop, sentence_structure."""
     if name not in BUILDERS:
         raise BertforgeError(f"unknown example builder {name!r} (expected one of {', '.join(BUILDERS)})")
     cls = BUILDERS[name]

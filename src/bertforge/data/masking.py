@@ -54,6 +54,10 @@ class Masker:
         self._span_cdf = np.cumsum(self.span_probs)
         self._span_cdf[-1] = 1.0  # no rounding gap at the top
 
+    def is_special(self, ids: np.ndarray) -> np.ndarray:
+        """Bool per token: a special token (never masked, shuffled or predicted)."""
+        return self._is_special[np.asarray(ids, dtype=np.int64)]
+
     @property
     def mean_span_length(self) -> float:
         return float((self.span_lengths * self.span_probs).sum())

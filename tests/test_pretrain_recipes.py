@@ -43,7 +43,7 @@ def test_bad_combinations_fail_with_one_line(over, msg):
     with pytest.raises(BertforgeError, match=msg):
         resolve("bert", **over)
     with pytest.raises(BertforgeError, match="--recipe: unknown"):
-        resolve("xlnet")
+        resolve("gpt2")
 
 
 def test_default_corpus_keeps_prose_drops_code():

@@ -8,7 +8,10 @@ from bertforge.errors import BertforgeError
 
 RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta = MLM, dynamic masks, full "
                "sentences (byte-level BPE); albert = MLM+SOP, E=128, all layers shared (Unigram); spanbert = span "
-               "masking + span-boundary objective; electra = replaced-token detection with a 1/4-size generator")
+               "masking + span-boundary objective; electra = replaced-token detection with a 1/4-size generator; "
+               "structbert = MLM + word-structural (shuffled trigrams) + sentence-structural (next / previous / "
+               "random) objectives; xlnet = permutation LM with two-stream relative attention (last 1/6 of each "
+               "factorisation order predicted)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -68,8 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     abl = subparsers.add_parser(
         "ablate", help="run an ablation matrix at equal wall-clock per arm",
-        description="Train each arm (NSP vs SOP vs none; static vs dynamic masks; MLM vs ELECTRA; token vs span "
-                    "masking) for the same wall-clock budget on one corpus and compare held-out MLM accuracy. "
+        description="Train each arm (NSP vs SOP vs StructBERT's SSO vs none; static vs dynamic masks; MLM vs "
+                    "ELECTRA vs XLNet's permutation LM; token vs span masking; StructBERT's word-structural "
+                    "objective) for the same wall-clock budget on one corpus and compare held-out MLM accuracy. "
                     "Writes ablation.md, ablation.json and ablation.png in --out.")
     abl.add_argument("--corpus", nargs="+", metavar="PATH", help="corpus (default: stdlib docs)")
     abl.add_argument("--arms", nargs="+", metavar="ARM",
@@ -97,6 +101,8 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats) -> None:
     dyn.add_argument("--static", dest="dynamic", action="store_false", help="masks fixed at preparation")
     p.add_argument("--dupe-factor", type=int, metavar="N", help="static masking: masked copies of the data")
     p.add_argument("--input-format", choices=formats, help="override the recipe's input format")
+    p.add_argument("--plm-k", type=int, metavar="K",
+                   help="xlnet: predict the last 1/K of each factorisation order (default: 6)")
     p.add_argument("--seq-len", type=int, metavar="N",
                    help="sequence length (default: 128; 64 for the built-in demo corpus)")
     p.add_argument("--batch-size", type=int, default=32, metavar="N", help="batch size per process (default: 32)")
@@ -136,7 +142,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     from bertforge.pretrain.options import PretrainOptions, default_precision
     from bertforge.pretrain.run import pretrain
     recipe = resolve(args.recipe, objective=args.objective, masking=args.masking, dynamic=args.dynamic,
-                     input_format=args.input_format, dupe_factor=args.dupe_factor)
+                     input_format=args.input_format, dupe_factor=args.dupe_factor, plm_k=args.plm_k)
     embedded = args.corpus is None and args.data is None
     if args.corpus is not None and args.data is not None:
         raise BertforgeError("give --corpus or --data, not both")

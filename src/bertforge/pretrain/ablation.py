@@ -3,7 +3,9 @@
 Every arm shares one WordPiece tokenizer and one set of shards, trains for the same time budget, and is scored on
 the same held-out task: token-level MLM (15%, static masks, fixed seed) over full-sentence sequences of held-out
 documents, so the numbers are comparable across objectives and input formats. (ELECTRA's MLM number is its
-small generator's; its discriminator is scored by RTD accuracy.) Writes ablation.json, ablation.md, ablation.png.
+small generator's; its discriminator is scored by RTD accuracy. XLNet predicts each masked position from its query
+stream, seeing every other position and none of the masked ones: the MLM task, without reading the [MASK], random
+or kept token there.) Writes ablation.json, ablation.md, ablation.png.
 """
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ from bertforge.pretrain.prepare import prepare_data, prepare_tokenizer
 from bertforge.pretrain.recipes import resolve
 from bertforge.pretrain.run import pretrain
 
-# name -> (recipe, overrides, description). Pairs to read: nsp/sop/no-nsp; static/dynamic; dynamic/electra;
-# dynamic (token) / span / span+sbo.
+# name -> (recipe, overrides, description). Pairs to read: nsp/sop/sso/no-nsp; static/dynamic; dynamic/electra;
+# dynamic (token) / span / span+sbo; dynamic/wso; nsp/structbert; dynamic/xlnet.
 ARMS: dict[str, dict[str, Any]] = {
     "nsp": dict(recipe="bert", over={}, describe="MLM + NSP, segment pairs, static masks (BERT)"),
     "sop": dict(recipe="bert", over=dict(objective="mlm+sop"), describe="MLM + SOP, segment pairs, static masks"),
@@ -35,7 +37,18 @@ ARMS: dict[str, dict[str, Any]] = {
                                           masking="span"), describe="MLM with span masking, dynamic"),
     "span+sbo": dict(recipe="spanbert", over={}, describe="span masking + span-boundary objective (SpanBERT)"),
     "electra": dict(recipe="electra", over={}, describe="replaced-token detection, 1/4-size generator"),
+    # StructBERT (Wang et al. 2020): each structural objective alone, then both (its recipe).
+    "sso": dict(recipe="bert", over=dict(objective="mlm+sso"),
+                describe="MLM + sentence structure (next / previous / random), segment pairs, static masks"),
+    "wso": dict(recipe="bert", over=dict(objective="mlm+wso", input_format="full-sentences", dynamic=True),
+                describe="MLM + word structure (5% of trigrams shuffled), full sentences, dynamic"),
+    "structbert": dict(recipe="structbert", over={},
+                       describe="MLM + WSO + SSO, segment pairs, static masks (StructBERT)"),
+    "xlnet": dict(recipe="xlnet", over={},
+                  describe="permutation LM, two-stream relative attention, last 1/6 predicted (XLNet)"),
 }
+
+OWN_TASKS = ("nsp_acc", "sop_acc", "sso_acc", "wso_acc", "sbo_acc", "rtd_acc", "plm_acc")  # each arm's own task
 
 
 def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = None, size: str = "bert-mini",
@@ -78,7 +91,7 @@ def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = N
                      "input_format": recipe.input_format, "steps": res["steps"], "tokens_seen": res["tokens_seen"],  # counted, not estimated
                      "train_seconds": res["seconds"]["train"], "heldout_mlm_acc": res["common"]["mlm_acc"],
                      "heldout_mlm_loss": res["common"]["mlm_loss"], "baseline_acc": res["common"]["baseline_acc"],
-                     **{k: own[k] for k in ("nsp_acc", "sop_acc", "sbo_acc", "rtd_acc") if k in own}})
+                     **{k: own[k] for k in OWN_TASKS if k in own}})
         _write(out, rows, dict(size=size, seq_len=seq_len, batch_size=batch_size, budget=budget,
                                precision=precision, corpus=[str(c) for c in corpus], seed=seed))
     return {"rows": rows}
@@ -93,8 +106,7 @@ def _write(out: Path, rows: list[dict], setup: dict) -> None:
              "| arm | objective | masking | masks | input | steps | held-out MLM acc | MLM loss | baseline | "
              "own task |", "|---|---|---|---|---|---:|---:|---:|---:|---|"]
     for r in rows:
-        own = ", ".join(f"{k.replace('_acc', '').upper()} {r[k]:.3f}" for k in ("nsp_acc", "sop_acc", "sbo_acc",
-                                                                                "rtd_acc") if k in r)
+        own = ", ".join(f"{k.replace('_acc', '').upper()} {r[k]:.3f}" for k in OWN_TASKS if k in r)
         lines.append(f"| {r['arm']} | {r['objective']} | {r['masking']} | {r['masks']} | {r['input_format']} | "
                      f"{r['steps']} | {r['heldout_mlm_acc']:.3f} | {r['heldout_mlm_loss']:.2f} | "
                      f"{r['baseline_acc']:.3f} | {own or '-'} |")

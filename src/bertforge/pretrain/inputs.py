@@ -1,5 +1,6 @@
-"""What a pretraining model is fed: the recipe's example builder, masking and static/dynamic masks over sharded
-corpora; the fixed held-out batches; and the checks that a model can take the recipe's batches at all."""
+"""What a pretraining model is fed: the recipe's example builder, masking (or StructBERT's trigram shuffling, or
+XLNet's factorisation orders) and static/dynamic masks over sharded corpora; the fixed held-out batches; and the
+checks that a model can take the recipe's batches at all."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -7,7 +8,7 @@ from typing import Any, Callable
 import torch
 
 from bertforge.config import ModelConfig
-from bertforge.data import Masker, PretrainingDataset
+from bertforge.data import Masker, PermutationSampler, PretrainingDataset, WordShuffle
 from bertforge.errors import BertforgeError
 from bertforge.pretrain.recipes import Recipe
 
@@ -16,7 +17,7 @@ HELDOUT_SEED = 12345  # held-out masks: the same task for every evaluation and e
 
 BUILDER_FOR = {  # (input format, sentence task) -> bertforge.data example builder
     ("segment-pair", "nsp"): "segment_pair", ("sentence-pair", "nsp"): "sentence_pair",
-    ("segment-pair", "sop"): "sop",
+    ("segment-pair", "sop"): "sop", ("segment-pair", "sso"): "sentence_structure",
     ("segment-pair", None): "segment_pair", ("sentence-pair", None): "sentence_pair",
     ("full-sentences", None): "full_sentences", ("doc-sentences", None): "doc_sentences",
 }
@@ -26,7 +27,7 @@ def builder_name(recipe: Recipe) -> str:
     key = (recipe.input_format, recipe.sentence_task)
     if key not in BUILDER_FOR:
         raise BertforgeError(f"--input-format {recipe.input_format} cannot make {recipe.sentence_task.upper()} "
-                             f"examples (SOP needs segment-pair)")
+                             f"examples (SOP and SSO need segment-pair)")
     return BUILDER_FOR[key]
 
 
@@ -34,11 +35,19 @@ def make_dataset(corpus, recipe: Recipe, seq_len: int, seed: int, static: bool |
                  dupe_factor: int | None = None) -> PretrainingDataset:
     """PretrainingDataset over `corpus` with the recipe's builder, masking mode and static/dynamic choice."""
     static = (not recipe.dynamic) if static is None else static
-    masker = Masker(corpus.vocab_size, corpus.mask_id, corpus.special_ids, mlm_probability=recipe.mask_prob,
-                    mode=recipe.masking)
-    return PretrainingDataset(corpus, builder_name(recipe), masker, seq_len=seq_len,
+    return PretrainingDataset(corpus, builder_name(recipe), make_masker(corpus, recipe), seq_len=seq_len,
                               masking="static" if static else "dynamic",
                               dupe_factor=(dupe_factor or recipe.dupe_factor) if static else 1, seed=seed)
+
+
+def make_masker(corpus, recipe: Recipe):
+    """What corrupts each example: MLM masking, + trigram shuffling (StructBERT's word-structural objective), or
+    XLNet's factorisation orders instead of masks."""
+    if recipe.objective == "plm":
+        return PermutationSampler(corpus.vocab_size, corpus.special_ids, k=recipe.plm_k)
+    masker = Masker(corpus.vocab_size, corpus.mask_id, corpus.special_ids, mlm_probability=recipe.mask_prob,
+                    mode=recipe.masking)
+    return WordShuffle(masker) if recipe.objective in ("mlm+wso", "structbert") else masker
 
 
 def heldout_batches(corpus, recipe: Recipe, seq_len: int, batch_size: int, n_batches: int,
@@ -58,6 +67,9 @@ def single_segment(cfg: ModelConfig, recipe: Recipe) -> bool:
 
 def check_model_fits_recipe(cfg: ModelConfig, recipe: Recipe, source: str) -> None:
     """One clear line, before any training, for a model that cannot take the recipe's batches."""
+    if (recipe.objective == "plm") != (cfg.model_type == "xlnet"):
+        raise BertforgeError(f"{source}: a {cfg.model_type} model cannot train --objective {recipe.objective} "
+                             f"(XLNet models train the permutation LM, plm, and only they do)")
     if recipe.sentence_task is not None and not cfg.use_pooler:
         raise BertforgeError(f"{source}: a {cfg.model_type} model without a pooler cannot train "
                              f"{recipe.sentence_task.upper()} (use --objective mlm)")

@@ -6,9 +6,12 @@ Each objective subclasses (or holds) a `bertforge.heads` wrapper, so its paramet
   MLMObjective(cfg, relation=None|"nsp"|"sop")  MLM (+ NSP / SOP)      -> BertForPreTraining / AlbertForPreTraining
   SpanBERTObjective(cfg)                         span MLM + SBO         -> BertForPreTraining (+ `sbo.*`, ignored by HF)
   ELECTRAObjective(cfg)                          generator MLM + RTD    -> discriminator/ + generator/
+  StructBERTObjective(cfg, word, sentence)       MLM + WSO and/or SSO   -> BertForMaskedLM (+ `sentence_structure.*`)
+  PermutationLMObjective(cfg)                    XLNet's permutation LM -> XLNetLMHeadModel
 
 A batch is what `bertforge.data` collates: input_ids, token_type_ids, attention_mask, mlm_labels (-100 where not
-masked), optionally sentence_label (NSP/SOP) and sbo_left / sbo_right / sbo_pos (span boundaries).
+masked; XLNet: the targets), optionally sentence_label (NSP/SOP/SSO), sbo_left / sbo_right / sbo_pos (span
+boundaries), wso_labels (shuffled trigrams) and perm_rank (factorisation orders).
 """
 from __future__ import annotations
 
@@ -20,8 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.config import ModelConfig
-from bertforge.heads import ARCHITECTURES, MaskedLM, PreTrainingModel, ReplacedTokenDetector
-from bertforge.model import activation
+from bertforge.heads import (ARCHITECTURES, MaskedLM, PreTrainingModel, ReplacedTokenDetector,
+                             SentenceRelationHead, XLNetLM)
+from bertforge.model import activation, permutation_mask, target_mapping_of
 
 IGNORE = -100
 RELATIONS = (None, "nsp", "sop")
@@ -211,12 +215,78 @@ class ELECTRAObjective(nn.Module):
         self.discriminator.save_pretrained(path, tokenizer=tokenizer)
 
 
-OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", "electra")
+class StructBERTObjective(MLMObjective):
+    """StructBERT (Wang et al. 2020): MLM plus the word-structural objective (WSO: put shuffled trigrams back, i.e.
+    predict the original token at each shuffled position through the same tied output layer) and/or the
+    sentence-structural one (SSO: B is A's next segment, its previous one, or another document's; three-way on the
+    pooled [CLS]). loss = mlm + wso + sso. Saved as BertForMaskedLM, plus `sentence_structure.*` and the pooler,
+    which transformers ignores and bertforge reloads."""
+
+    def __init__(self, cfg: ModelConfig, word: bool = True, sentence: bool = True):
+        super().__init__(cfg, relation=None)
+        self.word = word
+        self.sentence_structure = SentenceRelationHead(cfg, 3) if sentence else None
+
+    def forward(self, input_ids, mlm_labels, attention_mask=None, token_type_ids=None, sentence_label=None,
+                wso_labels=None, **_: Any) -> dict[str, torch.Tensor]:
+        out = self.encode(input_ids, attention_mask, token_type_ids)
+        masked = mlm_labels.ne(IGNORE)
+        shuffled = torch.zeros_like(masked)
+        if self.word:
+            if wso_labels is None:
+                raise ValueError("the word-structural objective needs `wso_labels` in the batch (data.WordShuffle)")
+            shuffled = wso_labels.ne(IGNORE)  # disjoint from `masked`: only unmasked tokens are shuffled
+        # One vocabulary projection for both sets of positions; rows come in row-major position order.
+        logits = self.cls.predictions(out.last_hidden_state, masked | shuffled)
+        is_masked = masked[masked | shuffled]
+        loss, acc = masked_lm_loss(logits[is_masked], mlm_labels[masked])
+        result = {"mlm_loss": loss.detach(), "mlm_acc": acc}
+        if self.word:
+            wso, wso_acc = masked_lm_loss(logits[~is_masked], wso_labels[shuffled])
+            loss = loss + wso
+            result.update(wso_loss=wso.detach(), wso_acc=wso_acc)
+        if self.sentence_structure is not None:
+            if sentence_label is None:
+                raise ValueError("the sentence-structural objective needs `sentence_label` in the batch")
+            sso, sso_acc = _relation_loss(self.sentence_structure(out.pooler_output), sentence_label)
+            loss = loss + sso
+            result.update(sso_loss=sso.detach(), sso_acc=sso_acc)
+        result["loss"] = loss
+        return result
+
+
+class PermutationLMObjective(XLNetLM):
+    """XLNet's permutation language modelling (Yang et al. 2019). Each sequence comes with a factorisation order
+    whose last 1/K are the targets (`perm_rank`, `bertforge.data.PermutationSampler`); the query stream predicts
+    each target from the context and the targets before it, never from its own token. Cross-entropy over the
+    targets; vocabulary logits only there."""
+
+    def forward(self, input_ids, mlm_labels, perm_rank, attention_mask=None, token_type_ids=None,
+                **_: Any) -> dict[str, torch.Tensor]:
+        targets = mlm_labels.ne(IGNORE)
+        mapping, valid = target_mapping_of(targets)
+        hidden = self.bert(input_ids, attention_mask, token_type_ids, permutation_mask(perm_rank),
+                           mapping).last_hidden_state  # [B, P, H]: the query stream at each target
+        loss, acc = masked_lm_loss(self.lm_loss(hidden[valid]), mlm_labels[targets])
+        return {"loss": loss, "plm_loss": loss.detach(), "plm_acc": acc}
+
+    @torch.no_grad()
+    def predict_masked(self, input_ids, attention_mask=None, token_type_ids=None, positions=None) -> torch.Tensor:
+        """Logits [N, V] at `positions`, each predicted from every other position and none of `positions` (all
+        targets share one place in the order): BERT's MLM task, with no use of the tokens there."""
+        rank = torch.where(positions, 0, -1)
+        mapping, valid = target_mapping_of(positions)
+        hidden = self.bert(input_ids, attention_mask, token_type_ids, permutation_mask(rank), mapping)
+        return self.lm_loss(hidden.last_hidden_state[valid])
+
+
+OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", "electra", "mlm+wso", "mlm+sso", "structbert", "plm")
+SENTENCE_OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm+sso", "structbert")
 
 
 def uses_pooler(name: str) -> bool:
     """Only the sentence-pair objectives train the [CLS] pooler."""
-    return name in ("mlm+nsp", "mlm+sop")
+    return name in SENTENCE_OBJECTIVES
 
 
 def build_objective(name: str, cfg: ModelConfig, keep_pooler: bool = False) -> nn.Module:
@@ -238,4 +308,8 @@ def build_objective(name: str, cfg: ModelConfig, keep_pooler: bool = False) -> n
         return SpanBERTObjective(cfg)
     if name == "electra":
         return ELECTRAObjective(cfg)
+    if name in ("mlm+wso", "mlm+sso", "structbert"):
+        return StructBERTObjective(cfg, word=name != "mlm+sso", sentence=name != "mlm+wso")
+    if name == "plm":
+        return PermutationLMObjective(cfg)
     raise ValueError(f"unknown objective {name!r} (choose from {', '.join(OBJECTIVES)})")

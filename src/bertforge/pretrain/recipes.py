@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from bertforge.config import SIZES as SHAPES
 from bertforge.config import ModelConfig, compose
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.objectives import OBJECTIVES
+from bertforge.pretrain.objectives import OBJECTIVES, SENTENCE_OBJECTIVES
 
 MASKINGS = ("token", "whole_word", "span")
 INPUT_FORMATS = ("segment-pair", "sentence-pair", "full-sentences", "doc-sentences")
@@ -34,6 +34,7 @@ class Recipe:
     embedding_size: int | None = None  # factorised E (ALBERT, ELECTRA); None: the family's
     share_layers: str | None = None    # cross-layer sharing; None: the family's
     lr_scale: float = 1.0      # x the size's default learning rate (ELECTRA trains at twice BERT's rate)
+    plm_k: int = 6             # XLNet: predict the last 1/K of each factorisation order (K = 6, Yang et al. 2019)
 
     def with_(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -46,20 +47,32 @@ class Recipe:
         if self.input_format not in INPUT_FORMATS:
             raise BertforgeError(f"--input-format: unknown {self.input_format!r} "
                                  f"(choose from {', '.join(INPUT_FORMATS)})")
-        if self.objective in ("mlm+nsp", "mlm+sop") and self.input_format not in ("segment-pair", "sentence-pair"):
+        if self.objective in SENTENCE_OBJECTIVES and self.input_format not in ("segment-pair", "sentence-pair"):
             raise BertforgeError(f"--objective {self.objective} needs sentence pairs: use --input-format "
-                                 f"segment-pair or sentence-pair (got {self.input_format})")
+                                 f"segment-pair{'' if self.sentence_task == 'sso' else ' or sentence-pair'} "
+                                 f"(got {self.input_format})")
+        if self.sentence_task == "sso" and self.input_format != "segment-pair":
+            raise BertforgeError(f"--objective {self.objective} needs --input-format segment-pair (next / previous "
+                                 f"segments of one document; got {self.input_format})")
         if self.objective == "span+sbo" and self.masking != "span":
             raise BertforgeError("--objective span+sbo needs --masking span (the SBO head predicts span tokens)")
-        if self.objective in ("mlm+nsp", "mlm+sop") and self.model_type not in ("bert", "albert"):
+        if self.objective in SENTENCE_OBJECTIVES and self.model_type not in ("bert", "albert"):
             raise BertforgeError(f"--objective {self.objective}: a {self.model_type} model has no pooler for "
                                  f"the sentence head; use a bert or albert recipe")
+        if (self.objective == "plm") != (self.model_type == "xlnet"):
+            raise BertforgeError(f"--objective {self.objective} with a {self.model_type} model: permutation LM "
+                                 f"(plm) is what an XLNet model trains, and all it trains; use --recipe xlnet")
+        if self.objective == "plm" and self.masking != "token":
+            raise BertforgeError(f"--masking {self.masking} does not apply to --objective plm (XLNet predicts the "
+                                 f"last 1/K of a factorisation order, set by --plm-k)")
+        if self.plm_k < 1:
+            raise BertforgeError(f"--plm-k must be at least 1, got {self.plm_k}")
         return self
 
     @property
     def sentence_task(self) -> str | None:
-        """What `sentence_label` means in the batches: "nsp", "sop" or None."""
-        return {"mlm+nsp": "nsp", "mlm+sop": "sop"}.get(self.objective)
+        """What `sentence_label` means in the batches: "nsp", "sop", "sso" (StructBERT) or None."""
+        return {"mlm+nsp": "nsp", "mlm+sop": "sop", "mlm+sso": "sso", "structbert": "sso"}.get(self.objective)
 
     def model_config(self, size: str, vocab_size: int, pad_token_id: int, seq_len: int) -> ModelConfig:
         """Encoder config: the size's shape x the recipe's family, the tokenizer's vocabulary and padding id, this
@@ -107,6 +120,14 @@ RECIPES: dict[str, Recipe] = {
     # (2e-4 for ELECTRA-Base/Large vs BERT's 1e-4, Table 6).
     "electra": Recipe("electra", "electra", "token", dynamic=True, input_format="full-sentences",
                       tokenizer_kind="wordpiece", model_type="electra", lr_scale=2.0),
+    # Wang et al. 2020: BERT's setup with NSP replaced by the three-way sentence-structural task and the
+    # word-structural one (5% of trigrams shuffled) added to MLM.
+    "structbert": Recipe("structbert", "structbert", "token", dynamic=False, input_format="segment-pair",
+                         tokenizer_kind="wordpiece", model_type="bert", dupe_factor=5),
+    # Yang et al. 2019: permutation LM with two-stream relative attention, the last 1/6 of each order predicted,
+    # dynamic orders over contiguous text, SentencePiece (Unigram).
+    "xlnet": Recipe("xlnet", "plm", "token", dynamic=True, input_format="full-sentences",
+                    tokenizer_kind="unigram", model_type="xlnet"),
 }
 
 

@@ -233,3 +233,6 @@ def test_fill_mask_refuses_an_xlnet_checkpoint_in_one_line(tmp_path, capsys):
     assert main(["fill-mask", "--model", str(tmp_path), "the cat sat on the [MASK]"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(tmp_path) in err and "XLNet" in err and "not a masked LM" in err
+    assert main(["info", str(tmp_path)]) == 0  # info describes it (no tokenizer saved: said, not raised)
+    out = capsys.readouterr().out
+    assert "xlnet (XLNetLMHeadModel)" in out and "positions relative (no limit)" in out

@@ -56,7 +56,8 @@ def describe(path: str | Path) -> dict:
         "path": str(path), "model_type": cfg.model_type, "architectures": raw.get("architectures"),
         "layers": cfg.num_hidden_layers, "hidden_size": cfg.hidden_size, "heads": cfg.num_attention_heads,
         "intermediate_size": cfg.intermediate_size, "embedding_size": cfg.embedding_size,
-        "share_layers": cfg.share_layers, "max_positions": cfg.max_position_embeddings,
+        "share_layers": cfg.share_layers,
+        "max_positions": None if cfg.family.relative_positions else cfg.max_position_embeddings,  # XLNet: no limit
         "vocab_size": cfg.vocab_size, "parameters": n_params, "tokenizer": tokenizer,
         "labels": raw.get("id2label") if raw.get("bertforge_task") or raw.get("problem_type") else None,
     }
@@ -70,7 +71,8 @@ def info(args: argparse.Namespace) -> int:
     arch = ", ".join(d["architectures"] or []) or "-"
     print(f"{d['path']}: {d['model_type']} ({arch})")
     print(f"  layers {d['layers']}  hidden {d['hidden_size']}  heads {d['heads']}  ffn {d['intermediate_size']}"
-          f"  embedding {d['embedding_size']}  sharing {d['share_layers']}  positions {d['max_positions']}")
+          f"  embedding {d['embedding_size']}  sharing {d['share_layers']}  "
+          f"positions {d['max_positions'] or 'relative (no limit)'}")
     print(f"  parameters {d['parameters']:,} ({d['parameters'] / 1e6:.1f}M)")
     t = d["tokenizer"]
     print(f"  vocabulary {d['vocab_size']:,}; tokenizer "

@@ -1,4 +1,5 @@
-"""The model core: one encoder (`encoder.py`) and the one attention computation (`attention.py`).
+"""The model core: one encoder (`encoder.py`), one decoder (`decoder.py`, GPT-2 layout, with its KV cache in
+`cache.py`) and the one attention computation (`attention.py`).
 
 Import from here (`from bertforge.model import Encoder`); modules inside this package import from their siblings.
 """
@@ -10,6 +11,8 @@ from bertforge.model.attention import (
     attend,
     segment_mask,
 )
+from bertforge.model.cache import KVCache
+from bertforge.model.decoder import Decoder, DecoderLM
 from bertforge.model.encoder import (
     PRECISIONS,
     AddNorm,
@@ -25,6 +28,7 @@ from bertforge.model.encoder import (
     for_inference,
 )
 
-__all__ = ["ATTN_IMPLEMENTATIONS", "PRECISIONS", "AddNorm", "Attention", "Embeddings", "Encoder", "EncoderOutput",
+__all__ = ["ATTN_IMPLEMENTATIONS", "PRECISIONS", "AddNorm", "Attention", "Decoder", "DecoderLM", "Embeddings",
+           "Encoder", "EncoderOutput", "KVCache",
            "FusedSelfAttention", "Intermediate", "Layer", "LayerStack", "MultiHeadAttention", "Pooler",
            "SelfAttention", "activation", "attend", "for_inference", "segment_mask"]

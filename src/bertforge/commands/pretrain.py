@@ -8,7 +8,8 @@ from bertforge.errors import BertforgeError
 
 RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta = MLM, dynamic masks, full "
                "sentences (byte-level BPE); albert = MLM+SOP, E=128, all layers shared (Unigram); spanbert = span "
-               "masking + span-boundary objective; electra = replaced-token detection with a 1/4-size generator")
+               "masking + span-boundary objective; electra = replaced-token detection with a 1/4-size generator; gpt = "
+               "left-to-right LM (GPT-2 layout decoder) on packed text, GPT-2 byte-level BPE; the context is --seq-len")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prep.set_defaults(func=run_prepare)
 
     pre = subparsers.add_parser(
-        "pretrain", help="pretrain a BERT-family model (default: a ~5 minute demo on the stdlib docs)",
+        "pretrain", help="pretrain a BERT-family model or a GPT decoder (default: a ~5 minute demo on the stdlib docs)",
         description="Pretrain from scratch or continue a checkpoint (--init-from). With no --corpus the corpus is "
                     "the Python standard library's own documentation (docstrings + pydoc topics), a WordPiece "
                     "tokenizer of 8k is trained, and a small model trains for a few minutes.",

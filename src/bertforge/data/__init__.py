@@ -8,7 +8,7 @@ from bertforge.data.examples import BUILDERS, ExampleBuilder, ExamplePlan, make_
 from bertforge.data.masking import IGNORE_INDEX, Masker, mask_rng
 from bertforge.data.shards import ShardedCorpus, prepare_corpus
 
-_LAZY = {"PretrainingDataset", "Collator", "collate"}
+_LAZY = {"PretrainingDataset", "Collator", "LMCollator", "collate"}
 
 __all__ = ["Document", "find_files", "iter_documents", "iter_texts", "split_sentences", "BUILDERS",
            "ExampleBuilder", "ExamplePlan", "make_builder", "IGNORE_INDEX", "Masker", "mask_rng", "ShardedCorpus",

@@ -15,7 +15,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("config", "tokenization", "tokenizer_train"),
     ("model", "checkpoint", "heads"),
     ("data", "training"),
-    ("pretrain", "tasks", "embed", "distill", "analysis"),
+    ("generation", "pretrain", "tasks", "embed", "distill", "analysis"),
     ("serve",),  # calls the same encode / predict functions the CLI calls
     ("commands", "cli"),
 ]

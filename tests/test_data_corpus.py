@@ -345,3 +345,12 @@ def test_gutenberg_books_prepare_throughput(tmp_path):
     last = text(len(c) - 1)
     assert "gutenberg" not in last.lower()
     assert m["num_tokens"] > 500_000 and os.path.getsize(tmp_path / "g" / "shard_00000.ids.bin") == 2 * m["num_tokens"]
+
+
+def test_split_sentences_keep_space_joins_back_to_the_text():
+    # What a left-to-right LM reads (GPT-2's byte-level BPE encodes the spaces): the sentences joined are the text,
+    # with paragraph breaks kept as "\n\n" and runs of whitespace inside a paragraph made one space.
+    text = "Mr. Smith came. He sat down!  Then\nhe left.\n\n\"Why?\" she asked. Nobody knew."
+    sents = split_sentences(text, keep_space=True)
+    assert sents == ["Mr. Smith came.", " He sat down!", " Then he left.", "\n\n\"Why?\" she asked.", " Nobody knew."]
+    assert [s.strip() for s in sents] == split_sentences(text)

@@ -1,9 +1,10 @@
 """Hugging Face-compatible checkpoint directories: config.json + model.safetensors (+ tokenizer files).
 
-Inside bertforge every model uses BERT's names (`bert.embeddings...`, `bert.encoder.layer.N...`, `cls.predictions...`,
+Inside bertforge every encoder uses BERT's names (`bert.embeddings...`, `bert.encoder.layer.N...`, `cls.predictions...`,
 task heads such as `classifier`); `hf_name` translates one canonical name into a family's Hugging Face name. Loading
 walks the model's own parameters and looks each one up in the file under its HF name, so there is a single map,
-used in both directions.
+used in both directions. The decoder (gpt2) already uses GPT2LMHeadModel's names (`transformer.h.N.attn.c_attn`,
+`lm_head`); its only translation is the layout of GPT-2's Conv1D weights, stored [in, out] (transposed here).
 """
 from __future__ import annotations
 
@@ -79,10 +80,19 @@ _RULES: dict[str, list[tuple[str, str]]] = {
     ],
     # XLNet's modules already carry transformers' names (bertforge.model.xlnet); its LM head is `lm_loss`.
     "xlnet": [(r"^bert\.", "transformer.")],
+    "gpt2": [],  # bertforge's decoder has GPT2LMHeadModel's names
 }
 _COMPILED = {fam: [(re.compile(p), r) for p, r in rules] for fam, rules in _RULES.items()}
 # Weights every family ties to another tensor; checkpoints store them once (under the embedding / bias).
-_TIED = re.compile(r"^cls\.predictions\.decoder\.(weight|bias)$|^lm_loss\.weight$")
+_TIED = re.compile(r"^(cls\.predictions\.decoder\.(weight|bias)|lm_head\.weight|lm_loss\.weight)$")
+# GPT-2's Conv1D layers keep their weight as [in, out]; bertforge's nn.Linear as [out, in].
+_TRANSPOSED = {"gpt2": re.compile(r"\.(c_attn|c_proj|c_fc)\.weight$")}
+
+
+def _hf_layout(name: str, tensor: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
+    """A tensor in the checkpoint's layout from bertforge's, or back (a transpose is its own inverse)."""
+    pattern = _TRANSPOSED.get(cfg.model_type)
+    return tensor.t() if pattern is not None and pattern.search(name) else tensor
 
 
 def hf_name(canonical: str, cfg: ModelConfig) -> str:
@@ -106,19 +116,34 @@ def is_bare_encoder(model: nn.Module) -> bool:
     return bert or xlnet
 
 
-def _canonical_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The model's state under canonical names: a bare Encoder gets the `bert.` prefix a wrapper would give it."""
-    prefix = "bert." if is_bare_encoder(model) else ""
+def is_bare_decoder(model: nn.Module) -> bool:
+    """A `bertforge.model.Decoder` itself (`wte`, `h`: GPT2Model), not the LM holding one as `.transformer`."""
+    return isinstance(getattr(model, "wte", None), nn.Module) and isinstance(getattr(model, "h", None), nn.Module)
+
+
+def _body_prefix(cfg: ModelConfig) -> str:
+    """The canonical name of the body inside a model with heads: `bert.` (encoders), `transformer.` (decoder)."""
+    return "transformer." if cfg.is_decoder else "bert."
+
+
+def _bare(model: nn.Module) -> bool:
+    return is_bare_encoder(model) or is_bare_decoder(model)
+
+
+def _canonical_state(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """The model's state under canonical names: a bare Encoder (Decoder) gets the `bert.` (`transformer.`) prefix
+    a wrapper would give it."""
+    prefix = _body_prefix(cfg) if _bare(model) else ""
     return {prefix + k: v for k, v in model.state_dict().items()}
 
 
 # ---- saving ------------------------------------------------------------------------------------------------------
 def hf_state_dict(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """The tensors to save, under the family's HF names; tied weights once; shared layers as HF expects them."""
-    strip = FAMILY_PREFIX[cfg.model_type] + "." if is_bare_encoder(model) else None
+    strip = FAMILY_PREFIX[cfg.model_type] + "." if _bare(model) else None
     out: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
-    for name, tensor in _canonical_state(model).items():
+    for name, tensor in _canonical_state(model, cfg).items():
         if _TIED.match(name):
             continue
         key = hf_name(name, cfg)
@@ -126,7 +151,7 @@ def hf_state_dict(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]
             key = key[len(strip):]
         if key in out:  # ALBERT all-shared: layers 1..L-1 are group 0 again
             continue
-        tensor = tensor.detach().cpu().contiguous()
+        tensor = _hf_layout(name, tensor.detach().cpu(), cfg).contiguous()
         if tensor.data_ptr() in seen:  # partially shared layers: safetensors stores each tensor on its own
             tensor = tensor.clone()
         seen.add(tensor.data_ptr())
@@ -187,7 +212,7 @@ def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] =
     state, source = read_state_dict(path)
     cfg: ModelConfig = getattr(model, "config", None) or ModelConfig.from_file(path)
     family = FAMILY_PREFIX[cfg.model_type] + "."
-    own = _canonical_state(model)
+    own = _canonical_state(model, cfg)
     loaded: dict[str, torch.Tensor] = {}
     missing: list[str] = []
     for name, param in own.items():
@@ -199,21 +224,23 @@ def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] =
         if key not in state:
             missing.append(name)
             continue
-        tensor = state[key]
+        tensor = _hf_layout(name, state[key], cfg)
         if tuple(tensor.shape) != tuple(param.shape):
             raise BertforgeError(f"{source}: tensor {key!r} has shape {tuple(tensor.shape)}, "
                                  f"the config expects {tuple(param.shape)}")
         loaded[name] = tensor
+    body = _body_prefix(cfg)
     for name in missing:
-        if name.startswith("bert.") and not name.startswith("bert.pooler."):
-            raise BertforgeError(f"{source}: tensor {hf_name(name, cfg)!r} is missing (needed by the encoder)")
+        if name.startswith(body) and not name.startswith("bert.pooler."):
+            raise BertforgeError(f"{source}: tensor {hf_name(name, cfg)!r} is missing (needed by the "
+                                 f"{'decoder' if cfg.is_decoder else 'encoder'})")
         for prefix in require:
             if name.startswith(prefix):
                 raise BertforgeError(f"{source}: tensor {hf_name(name, cfg)!r} is missing "
                                      f"(this command needs the {prefix.rstrip('.')} head)")
     if missing:
         log.info("%s: not in the checkpoint, left initialised: %s", source, ", ".join(missing))
-    strip = "bert." if is_bare_encoder(model) else ""
+    strip = _body_prefix(cfg) if _bare(model) else ""
     with torch.no_grad():
         params = dict(model.state_dict(keep_vars=True))
         for name, tensor in loaded.items():

@@ -23,6 +23,7 @@ from bertforge.fileio import is_write_failure, write_failure_reason
 COMMAND_MODULES = [
     "bertforge.commands.tokenizer",  # tokenizer train
     "bertforge.commands.model",      # info, fill-mask
+    "bertforge.commands.generate",   # generate
     "bertforge.commands.embed",      # embed, index
     "bertforge.commands.pretrain",   # prepare, pretrain, ablate
     "bertforge.commands.finetune",   # finetune, evaluate, predict

@@ -8,6 +8,7 @@ BERT, RoBERTa, ALBERT, DistilBERT and ELECTRA are the same encoder with differen
   - `model_type` = "roberta"         -> position ids counted from padding_idx + 1
 XLNet is a family of its own structure (relative positions, two-stream attention: `bertforge.model.xlnet`) whose
 shape fields are the same (hidden_size = d_model, intermediate_size = d_inner, ...); its config.json is XLNet's.
+GPT-2 ("gpt2") is the one decoder (`bertforge.model.decoder`): the same fields describe its shape (`is_decoder`).
 Everything a family fixes lives in `FAMILIES`; shapes live in `SIZES`; a config is size x family (+ overrides):
 `compose("albert", "base")`, or a named preset such as `preset("albert-base")`.
 `to_hf_dict` / `from_hf_dict` translate to and from each family's Hugging Face `config.json` schema.
@@ -48,6 +49,7 @@ class Family:
     factorised: bool = False             # may have embedding_size != hidden_size (a projection E -> H)
     positions_after_padding: bool = False  # position ids start at pad_token_id + 1 (RoBERTa)
     relative_positions: bool = False       # no position table and no length limit (XLNet)
+    decoder: bool = False                # a left-to-right decoder (model.decoder), not an encoder
 
     @property
     def base_architecture(self) -> str:
@@ -79,6 +81,11 @@ FAMILIES: dict[str, Family] = {
     # <pad> = 5; no pooler (XLNet summarises the last token in its task heads).
     "xlnet": Family("xlnet", "XLNet", "transformer", vocab_size=32000, pad_token_id=5, use_pooler=False,
                     relative_positions=True),
+    # Radford et al. 2019: a pre-LN decoder, learned positions (1024), tied output embedding, gelu_new, a byte-level
+    # BPE of 50257 whose one special token <|endoftext|> is bos, eos and document separator.
+    "gpt2": Family("gpt2", "GPT2", "transformer", vocab_size=50257, type_vocab_size=0, pad_token_id=50256,
+                   max_position_embeddings=1024, layer_norm_eps=1e-5, hidden_act="gelu_new", use_pooler=False,
+                   decoder=True),
 }
 MODEL_TYPES = tuple(FAMILIES)
 
@@ -112,6 +119,9 @@ SIZES: dict[str, Size] = {
     "medium": Size(8, 512, 8, 2048, pretrain_lr=3e-4, pretrain_warmup=0.06),
     "base": Size(12, 768, 12, 3072, pretrain_lr=1e-4, pretrain_warmup=0.1),
     "large": Size(24, 1024, 16, 4096, pretrain_lr=1e-4, pretrain_warmup=0.15),
+    # nanoGPT's "baby GPT" shape (6 layers of 6 heads x 64; also MiniLM-L6-H384's depth and width); lr between
+    # mini's and small's.
+    "l6-h384": Size(6, 384, 6, 1536, pretrain_lr=7e-4, pretrain_warmup=0.06),
 }
 
 _BERT = FAMILIES["bert"]
@@ -141,6 +151,9 @@ class ModelConfig:
     # XLNet: relative distances beyond clamp_len share one encoding (-1: none); mems kept per layer (None: all).
     clamp_len: int = -1
     mem_len: int | None = None
+    # Decoders (gpt2): the ids generation starts from and stops at (GPT-2: both <|endoftext|>).
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
     # Task metadata carried through config.json (id2label etc.); not used by the encoder itself.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -169,6 +182,11 @@ class ModelConfig:
         return FAMILIES[self.model_type]
 
     @property
+    def is_decoder(self) -> bool:
+        """A left-to-right decoder (GPT-2 layout, `bertforge.model.DecoderLM`), not an encoder."""
+        return self.family.decoder
+
+    @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
@@ -184,6 +202,9 @@ class ModelConfig:
     def to_hf_dict(self, architectures: list[str] | None = None) -> dict[str, Any]:
         common = dict(vocab_size=self.vocab_size, initializer_range=self.initializer_range,
                       pad_token_id=self.pad_token_id, max_position_embeddings=self.max_position_embeddings)
+        if self.model_type == "gpt2":
+            return {**_gpt2_hf_dict(self), **({"architectures": architectures} if architectures else {}),
+                    **self.extra}
         if self.model_type == "xlnet":  # XLNetConfig: no max_position_embeddings (its setter raises)
             d: dict[str, Any] = dict(
                 model_type="xlnet", vocab_size=self.vocab_size, d_model=self.hidden_size,
@@ -235,6 +256,8 @@ class ModelConfig:
         try:
             if model_type == "xlnet":
                 return cls._from_xlnet_dict(d, source, extra)
+            if model_type == "gpt2":
+                return _gpt2_from_hf_dict(cls, d, source, extra)
             if model_type == "distilbert":
                 return cls(model_type="distilbert", vocab_size=d["vocab_size"], hidden_size=d["dim"],
                            num_hidden_layers=d["n_layers"], num_attention_heads=d["n_heads"],
@@ -304,6 +327,40 @@ class ModelConfig:
         return cls.from_hf_dict(d, source=str(path))
 
 
+def _gpt2_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
+    """transformers' GPT2Config schema. GPT-2 has one residual dropout (resid_pdrop, also used after the
+    embeddings: embd_pdrop) and one attention dropout (attn_pdrop)."""
+    return dict(model_type="gpt2", vocab_size=cfg.vocab_size, n_positions=cfg.max_position_embeddings,
+                n_embd=cfg.hidden_size, n_layer=cfg.num_hidden_layers, n_head=cfg.num_attention_heads,
+                n_inner=cfg.intermediate_size, activation_function=cfg.hidden_act,
+                resid_pdrop=cfg.hidden_dropout_prob, embd_pdrop=cfg.hidden_dropout_prob,
+                attn_pdrop=cfg.attention_probs_dropout_prob, layer_norm_epsilon=cfg.layer_norm_eps,
+                initializer_range=cfg.initializer_range, bos_token_id=cfg.bos_token_id,
+                eos_token_id=cfg.eos_token_id, pad_token_id=cfg.pad_token_id, scale_attn_weights=True,
+                scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False, tie_word_embeddings=True)
+
+
+def _gpt2_from_hf_dict(cls: type[ModelConfig], d: dict[str, Any], source: str,
+                       extra: dict[str, Any]) -> ModelConfig:
+    # Variants of GPT-2's attention that bertforge's decoder does not compute: refused, not silently ignored.
+    for key, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
+                    ("add_cross_attention", False), ("tie_word_embeddings", True)):
+        if key in d and bool(d[key]) != ok:
+            raise BertforgeError(f"{source}: GPT-2 with {key}={d[key]} is not supported")
+    eos = d.get("eos_token_id", 50256)
+    pad = d.get("pad_token_id")
+    return cls(model_type="gpt2", vocab_size=d["vocab_size"], hidden_size=d["n_embd"],
+               num_hidden_layers=d["n_layer"], num_attention_heads=d["n_head"],
+               intermediate_size=d.get("n_inner") or 4 * d["n_embd"],
+               hidden_act=d.get("activation_function", "gelu_new"), hidden_dropout_prob=d.get("resid_pdrop", 0.1),
+               attention_probs_dropout_prob=d.get("attn_pdrop", 0.1),
+               max_position_embeddings=d.get("n_positions", 1024), type_vocab_size=0,
+               initializer_range=d.get("initializer_range", 0.02),
+               layer_norm_eps=d.get("layer_norm_epsilon", 1e-5),
+               pad_token_id=pad if pad is not None else (eos if eos is not None else 0), use_pooler=False,
+               bos_token_id=d.get("bos_token_id", 50256), eos_token_id=eos, extra=extra)
+
+
 # name -> (family, size, overrides). The ones with overrides are the published shapes that are no BERT size.
 PRESETS: dict[str, tuple[str, str, dict[str, Any]]] = {
     **{f"bert-{size}": ("bert", size, {}) for size in SIZES},
@@ -315,6 +372,7 @@ PRESETS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "electra-base": ("electra", "base", {}),
     "xlnet-base": ("xlnet", "base", {}),
     "xlnet-large": ("xlnet", "large", {}),
+    "gpt2": ("gpt2", "base", dict(bos_token_id=50256, eos_token_id=50256)),  # GPT-2 small (124M)
 }
 
 

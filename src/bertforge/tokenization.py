@@ -1,4 +1,4 @@
-"""Tokenizers for the BERT family: WordPiece (BERT), byte-level BPE (RoBERTa) and Unigram (ALBERT).
+"""Tokenizers for the BERT family: WordPiece (BERT), byte-level BPE (RoBERTa, GPT-2) and Unigram (ALBERT).
 
 All the work is done by the `tokenizers` library; this module only
   * builds the pipelines the reference models use (normaliser, pre-tokenizer, model, post-processor, decoder),
@@ -7,15 +7,17 @@ All the work is done by the `tokenizers` library; this module only
   * loads them from a tokenizer.json or a BERT vocab.txt and saves them in the Hugging Face layout,
   * wraps batch encoding in the small API the rest of bertforge uses (see docs/architecture.md).
 
-The pipelines are the ones transformers' BertTokenizerFast / RobertaTokenizerFast / AlbertTokenizerFast build, so a
-saved directory loads in `transformers.AutoTokenizer` and encodes identically.
+The pipelines are the ones transformers' BertTokenizerFast / RobertaTokenizerFast / AlbertTokenizerFast /
+GPT2TokenizerFast build, so a saved directory loads in `transformers.AutoTokenizer` and encodes identically. The
+"gpt2" kind is RoBERTa's byte-level BPE with GPT-2's conventions: one special token, <|endoftext|> (document
+separator, bos and eos), nothing added around a text, and no mask token (`mask_token` is None).
 """
 from __future__ import annotations
 
 import json
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +28,9 @@ from tokenizers.models import BPE, Unigram, WordPiece
 from bertforge.errors import BertforgeError
 from bertforge.files import read_json
 from bertforge.fileio import atomic_write_text
-from bertforge.tokenizer_train import canonical_unigram, train_wordpiece
+from bertforge.tokenizer_train import canonical_unigram, checked_texts, train_wordpiece
 
-KINDS = ("wordpiece", "bpe", "unigram")
+KINDS = ("wordpiece", "bpe", "unigram", "gpt2")
 _MODEL_KIND = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
 ROLES = ("pad", "unk", "cls", "sep", "mask")
 
@@ -37,8 +39,12 @@ SPECIAL_TOKENS: dict[str, dict[str, str]] = {
     "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
     "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
     "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+    "gpt2": {"pad": "<|endoftext|>", "unk": "<|endoftext|>", "cls": "<|endoftext|>", "sep": "<|endoftext|>",
+             "mask": None},
 }
-HF_TOKENIZER_CLASS = {"wordpiece": "BertTokenizerFast", "bpe": "RobertaTokenizerFast", "unigram": "AlbertTokenizerFast"}
+HF_TOKENIZER_CLASS = {"wordpiece": "BertTokenizerFast", "bpe": "RobertaTokenizerFast", "unigram": "AlbertTokenizerFast",
+                      "gpt2": "GPT2TokenizerFast"}
+ENDOFTEXT = "<|endoftext|>"
 
 
 # ----------------------------------------------------------------------------------------------- pipelines
@@ -75,6 +81,8 @@ def _set_post_processor(backend: Backend, kind: str, specials: dict[str, str]) -
     if kind == "bpe":  # <s> A </s></s> B </s>, all type ids 0
         backend.post_processor = processors.RobertaProcessing((sep, sep_id), (cls, cls_id),
                                                               trim_offsets=True, add_prefix_space=False)
+    elif kind == "gpt2":  # GPT-2 adds nothing around a text
+        backend.post_processor = processors.ByteLevel(trim_offsets=False)
     else:
         backend.post_processor = processors.TemplateProcessing(
             single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
@@ -83,8 +91,9 @@ def _set_post_processor(backend: Backend, kind: str, specials: dict[str, str]) -
 
 def _special_added_tokens(kind: str) -> list[AddedToken]:
     # RoBERTa's <mask> swallows the space before it, so "a <mask> b" masks the word " b"-style tokens correctly.
-    return [AddedToken(tok, special=True, normalized=False, lstrip=(kind == "bpe" and role == "mask"))
-            for role, tok in SPECIAL_TOKENS[kind].items()]
+    unique = dict.fromkeys(t for t in SPECIAL_TOKENS[kind].values() if t is not None)  # GPT-2's one, once
+    return [AddedToken(tok, special=True, normalized=False, lstrip=(kind == "bpe" and tok == "<mask>"))
+            for tok in unique]
 
 
 def _json_lowercases(node: Any) -> bool:
@@ -113,7 +122,10 @@ class Tokenizer:
     def __init__(self, backend: Backend, kind: str | None = None, specials: dict[str, str] | None = None,
                  do_lower_case: bool | None = None, model_max_length: int = 512):
         model_type = type(backend.model).__name__
+        vocab = backend.get_vocab(with_added_tokens=True)
         kind = kind or _MODEL_KIND.get(model_type)
+        if kind == "bpe" and ENDOFTEXT in vocab and SPECIAL_TOKENS["bpe"]["cls"] not in vocab:
+            kind = "gpt2"  # GPT-2's files: byte-level BPE whose only special token is <|endoftext|>
         if kind not in KINDS:
             raise BertforgeError(f"unsupported tokenizer model {model_type!r} (expected WordPiece, BPE or Unigram)")
         self.kind = kind
@@ -122,14 +134,16 @@ class Tokenizer:
         backend.no_padding()
         backend.no_truncation()
         self._lock = threading.Lock()  # guards the per-call padding/truncation state of the shared backend
-        vocab = backend.get_vocab(with_added_tokens=True)
         chosen = dict(SPECIAL_TOKENS[kind])
         for role, tok in (specials or {}).items():
             if tok is not None and role in chosen:
                 chosen[role] = tok
         for role in ROLES:  # fall back to the other families' names (e.g. a BPE file with [CLS])
+            if chosen[role] is None and SPECIAL_TOKENS[kind][role] is None:
+                continue  # a role this kind does not have (GPT-2's mask)
             if chosen[role] not in vocab:
-                alt = next((SPECIAL_TOKENS[k][role] for k in KINDS if SPECIAL_TOKENS[k][role] in vocab), None)
+                alt = next((SPECIAL_TOKENS[k][role] for k in KINDS
+                            if SPECIAL_TOKENS[k][role] is not None and SPECIAL_TOKENS[k][role] in vocab), None)
                 if alt is None:
                     raise BertforgeError(f"tokenizer has no {role} token (looked for {chosen[role]!r})")
                 chosen[role] = alt
@@ -171,14 +185,14 @@ class Tokenizer:
         if vocab_size <= len(specials):
             raise BertforgeError(f"vocab_size {vocab_size} is too small (the {len(specials)} special tokens alone)")
         seen = [0]
-        texts = _checked_texts(texts, seen)
+        texts = checked_texts(texts, seen)
         if kind == "wordpiece":
             backend = Backend(WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
             _bert_pipeline(backend, lowercase)
             # limit_alphabet=1000: as tokenizers' BertWordPieceTokenizer; rare characters become [UNK].
             train_wordpiece(backend, texts, vocab_size, min_frequency, specials, limit_alphabet=1000,
                             show_progress=show_progress, workers=workers)
-        elif kind == "bpe":  # the tokenizers trainer is deterministic here (see bertforge.tokenizer_train)
+        elif kind in ("bpe", "gpt2"):  # the tokenizers trainer is deterministic here (see bertforge.tokenizer_train)
             lowercase = False
             backend = Backend(BPE())
             _roberta_pipeline(backend)
@@ -268,8 +282,10 @@ class Tokenizer:
             return {"content": tok, "lstrip": t.lstrip, "rstrip": t.rstrip, "normalized": t.normalized,
                     "single_word": t.single_word, "special": True}
 
-        special_map: dict[str, Any] = {f"{role}_token": token_entry(s[role]) for role in ROLES}
-        if self.kind != "wordpiece":
+        special_map: dict[str, Any] = {f"{role}_token": token_entry(s[role]) for role in ROLES if s[role] is not None}
+        if self.kind == "gpt2":  # GPT-2's files name bos, eos and unk; no cls / sep / mask
+            special_map = {"bos_token": s["cls"], "eos_token": s["sep"], "unk_token": s["unk"], "pad_token": s["pad"]}
+        elif self.kind != "wordpiece":
             special_map.update(bos_token=token_entry(s["cls"]), eos_token=token_entry(s["sep"]))
         config: dict[str, Any] = {"tokenizer_class": HF_TOKENIZER_CLASS[self.kind], "do_lower_case": self.do_lower_case,
                                   "model_max_length": self.model_max_length, **special_map}
@@ -277,6 +293,8 @@ class Tokenizer:
             config.update(tokenize_chinese_chars=True, strip_accents=None)
         elif self.kind == "bpe":
             config.update(add_prefix_space=False, trim_offsets=True, errors="replace")
+        elif self.kind == "gpt2":
+            config.update(add_prefix_space=False, errors="replace")
         else:
             config.update(keep_accents=not self.do_lower_case, add_prefix_space=True, trim_offsets=True,
                           model_input_names=["input_ids", "token_type_ids", "attention_mask"])
@@ -318,11 +336,12 @@ class Tokenizer:
     unk_token_id = property(lambda self: self.backend.token_to_id(self.specials["unk"]))
     cls_token_id = property(lambda self: self.backend.token_to_id(self.specials["cls"]))
     sep_token_id = property(lambda self: self.backend.token_to_id(self.specials["sep"]))
-    mask_token_id = property(lambda self: self.backend.token_to_id(self.specials["mask"]))
+    mask_token_id = property(lambda self: None if self.specials["mask"] is None
+                             else self.backend.token_to_id(self.specials["mask"]))
 
     @property
     def special_ids(self) -> set[int]:
-        ids = {self.backend.token_to_id(t) for t in self.specials.values()}
+        ids = {self.backend.token_to_id(t) for t in self.specials.values() if t is not None}
         ids |= {i for i, t in self.backend.get_added_tokens_decoder().items() if t.special}
         return ids
 
@@ -399,6 +418,9 @@ class Tokenizer:
 
     def build_inputs(self, ids_a: list[int], ids_b: list[int] | None = None) -> tuple[list[int], list[int]]:
         """Add the special tokens around id lists, as the post-processor does: (input_ids, token_type_ids)."""
+        if self.kind == "gpt2":  # as GPT-2's post-processor: nothing added
+            ids = [*ids_a, *(ids_b or [])]
+            return ids, [0] * len(ids)
         cls, sep = self.cls_token_id, self.sep_token_id
         ids = [cls, *ids_a, sep]
         if ids_b is None:
@@ -417,20 +439,6 @@ class Tokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         return self.backend.token_to_id(token)
-
-
-def _checked_texts(texts: Iterable[str], seen: list[int]) -> Iterator[str]:
-    """`texts`, refusing anything but strings, and a first "text" that is the name of an existing file (paths
-    would otherwise be trained on as the text of their names); seen[0] counts the non-blank texts."""
-    for i, text in enumerate(texts):
-        if not isinstance(text, str) or (i == 0 and len(text) < 4096 and not any(c.isspace() for c in text)
-                                         and os.path.isfile(text)):
-            what = type(text).__name__ if not isinstance(text, str) else f"the path {text!r}"
-            raise TypeError(f"Tokenizer.train takes texts, got {what}: read corpus files with "
-                            "bertforge.data.corpus.iter_texts(paths)")
-        if text.strip():
-            seen[0] += 1
-            yield text
 
 
 def _as_list(ids: Any) -> list[int]:

@@ -88,6 +88,20 @@ def train_wordpiece(backend: Backend, texts: Iterable[str], vocab_size: int, min
     backend.add_special_tokens(specials)
 
 
+def checked_texts(texts: Iterable[str], seen: list[int]) -> Iterator[str]:
+    """`texts`, refusing anything but strings, and a first "text" that is the name of an existing file (paths
+    would otherwise be trained on as the text of their names); seen[0] counts the non-blank texts."""
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or (i == 0 and len(text) < 4096 and not any(c.isspace() for c in text)
+                                         and os.path.isfile(text)):
+            what = type(text).__name__ if not isinstance(text, str) else f"the path {text!r}"
+            raise TypeError(f"Tokenizer.train takes texts, got {what}: read corpus files with "
+                            "bertforge.data.corpus.iter_texts(paths)")
+        if text.strip():
+            seen[0] += 1
+            yield text
+
+
 def word_counts(backend: Backend, texts: Iterable[str], workers: int = 1) -> Counter[str]:
     """How often each word (after `backend`'s normaliser and pre-tokenizer) occurs in `texts`. With workers > 1,
     the first few megabytes are counted here and the rest of a larger corpus in that many spawned processes (so a

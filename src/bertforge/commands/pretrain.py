@@ -11,7 +11,8 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
                "masking + span-boundary objective; electra = replaced-token detection with a 1/4-size generator; "
                "structbert = MLM + word-structural (shuffled trigrams) + sentence-structural (next / previous / "
                "random) objectives; xlnet = permutation LM with two-stream relative attention (last 1/6 of each "
-               "factorisation order predicted)")
+               "factorisation order predicted); gpt = left-to-right LM (GPT-2 layout decoder) on packed text, "
+               "GPT-2 byte-level BPE; the context is --seq-len")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prep.set_defaults(func=run_prepare)
 
     pre = subparsers.add_parser(
-        "pretrain", help="pretrain a BERT-family model (default: a ~5 minute demo on the stdlib docs)",
+        "pretrain", help="pretrain a BERT-family model or a GPT decoder (default: a ~5 minute demo on the stdlib docs)",
         description="Pretrain from scratch or continue a checkpoint (--init-from). With no --corpus the corpus is "
                     "the Python standard library's own documentation (docstrings + pydoc topics), a WordPiece "
                     "tokenizer of 8k is trained, and a small model trains for a few minutes.",

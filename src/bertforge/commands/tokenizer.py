@@ -1,4 +1,4 @@
-"""`bertforge tokenizer train`: train a WordPiece / byte-level BPE / Unigram tokenizer on text files."""
+"""`bertforge tokenizer train`: train a WordPiece / byte-level BPE (RoBERTa, GPT-2) / Unigram tokenizer on text files."""
 from __future__ import annotations
 
 import argparse
@@ -24,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Hugging Face layout (tokenizer.json, tokenizer_config.json, special_tokens_map.json, and "
                     "vocab.txt for WordPiece). The same corpus and options always give the same files.",
         epilog="kinds: wordpiece = BERT (## continuation, [CLS]/[SEP]/[MASK]); bpe = RoBERTa byte-level BPE "
-               "(<s>/</s>/<mask>, always cased); unigram = ALBERT (▁ word starts).")
+               "(<s>/</s>/<mask>, always cased); unigram = ALBERT (▁ word starts); gpt2 = GPT-2 byte-level BPE "
+               "(one special token, <|endoftext|>; nothing added around a text; always cased).")
     train.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
                        help="text files, folders (every .txt/.txt.gz/.jsonl inside) or glob patterns")
     train.add_argument("--kind", choices=KINDS, default="wordpiece", help="tokenizer model (default: wordpiece)")

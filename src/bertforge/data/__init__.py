@@ -10,7 +10,7 @@ from bertforge.data.permutation import PermutationSampler
 from bertforge.data.shards import ShardedCorpus, prepare_corpus
 from bertforge.data.structure import WordShuffle
 
-_LAZY = {"PretrainingDataset", "Collator", "collate"}
+_LAZY = {"PretrainingDataset", "Collator", "LMCollator", "collate"}
 
 __all__ = ["Document", "find_files", "iter_documents", "iter_texts", "split_sentences", "BUILDERS",
            "ExampleBuilder", "ExamplePlan", "make_builder", "IGNORE_INDEX", "Masker", "mask_rng", "PermutationSampler",

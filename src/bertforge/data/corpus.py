@@ -279,25 +279,32 @@ _BOUNDARY = re.compile(r"[.!?]+[\"'”’)\]]*\s+(?=[\"'“‘(\[A-ZÀ-ÖØ-Þ])
 _PARAGRAPH = re.compile(r"\n\s*\n")
 
 
-def split_sentences(text: str, max_chars: int = MAX_SENTENCE_CHARS) -> list[str]:
+def split_sentences(text: str, max_chars: int = MAX_SENTENCE_CHARS, keep_space: bool = False) -> list[str]:
     """Split text into sentences: at ., ! or ? (plus closing quotes/brackets) followed by whitespace and a capital
     or an opening quote, except after a known abbreviation or a single-letter initial. Paragraph breaks (blank
     lines) always end a sentence; single newlines are spaces. Sentences longer than `max_chars` are cut at
-    whitespace so that one pathological "sentence" stays bounded."""
+    whitespace so that one pathological "sentence" stays bounded. `keep_space`: every sentence but the first keeps
+    the space ("\n\n" after a paragraph break) before it, so that the sentences joined are the text again (what a
+    left-to-right LM reads; byte-level BPE encodes the space)."""
     out: list[str] = []
     for para in _PARAGRAPH.split(text):
         para = " ".join(para.split()) if "\n" in para or "\t" in para or "  " in para else para.strip()
         if not para:
             continue
+        sents: list[str] = []
         start = 0
         for m in _BOUNDARY.finditer(para):
             end = m.start()
             if para[end] == "." and m.group().count(".") == 1 and _is_abbreviation(para, end):
                 continue
-            out.extend(_bounded(para[start:m.end()].rstrip(), max_chars))
+            sents.extend(_bounded(para[start:m.end()].rstrip(), max_chars))
             start = m.end()
-        out.extend(_bounded(para[start:].rstrip(), max_chars))
-    return [s for s in out if s]
+        sents.extend(_bounded(para[start:].rstrip(), max_chars))
+        sents = [s for s in sents if s]
+        if keep_space and sents:
+            sents = [("\n\n" if out else "") + sents[0]] + [" " + s for s in sents[1:]]
+        out.extend(sents)
+    return out
 
 
 def _is_abbreviation(text: str, dot: int) -> bool:

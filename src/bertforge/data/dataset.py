@@ -1,5 +1,7 @@
 """`PretrainingDataset` (map-style, indexable: the trainer shuffles and resumes by position) and its collator.
 
+`LMCollator` is the left-to-right LM's (GPT): no masks, the targets are the inputs shifted by one.
+
 Static masking (BERT): `dupe_factor` copies of the examples, each built with its own randomness, and each
 example's mask fixed once: it is a pure function of (seed, index), drawn in `__getitem__` with epoch 0, so every
 epoch sees the same mask without storing it. Dynamic masking (RoBERTa): `__getitem__` returns the clean example
@@ -38,7 +40,9 @@ class PretrainingDataset(Dataset):
             raise BertforgeError(f"dupe_factor must be >= 1, got {dupe_factor}")
         self.corpus = corpus
         self.builder = make_builder(builder, seq_len=seq_len, **builder_kwargs) if isinstance(builder, str) else builder
-        self.masker = masker if masker is not None else Masker(corpus.vocab_size, corpus.mask_id, corpus.special_ids)
+        if masker is None and corpus.mask_id is not None:  # (a tokenizer without a mask token: a causal LM's)
+            masker = Masker(corpus.vocab_size, corpus.mask_id, corpus.special_ids)
+        self.masker = masker
         self.masking, self.seed, self.epoch = masking, int(seed), 0
         self.plan = ExamplePlan.concat([self.builder.plan(corpus, plan_rng(self.seed, k)) for k in range(dupe_factor)])
         if len(self.plan) == 0:
@@ -110,3 +114,21 @@ def collate(examples: Sequence[dict[str, Any]], masker: Masker | None = None, pa
     if "sentence_label" in rows[0]:
         batch["sentence_label"] = torch.tensor([int(ex["sentence_label"]) for ex in rows], dtype=torch.long)
     return batch
+
+
+class LMCollator:
+    """Pad examples into input_ids and attention_mask for a left-to-right language model: nothing is masked, every
+    real token is a target (of the position before it)."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = int(pad_id)
+
+    def __call__(self, examples: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        if not examples:
+            raise BertforgeError("collate: empty batch")
+        lengths = [len(ex["input_ids"]) for ex in examples]
+        ids = np.full((len(examples), max(lengths)), self.pad_id, np.int64)
+        for r, ex in enumerate(examples):
+            ids[r, :lengths[r]] = ex["input_ids"]
+        mask = torch.arange(ids.shape[1])[None, :] < torch.tensor(lengths)[:, None]
+        return {"input_ids": torch.from_numpy(ids), "attention_mask": mask.long()}

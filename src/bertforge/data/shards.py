@@ -84,7 +84,10 @@ class _Encoded:
 
 
 def _encode_documents(texts: list[str], tokenizer: Any, dtype: np.dtype) -> _Encoded:
-    per_doc = [split_sentences(t) for t in texts]
+    # GPT-2's tokenizer: the sentences keep the spaces and paragraph breaks between them (a causal LM learns, and
+    # writes, the text as it stands; the masked-LM tokenizers encode each sentence on its own, as before).
+    keep_space = getattr(tokenizer, "kind", None) == "gpt2"
+    per_doc = [split_sentences(t, keep_space=keep_space) for t in texts]
     flat = list(chain.from_iterable(per_doc))
     enc = tokenizer.encode_words(flat) if flat else []
     lens = np.fromiter((len(ids) for ids, _ in enc), np.int64, len(enc))

@@ -1,5 +1,6 @@
-"""The model core: one encoder (`encoder.py`), the one attention computation (`attention.py`), and XLNet's
-two-stream relative encoder (`xlnet.py`), which computes its attention through the same `attend`.
+"""The model core: one encoder (`encoder.py`), one decoder (`decoder.py`, GPT-2 layout, with its KV cache in
+`cache.py`), XLNet's two-stream relative encoder (`xlnet.py`), and the one attention computation (`attention.py`),
+through which all three compute their attention.
 
 Import from here (`from bertforge.model import Encoder`); modules inside this package import from their siblings.
 """
@@ -11,6 +12,8 @@ from bertforge.model.attention import (
     attend,
     segment_mask,
 )
+from bertforge.model.cache import KVCache
+from bertforge.model.decoder import Decoder, DecoderLM
 from bertforge.model.encoder import (
     PRECISIONS,
     AddNorm,
@@ -32,7 +35,8 @@ from bertforge.model.xlnet import (
     target_mapping_of,
 )
 
-__all__ = ["ATTN_IMPLEMENTATIONS", "PRECISIONS", "AddNorm", "Attention", "Embeddings", "Encoder", "EncoderOutput",
+__all__ = ["ATTN_IMPLEMENTATIONS", "PRECISIONS", "AddNorm", "Attention", "Decoder", "DecoderLM", "Embeddings",
+           "Encoder", "EncoderOutput", "KVCache",
            "FusedSelfAttention", "Intermediate", "Layer", "LayerStack", "MultiHeadAttention", "Pooler",
            "SelfAttention", "XLNetEncoder", "XLNetOutput", "activation", "attend", "for_inference", "permutation_mask",
            "segment_mask", "target_mapping_of"]

@@ -2,7 +2,8 @@
 
 `attend` takes per-head queries, keys and values and a boolean mask (True = may attend), and returns the context and,
 on the eager path, the probabilities. Every attention module of bertforge calls it, so there is one softmax
-convention, one masking rule and one `scaled_dot_product_attention` call site.
+convention, one masking rule and one `scaled_dot_product_attention` call site. `causal=True` is the decoder's
+left-to-right rule, aligned to the last key, so it holds when the queries are the newest tokens after a KV cache.
 """
 from __future__ import annotations
 
@@ -20,16 +21,27 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float = 0.0,
            eager: bool = False, head_mask: torch.Tensor | None = None,
-           bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+           causal: bool = False, bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(q k^T / sqrt(d) + bias + mask) v for q, k, v [B, heads, T, d]; `mask` bool, broadcastable to
     [B, heads, Tq, Tk], True where a key may be attended to, or None. Returns (context [B, heads, Tq, d],
     probabilities or None). `eager` materialises the probabilities (the reference maths); otherwise torch's fused
     kernel runs. `head_mask` [heads] multiplies each head's probabilities (HF's and Michel et al.'s head mask); on
     the SDPA path it scales each head's context, which is the same product: (m * P) @ V = m * (P @ V).
+    `causal`: query i (the (Tk - Tq + i)-th token) also never sees a later key; with a `mask` as well, each query
+    keeps at least its own key, so a padding query's row is never empty (an empty row would give NaN).
     `bias`: extra scores, already scaled, broadcastable to [B, heads, Tq, Tk] (XLNet's relative-position and
     segment terms); a masked key gets the dtype's lowest value, so a row with no key left is uniform, not NaN."""
     per_head = None if head_mask is None else head_mask.to(q.dtype).view(1, -1, 1, 1)
-    if bias is not None:
+    is_causal = False
+    if causal:
+        Tq, Tk = q.shape[-2], k.shape[-2]
+        if mask is None and bias is None and Tq == Tk and not eager:
+            is_causal = True  # the fused kernel's own causal path (training, prompt prefill)
+        elif Tq > 1 or mask is not None:  # one new query after a cache sees every key: nothing to mask
+            ones = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device)
+            tril = ones.tril(Tk - Tq)
+            mask = tril if mask is None else (mask & tril) | (tril & ones.triu(Tk - Tq))  # + each query's own key
+    if bias is not None:  # the boolean mask folds into the additive scores
         bias = bias.to(q.dtype)
         mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
     if eager:
@@ -43,7 +55,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
             probs = probs * per_head
         ctx = F.dropout(probs, dropout_p, dropout_p > 0) @ v
         return ctx, probs
-    ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
     if per_head is not None:
         ctx = ctx * per_head
     return ctx, None
@@ -62,7 +74,11 @@ class MultiHeadAttention(nn.Module):
     """Scaled dot-product self-attention over heads; subclasses say how x [B, T, H] becomes [q | k | v] [B, T, 3H].
 
     `mask` is a bool [B, 1, 1, T] (True = a key that may be attended to) or None when nothing is padded.
+    `causal` subclasses (the decoder's) attend left to right; `kv_cache` (a `cache.LayerKV`) adds the keys and
+    values of earlier calls, so that a decoding step projects only its new tokens.
     """
+
+    causal = False
 
     def __init__(self, n_heads: int, head_dim: int, dropout_p: float, attn_implementation: str):
         super().__init__()
@@ -76,11 +92,13 @@ class MultiHeadAttention(nn.Module):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, eager: bool = False,
-                head_mask: torch.Tensor | None = None):
+                head_mask: torch.Tensor | None = None, kv_cache=None):
         B, T, _ = x.shape
         q, k, v = self.project(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)
         ctx, probs = attend(q, k, v, mask, self.dropout_p if self.training else 0.0,
-                            eager or self.attn_implementation == "eager", head_mask)
+                            eager or self.attn_implementation == "eager", head_mask, self.causal)
         return ctx.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim), probs
 
 

@@ -175,10 +175,28 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(hidden[:, 0]))
 
 
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT's (and GPT-2's) initialisation: N(0, std) matrices and embeddings, zero biases, unit LayerNorms."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, 0.0, std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, 0.0, std)
+        if module.padding_idx is not None:
+            module.weight.data[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
 class Encoder(nn.Module):
     """Embeddings -> [projection to H] -> L layers -> [pooler]. `attn_implementation`: "sdpa" or "eager"."""
 
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
+        if cfg.is_decoder:
+            raise BertforgeError(f"model_type {cfg.model_type} is a decoder (GPT-2 layout), not an encoder: load it "
+                                 "with bertforge.model.DecoderLM, or use `bertforge generate`")
         super().__init__()
         if cfg.family.relative_positions:
             raise BertforgeError(f"a {cfg.model_type} model is built by bertforge.model.XLNetEncoder (two-stream "
@@ -195,18 +213,7 @@ class Encoder(nn.Module):
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, 0.0, std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, 0.0, std)
-            if module.padding_idx is not None:
-                module.weight.data[module.padding_idx].zero_()
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+        init_weights(module, self.config.initializer_range)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 
 from bertforge.config import ModelConfig
-from bertforge.data import Masker, PermutationSampler, PretrainingDataset, WordShuffle
+from bertforge.data import LMCollator, Masker, PermutationSampler, PretrainingDataset, WordShuffle
 from bertforge.errors import BertforgeError
 from bertforge.pretrain.recipes import Recipe
 
@@ -33,7 +33,11 @@ def builder_name(recipe: Recipe) -> str:
 
 def make_dataset(corpus, recipe: Recipe, seq_len: int, seed: int, static: bool | None = None,
                  dupe_factor: int | None = None) -> PretrainingDataset:
-    """PretrainingDataset over `corpus` with the recipe's builder, masking mode and static/dynamic choice."""
+    """PretrainingDataset over `corpus` with the recipe's builder, masking mode and static/dynamic choice (a causal
+    LM's: no masking; `collator_for` gives it its collator)."""
+    if recipe.objective == "clm":
+        return PretrainingDataset(corpus, builder_name(recipe), masker=None, seq_len=seq_len, masking="dynamic",
+                                  seed=seed)
     static = (not recipe.dynamic) if static is None else static
     return PretrainingDataset(corpus, builder_name(recipe), make_masker(corpus, recipe), seq_len=seq_len,
                               masking="static" if static else "dynamic",
@@ -54,9 +58,16 @@ def heldout_batches(corpus, recipe: Recipe, seq_len: int, batch_size: int, n_bat
                     one_segment: bool = False) -> list[dict]:
     """Up to `n_batches` collated held-out batches, masked once with a fixed seed (static)."""
     ds = make_dataset(corpus, recipe, seq_len, seed=HELDOUT_SEED, static=True, dupe_factor=1)
-    collate = SingleSegmentCollator(ds.collator()) if one_segment else ds.collator()
+    collate = collator_for(ds, recipe, one_segment)
     n = min(len(ds), n_batches * batch_size)
     return [collate([ds[i] for i in range(s, min(s + batch_size, n))]) for s in range(0, n, batch_size)]
+
+
+def collator_for(ds: PretrainingDataset, recipe: Recipe, one_segment: bool = False) -> Callable[[list], dict]:
+    """How the recipe's batches are made from `ds`'s examples (masking them when the masks are dynamic)."""
+    if recipe.objective == "clm":
+        return LMCollator(ds.corpus.pad_id)
+    return SingleSegmentCollator(ds.collator()) if one_segment else ds.collator()
 
 
 def single_segment(cfg: ModelConfig, recipe: Recipe) -> bool:
@@ -70,6 +81,9 @@ def check_model_fits_recipe(cfg: ModelConfig, recipe: Recipe, source: str) -> No
     if (recipe.objective == "plm") != (cfg.model_type == "xlnet"):
         raise BertforgeError(f"{source}: a {cfg.model_type} model cannot train --objective {recipe.objective} "
                              f"(XLNet models train the permutation LM, plm, and only they do)")
+    if (recipe.objective == "clm") != cfg.is_decoder:
+        raise BertforgeError(f"{source}: a {cfg.model_type} model cannot train --objective {recipe.objective} "
+                             f"(a decoder trains the causal LM of --recipe gpt, an encoder the others)")
     if recipe.sentence_task is not None and not cfg.use_pooler:
         raise BertforgeError(f"{source}: a {cfg.model_type} model without a pooler cannot train "
                              f"{recipe.sentence_task.upper()} (use --objective mlm)")

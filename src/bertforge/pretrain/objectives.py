@@ -8,10 +8,14 @@ Each objective subclasses (or holds) a `bertforge.heads` wrapper, so its paramet
   ELECTRAObjective(cfg)                          generator MLM + RTD    -> discriminator/ + generator/
   StructBERTObjective(cfg, word, sentence)       MLM + WSO and/or SSO   -> BertForMaskedLM (+ `sentence_structure.*`)
   PermutationLMObjective(cfg)                    XLNet's permutation LM -> XLNetLMHeadModel
+  CausalLMObjective(cfg)                         next-token (GPT)       -> GPT2LMHeadModel
+
+`next_token_loss` is the causal LM's loss on its own, for any model with per-position vocabulary logits.
 
 A batch is what `bertforge.data` collates: input_ids, token_type_ids, attention_mask, mlm_labels (-100 where not
 masked; XLNet: the targets), optionally sentence_label (NSP/SOP/SSO), sbo_left / sbo_right / sbo_pos (span
-boundaries), wso_labels (shuffled trigrams) and perm_rank (factorisation orders).
+boundaries), wso_labels (shuffled trigrams) and perm_rank (factorisation orders); the causal LM takes input_ids and
+attention_mask only (`data.LMCollator`).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from torch import nn
 from bertforge.config import ModelConfig
 from bertforge.heads import (ARCHITECTURES, MaskedLM, PreTrainingModel, ReplacedTokenDetector,
                              SentenceRelationHead, XLNetLM)
-from bertforge.model import activation, permutation_mask, target_mapping_of
+from bertforge.model import DecoderLM, activation, permutation_mask, target_mapping_of
 
 IGNORE = -100
 RELATIONS = (None, "nsp", "sop")
@@ -280,7 +284,39 @@ class PermutationLMObjective(XLNetLM):
         return self.lm_loss(hidden.last_hidden_state[valid])
 
 
-OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", "electra", "mlm+wso", "mlm+sso", "structbert", "plm")
+def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor,
+                    attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The left-to-right LM loss: position t predicts token t + 1. logits [B, T, V] (position t may only have seen
+    tokens <= t); targets are the real (unpadded) tokens from the second on. Returns (mean cross-entropy,
+    accuracy, number of targets)."""
+    # The targets move left, not the logits: no copy of the [B, T, V] tensor (the last position has no target).
+    targets = F.pad(input_ids[:, 1:], (0, 1), value=IGNORE)
+    if attention_mask is not None:
+        targets = targets.masked_fill(F.pad(attention_mask[:, 1:], (0, 1)) == 0, IGNORE)
+    targets = targets.flatten()
+    keep = targets.ne(IGNORE)
+    n = int(keep.sum())
+    if n == 0:  # (as masked_lm_loss: the batch still takes part in backward)
+        zero = logits.sum() * 0.0
+        return zero, zero.detach(), 0
+    logits = logits.flatten(0, 1).float()  # the softmax in fp32 under autocast
+    loss = F.cross_entropy(logits, targets, ignore_index=IGNORE)
+    acc = (logits.detach().argmax(-1).eq(targets) & keep).sum() / n
+    return loss, acc, n
+
+
+class CausalLMObjective(DecoderLM):
+    """GPT's objective (Radford et al. 2018, 2019): next-token cross-entropy at every position of packed rows."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                **_: Any) -> dict[str, torch.Tensor]:
+        logits = self.lm_logits(input_ids, attention_mask)
+        loss, acc, _n = next_token_loss(logits, input_ids, attention_mask)
+        return {"loss": loss, "lm_loss": loss.detach(), "lm_acc": acc}
+
+
+OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", "electra", "mlm+wso", "mlm+sso", "structbert", "plm",
+              "clm")
 SENTENCE_OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm+sso", "structbert")
 
 
@@ -312,4 +348,6 @@ def build_objective(name: str, cfg: ModelConfig, keep_pooler: bool = False) -> n
         return StructBERTObjective(cfg, word=name != "mlm+sso", sentence=name != "mlm+wso")
     if name == "plm":
         return PermutationLMObjective(cfg)
+    if name == "clm":
+        return CausalLMObjective(cfg)
     raise ValueError(f"unknown objective {name!r} (choose from {', '.join(OBJECTIVES)})")

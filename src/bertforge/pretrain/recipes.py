@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from bertforge.config import SIZES as SHAPES
-from bertforge.config import ModelConfig, compose
+from bertforge.config import FAMILIES, ModelConfig, compose
 from bertforge.errors import BertforgeError
 from bertforge.pretrain.objectives import OBJECTIVES, SENTENCE_OBJECTIVES
 
@@ -67,6 +67,12 @@ class Recipe:
                                  f"last 1/K of a factorisation order, set by --plm-k)")
         if self.plm_k < 1:
             raise BertforgeError(f"--plm-k must be at least 1, got {self.plm_k}")
+        if (self.objective == "clm") != FAMILIES[self.model_type].decoder:
+            raise BertforgeError(f"--objective {self.objective} with a {self.model_type} model: the causal LM "
+                                 f"objective (clm) and the decoder (--recipe gpt) go together")
+        if self.objective == "clm" and self.input_format not in ("full-sentences", "doc-sentences"):
+            raise BertforgeError(f"--objective clm reads single packed sequences: use --input-format "
+                                 f"full-sentences or doc-sentences (got {self.input_format})")
         return self
 
     @property
@@ -75,11 +81,14 @@ class Recipe:
         return {"mlm+nsp": "nsp", "mlm+sop": "sop", "mlm+sso": "sso", "structbert": "sso"}.get(self.objective)
 
     def model_config(self, size: str, vocab_size: int, pad_token_id: int, seq_len: int) -> ModelConfig:
-        """Encoder config: the size's shape x the recipe's family, the tokenizer's vocabulary and padding id, this
-        recipe's ablation knobs, and positions enough for seq_len (at least the 512 of the published models)."""
+        """Model config: the size's shape x the recipe's family, the tokenizer's vocabulary and padding id, this
+        recipe's ablation knobs, and positions enough for seq_len (encoders: at least the 512 of the published
+        models, for fine-tuning on longer inputs; a decoder's context is what it trained on, as GPT-2's is)."""
         knobs = {k: v for k, v in (("embedding_size", self.embedding_size), ("share_layers", self.share_layers))
                  if v is not None}
         cfg = compose(self.model_type, shape_name(size), vocab_size=vocab_size, pad_token_id=pad_token_id, **knobs)
+        if cfg.is_decoder:
+            return cfg.replace(max_position_embeddings=seq_len)
         return cfg.replace(max_position_embeddings=max(512, seq_len) + cfg.position_offset)
 
     def default_lr(self, size: str) -> float:
@@ -128,6 +137,10 @@ RECIPES: dict[str, Recipe] = {
     # dynamic orders over contiguous text, SentencePiece (Unigram).
     "xlnet": Recipe("xlnet", "plm", "token", dynamic=True, input_format="full-sentences",
                     tokenizer_kind="unigram", model_type="xlnet"),
+    # Radford et al. 2019: a left-to-right LM on contiguous text packed to the context length, documents separated
+    # by <|endoftext|>, byte-level BPE. (masking and dynamic are unused: nothing is masked.)
+    "gpt": Recipe("gpt", "clm", "token", dynamic=True, input_format="full-sentences", tokenizer_kind="gpt2",
+                  model_type="gpt2"),
 }
 
 

@@ -14,7 +14,8 @@ def setup_line(opts: PretrainOptions, model_type: str, n_params: int, world: int
     """The one line that says what is about to train."""
     r = opts.recipe
     masks = "dynamic" if r.dynamic else f"static x{r.dupe_factor}"
-    return (f"pretraining {r.name}: objective {r.objective}, masking {r.masking} ({masks}), input {r.input_format}, "
+    masking = "next token, nothing masked" if r.objective == "clm" else f"masking {r.masking} ({masks})"
+    return (f"pretraining {r.name}: objective {r.objective}, {masking}, input {r.input_format}, "
             f"{opts.size} ({model_type}, {n_params / 1e6:.1f}M parameters), seq {opts.seq_len}, "
             f"batch {opts.batch_size}x{world}, lr {lr:g} (warm-up {warmup:.0%}), {opts.precision}, "
             f"{threads} thread(s), {n_examples:,} training examples")
@@ -47,6 +48,9 @@ def print_summary(result: dict[str, Any], out: Path, curves: str) -> None:
     if "mlm_acc" in m:
         print(f"  MLM accuracy {m['mlm_acc']:.3f}   (most-frequent-token baseline {m['baseline_acc']:.3f})   "
               f"loss {m.get('mlm_loss', float('nan')):.3f}   perplexity {m.get('mlm_ppl', float('nan')):.1f}")
+    if "lm_ppl" in m:
+        print(f"  next-token perplexity {m['lm_ppl']:.1f}   (bigram {m['bigram_ppl']:.1f}, unigram "
+              f"{m['unigram_ppl']:.1f})   loss {m['lm_loss']:.3f}   accuracy {m['lm_acc']:.3f}")
     for key, label in (("nsp_acc", "NSP accuracy"), ("sop_acc", "SOP accuracy"), ("sbo_acc", "SBO accuracy"),
                        ("rtd_acc", "RTD accuracy")):
         if key in m:
@@ -54,5 +58,7 @@ def print_summary(result: dict[str, Any], out: Path, curves: str) -> None:
     for f in result["fill_mask"]:
         preds = ", ".join(f"{p['token']} ({p['score']:.2f})" for p in f["predictions"])
         print(f"  fill-mask: {f['text'][:90]!r}\n     answer {f['answer']!r} -> {preds}")
+    for sample in result.get("samples", []):
+        print(f"  sample: {sample['prompt']!r} -> {sample['continuation'][:160]!r}")
     print(f"saved the model and tokenizer to {out} (eval_results.json, metrics.jsonl)")
     print(curves)

@@ -9,7 +9,7 @@
     OUT/speed.jsonl       the timing of the training records (tokens_per_s, elapsed_s), same steps
     OUT/curves.png        when matplotlib is installed
     OUT/config.json, model.safetensors, tokenizer files   the final model (ELECTRA: + discriminator/, generator/)
-    OUT/eval_results.json held-out metrics, baseline, fill-mask examples; tokens and wall times of all segments
+    OUT/eval_results.json held-out metrics, baselines, fill-mask examples (a decoder: samples); tokens and wall times
     OUT/run_options.json, OUT/.lock   the claim on OUT (see outdir.py): one run at a time, checked resumes
 """
 from __future__ import annotations
@@ -28,8 +28,9 @@ from bertforge.config import ModelConfig
 from bertforge.data import ShardedCorpus
 from bertforge.errors import BertforgeError
 from bertforge.fileio import atomic_write_text
-from bertforge.pretrain.inputs import (SingleSegmentCollator, check_model_fits_recipe, heldout_batches,
-                                       make_dataset, single_segment)
+from bertforge.pretrain.inputs import (check_model_fits_recipe, collator_for, heldout_batches, make_dataset,
+                                       single_segment)
+from bertforge.pretrain.lm_eval import NgramBaselines, lm_metrics, samples
 from bertforge.pretrain.metrics import evaluate, most_frequent_token, stuck_at_baseline
 from bertforge.pretrain.objectives import ELECTRAObjective, build_objective, uses_pooler
 from bertforge.pretrain.options import PretrainOptions, auto_threads, schedule
@@ -53,15 +54,16 @@ def build_model(opts: PretrainOptions, tok) -> nn.Module:
             raise BertforgeError(f"--init-from {src}: a {cfg.model_type} checkpoint cannot continue as ELECTRA")
         if opts.seq_len > cfg.max_position_embeddings - cfg.position_offset and not cfg.family.relative_positions:
             raise BertforgeError(f"--seq-len {opts.seq_len} exceeds {src}'s max_position_embeddings")
+        check_model_fits_recipe(cfg, opts.recipe, f"--init-from {src}")
         model = build_objective(opts.recipe.objective, cfg, keep_pooler=True)
-        check_model_fits_recipe(model.config, opts.recipe, f"--init-from {src}")
         load_objective(model, src)
         return model
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     cfg = opts.recipe.model_config(opts.size, tok.vocab_size, pad, opts.seq_len)
-    model = build_objective(opts.recipe.objective, cfg)
-    check_model_fits_recipe(model.config, opts.recipe, f"--recipe {opts.recipe.name}")
-    return model
+    if cfg.is_decoder:  # generation starts after (and stops at) the separator the documents were packed with
+        cfg = cfg.replace(bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id)
+    check_model_fits_recipe(cfg, opts.recipe, f"--recipe {opts.recipe.name}")
+    return build_objective(opts.recipe.objective, cfg)
 
 
 def save_fn_for(tok):
@@ -147,21 +149,27 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
     torch.manual_seed(opts.seed)
     model = build_model(opts, tok)
     one_segment = single_segment(model.config, opts.recipe)
+    decoder = model.config.is_decoder
     train_ds = make_dataset(train_corpus, opts.recipe, opts.seq_len, opts.seed)
-    collate = SingleSegmentCollator(train_ds.collator()) if one_segment else train_ds.collator()
+    collate = collator_for(train_ds, opts.recipe, one_segment)
     loader = ResumableLoader(train_ds, opts.batch_size, collate_fn=collate, shuffle=True,
                              seed=opts.seed, drop_last=True, rank=rank, world_size=world)
 
     eval_batches: list[dict] = []
-    most_frequent = -1
+    most_frequent, baselines = -1, {}
     if is_main:
         eval_batches = heldout_batches(held_corpus, opts.recipe, opts.seq_len, opts.batch_size, opts.eval_batches,
                                        one_segment)
-        most_frequent = most_frequent_token(train_corpus)
+        if decoder:  # what a left-to-right LM is compared with: n-gram models of the same training text
+            baselines = NgramBaselines.from_corpus(train_corpus).perplexities(eval_batches)
+        else:
+            most_frequent = most_frequent_token(train_corpus)
     lr, warmup, size = schedule(opts, model.config)
     warned: list[int] = []
 
     def eval_fn(m: nn.Module) -> dict[str, float]:
+        if decoder:
+            return {**lm_metrics(m, eval_batches, next(m.parameters()).device, opts.precision), **baselines}
         metrics = evaluate(m, eval_batches, most_frequent, next(m.parameters()).device, opts.precision)
         if not warned and stuck_at_baseline(metrics, trainer.step):  # one warning per run
             warned.append(trainer.step)
@@ -192,16 +200,17 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
         evals = [h for h in history if h.get("split") == "eval"]
         metrics = {k: v for k, v in evals[-1].items() if k not in ("step", "split")} if evals else eval_fn(model)
         model.save_pretrained(opts.out, tokenizer=tok)
-        # XLNet checkpoints are refused by fill-mask (no [MASK] to fill); its report shows none either.
-        n_prompts = 0 if opts.recipe.objective == "plm" else opts.fill_mask_examples
-        prompts = fill_mask_prompts(held_corpus, tok, n_prompts)
+        # Neither a decoder nor XLNet has a [MASK] to fill (fill-mask refuses XLNet checkpoints); a decoder samples.
+        no_mask = decoder or opts.recipe.objective == "plm"
+        prompts = [] if no_mask else fill_mask_prompts(held_corpus, tok, opts.fill_mask_examples)
         fills = fill_mask(model, tok, [p for p, _ in prompts]) if prompts else []
         for f, (_, answer) in zip(fills, prompts):
             f["answer"] = answer
+        texts = samples(model, tok, held_corpus, opts.fill_mask_examples, seed=opts.seed) if decoder else []
         result = {
             "recipe": asdict(opts.recipe), "size": opts.size, "seq_len": opts.seq_len, "batch_size": opts.batch_size,
             "steps": trainer.step, "parameters": n_params, "precision": opts.precision, "lr": lr,
-            "warmup_ratio": warmup, "heldout": metrics, "fill_mask": fills,
+            "warmup_ratio": warmup, "heldout": metrics, "fill_mask": fills, **({"samples": texts} if decoder else {}),
             # a resumed run: train counts every segment; total is this invocation plus earlier segments' training
             "seconds": {"prepare": round(t_prepared - t_start, 2), "train": round(trainer.train_seconds, 2),
                         "total": round(time.perf_counter() - t_start + max(earlier, 0.0), 2)},

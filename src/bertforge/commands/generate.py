@@ -1,0 +1,54 @@
+"""`bertforge generate --model DIR --prompt "..."`: continue a text with a decoder, streaming to the terminal."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "generate", help="continue a prompt with a decoder (GPT-2 layout), streaming the text",
+        description="Continue a prompt with a decoder checkpoint (bertforge pretrain --recipe gpt, or a "
+                    "transformers GPT-2 directory). Samples with nucleus top-p 0.9 unless told otherwise; the "
+                    "prompt is printed, then each new piece of text as soon as it is generated.",
+        epilog="A prompt longer than the model's context (minus --max-new-tokens) keeps its last tokens, and says so.")
+    p.add_argument("--model", required=True, metavar="DIR", help="decoder checkpoint directory (model_type gpt2)")
+    p.add_argument("--prompt", default="", help='text to continue (default: "", a new document)')
+    p.add_argument("--max-new-tokens", type=int, default=50, metavar="N", help="tokens to generate (default: 50)")
+    p.add_argument("--greedy", action="store_true", help="always the most likely token (no sampling)")
+    p.add_argument("--num-beams", type=int, default=1, metavar="B",
+                      help="beam search with B beams (deterministic; printed at the end; default: 1 = off)")
+    p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature (default: 1.0)")
+    p.add_argument("--top-k", type=int, metavar="K", help="sample from the K most likely tokens (default: 0 = all)")
+    p.add_argument("--top-p", type=float, metavar="P",
+                   help="sample from the smallest set of tokens whose probability reaches P, in (0, 1] (default: 0.9)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
+                   help="divide the logit of every token already seen by R (CTRL; default: 1.0 = off)")
+    p.add_argument("--length-penalty", type=float, default=1.0, metavar="L",
+                   help="beam search: finished beams score sum(log p) / length**L (default: 1.0)")
+    p.add_argument("--seed", type=int, metavar="S", help="random seed: the same seed gives the same text")
+    p.add_argument("--no-stream", action="store_true", help="print the whole text at the end")
+    p.set_defaults(func=run_generate)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from bertforge.generation import GenerationConfig, load, stream
+
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, greedy=args.greedy, temperature=args.temperature,
+                           top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
+                           num_beams=args.num_beams, length_penalty=args.length_penalty, seed=args.seed)
+    cfg = cfg.resolved()  # bad flags: one line, before the model is read
+    model, tokenizer = load(args.model)
+    t0, pieces = time.perf_counter(), []
+    print(args.prompt, end="", flush=True)
+    for piece in stream(model, tokenizer, args.prompt, cfg):
+        pieces.append(piece)
+        if not args.no_stream:
+            print(piece, end="", flush=True)
+    if args.no_stream:
+        print("".join(pieces), end="")
+    print(flush=True)
+    print(f"({cfg.mode}, {time.perf_counter() - t0:.1f} s"
+          + (f", seed {cfg.seed}" if cfg.seed is not None and cfg.sampling else "") + ")", file=sys.stderr)
+    return 0

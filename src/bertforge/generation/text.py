@@ -1,0 +1,135 @@
+"""Text in, text out: prompts encoded for the model (left-truncated to fit, left-padded to a batch), token ids
+decoded incrementally for streaming, and the `generate` / `stream` API over any model of the generation protocol.
+
+    lm, tok = load("runs/gpt")                       # bertforge.model.DecoderLM + bertforge.Tokenizer
+    print(generate(lm, tok, "It was a dark and stormy night", max_new_tokens=40, seed=0))
+    for piece in stream(lm, tok, "Call me Ishmael.", top_p=0.9):
+        print(piece, end="", flush=True)
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import torch
+
+from bertforge.config import ModelConfig
+from bertforge.errors import BertforgeError
+from bertforge.generation.config import GenerationConfig
+from bertforge.generation.search import TokenSteps, beam_search, generate_ids
+from bertforge.model import DecoderLM
+from bertforge.tokenization import Tokenizer
+
+
+def load(path: str | Path) -> tuple[DecoderLM, Tokenizer]:
+    """The decoder and tokenizer of a checkpoint directory (bertforge's or transformers' GPT-2 layout)."""
+    path = Path(path)
+    cfg = ModelConfig.from_file(path)
+    if not cfg.is_decoder:
+        arch = ", ".join(cfg.extra.get("architectures", [])) or cfg.family.base_architecture
+        raise BertforgeError(f"{path}: a {cfg.model_type} encoder checkpoint ({arch}) cannot generate text; "
+                             "give a decoder (GPT-2 layout, model_type gpt2, e.g. from `bertforge pretrain "
+                             "--recipe gpt`)")
+    tokenizer = Tokenizer.from_pretrained(path)
+    return DecoderLM.from_pretrained(path), tokenizer
+
+
+def encode_prompts(model, tokenizer, prompts: Sequence[str],
+                   max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(input_ids, attention_mask or None) for the prompts: each as `model.prompt_ids` makes it, cut from the left
+    to `model.max_prompt_tokens` (with a warning saying so), left-padded so every row ends at its last token."""
+    room = model.max_prompt_tokens(max_new_tokens)
+    if room < 1:
+        raise BertforgeError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt: the model's context "
+                             f"is {model.config.max_position_embeddings} tokens")
+    rows = []
+    for i, text in enumerate(prompts):
+        ids = model.prompt_ids(tokenizer, text)
+        if len(ids) > room:
+            which = "the prompt" if len(prompts) == 1 else f"prompt {i + 1}"
+            warnings.warn(f"{which} has {len(ids)} tokens; with --max-new-tokens {max_new_tokens} the model's "
+                          f"context of {model.config.max_position_embeddings} leaves room for {room}: kept its "
+                          f"last {room} tokens", stacklevel=2)
+            ids = ids[-room:]
+        rows.append(ids)
+    if any(not ids for ids in rows):
+        raise BertforgeError("an empty prompt for a model without a bos token: give some text to continue")
+    width = max(len(ids) for ids in rows)
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in rows], dtype=torch.long)
+    if all(len(ids) == width for ids in rows):
+        return input_ids, None
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in rows], dtype=torch.long)
+    return input_ids, mask
+
+
+class TextStream:
+    """Incremental detokenisation: `push(ids)` returns the text they add. A step can end inside a multi-byte
+    character (byte-level BPE), which decodes as U+FFFD: that text is held back until the character completes."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer, self.ids, self.text = tokenizer, [], ""
+
+    def push(self, ids: Sequence[int]) -> str:
+        self.ids.extend(int(i) for i in ids)
+        text = self.tokenizer.decode(self.ids)
+        if text.endswith("\ufffd") or not text.startswith(self.text):
+            return ""
+        new, self.text = text[len(self.text):], text
+        return new
+
+    def flush(self) -> str:
+        """Whatever is left (an incomplete character at the very end stays U+FFFD)."""
+        text = self.tokenizer.decode(self.ids)
+        new = text[len(self.text):] if text.startswith(self.text) else text
+        self.text = text
+        return new
+
+
+def _config(config: GenerationConfig | None, options: dict) -> GenerationConfig:
+    return (config or GenerationConfig()).replace(**options).resolved()
+
+
+def _continuations(model, tokenizer, ids: torch.Tensor, prefix_len: int) -> list[str]:
+    eos = model.config.eos_token_id
+    out = []
+    for row in ids[:, prefix_len:].tolist():
+        if eos is not None and eos in row:
+            row = row[:row.index(eos)]
+        out.append(tokenizer.decode(row))
+    return out
+
+
+def generate(model, tokenizer, prompt: str | Sequence[str], config: GenerationConfig | None = None,
+             **options) -> str | list[str]:
+    """The continuation of `prompt` (a list of them for a list), without the prompt and the eos. `options`
+    override `config` fields: max_new_tokens, greedy, temperature, top_k, top_p, repetition_penalty, num_beams,
+    length_penalty, seed."""
+    cfg = _config(config, options)
+    prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+    input_ids, mask = encode_prompts(model, tokenizer, prompts, cfg.max_new_tokens)
+    ids = generate_ids(model, input_ids, mask, cfg)
+    texts = _continuations(model, tokenizer, ids, input_ids.shape[1])
+    return texts[0] if isinstance(prompt, str) else texts
+
+
+def stream(model, tokenizer, prompt: str, config: GenerationConfig | None = None, **options) -> Iterator[str]:
+    """The continuation of `prompt` as text pieces, each as soon as its tokens are generated (beam search knows
+    its answer only at the end: one piece)."""
+    cfg = _config(config, options)
+    input_ids, mask = encode_prompts(model, tokenizer, [prompt], cfg.max_new_tokens)
+    if cfg.mode == "beam":
+        yield _continuations(model, tokenizer, beam_search(model, input_ids, mask, cfg), input_ids.shape[1])[0]
+        return
+    text = TextStream(tokenizer)
+    eos = model.config.eos_token_id if cfg.stop_at_eos else None
+    for token in TokenSteps(model, input_ids, mask, cfg):
+        if eos is not None and int(token[0]) == eos:
+            break
+        piece = text.push(token.tolist())
+        if piece:
+            yield piece
+    rest = text.flush()
+    if rest:
+        yield rest

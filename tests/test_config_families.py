@@ -57,7 +57,7 @@ def test_every_recipe_takes_its_family_settings_from_the_table(recipe):
             assert getattr(cfg, field) == getattr(fam, fam_field), (recipe, size, field)
         shape = SIZES[size.removeprefix("bert-")]
         assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size) == \
-            (shape.layers, shape.hidden, shape.intermediate)
+            (shape.layers, shape.hidden, fam.intermediate(shape.intermediate))
         assert cfg.vocab_size == 500 and cfg.max_position_embeddings == 512 + cfg.position_offset
 
 
@@ -78,7 +78,7 @@ def test_albert_recipe_and_preset_agree():
 def test_hf_names_come_from_the_family_table():
     from bertforge.tasks.models import HF_PREFIX
     assert checkpoint.FAMILY_PREFIX == {"bert": "bert", "roberta": "roberta", "albert": "albert",
-                                        "distilbert": "distilbert", "electra": "electra"}
+                                        "distilbert": "distilbert", "electra": "electra", "modernbert": "model"}
     assert checkpoint.BASE_ARCHITECTURE["distilbert"] == "DistilBertModel"
     assert HF_PREFIX["roberta"] == "Roberta" and HF_PREFIX["distilbert"] == "DistilBert"
     for name, fam in FAMILIES.items():

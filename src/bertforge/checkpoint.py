@@ -3,7 +3,9 @@
 Inside bertforge every model uses BERT's names (`bert.embeddings...`, `bert.encoder.layer.N...`, `cls.predictions...`,
 task heads such as `classifier`); `hf_name` translates one canonical name into a family's Hugging Face name. Loading
 walks the model's own parameters and looks each one up in the file under its HF name, so there is a single map,
-used in both directions.
+used in both directions. Where a family fuses tensors that bertforge keeps apart (ModernBERT's `Wqkv` holds Q, K and
+V), `hf_part` says which slice of the fused tensor a canonical one is: saving concatenates the parts in order,
+loading slices them out.
 """
 from __future__ import annotations
 
@@ -77,7 +79,24 @@ _RULES: dict[str, list[tuple[str, str]]] = {
         (r"^cls\.predictions\.decoder\.weight$", "vocab_projector.weight"),
         (r"^bert\.", "distilbert."),
     ],
+    "modernbert": [
+        (r"^bert\.embeddings\.word_embeddings\.", "model.embeddings.tok_embeddings."),
+        (r"^bert\.embeddings\.LayerNorm\.", "model.embeddings.norm."),
+        (_LAYER + r"attn_norm\.", r"model.layers.\1.attn_norm."),
+        (_LAYER + r"attention\.self\.(?:query|key|value)\.", r"model.layers.\1.attn.Wqkv."),  # see hf_part
+        (_LAYER + r"attention\.output\.dense\.", r"model.layers.\1.attn.Wo."),
+        (_LAYER + r"mlp_norm\.", r"model.layers.\1.mlp_norm."),
+        (_LAYER + r"intermediate\.dense\.", r"model.layers.\1.mlp.Wi."),  # GeGLU [W_a; W_g] in both layouts
+        (_LAYER + r"output\.dense\.", r"model.layers.\1.mlp.Wo."),
+        (r"^bert\.final_norm\.", "model.final_norm."),
+        (r"^cls\.predictions\.transform\.dense\.", "head.dense."),
+        (r"^cls\.predictions\.transform\.LayerNorm\.", "head.norm."),
+        (r"^cls\.predictions\.bias$", "decoder.bias"),
+        (r"^bert\.", "model."),
+    ],
 }
+# Canonical tensors stored as a slice of one fused HF tensor: family -> (pattern, group naming the part, parts).
+_FUSED = {"modernbert": (re.compile(_LAYER + r"attention\.self\.(query|key|value)\."), 2, ("query", "key", "value"))}
 _COMPILED = {fam: [(re.compile(p), r) for p, r in rules] for fam, rules in _RULES.items()}
 # Weights every family ties to another tensor; checkpoints store them once (under the embedding / bias).
 _TIED = re.compile(r"^cls\.predictions\.decoder\.(weight|bias)$")
@@ -91,6 +110,16 @@ def hf_name(canonical: str, cfg: ModelConfig) -> str:
         if pattern.search(canonical):
             return pattern.sub(repl, canonical, count=1)
     return canonical
+
+
+def hf_part(canonical: str, cfg: ModelConfig) -> tuple[int, int] | None:
+    """(index, number of parts) when `canonical` is a slice of a fused HF tensor (split along dim 0), else None."""
+    fused = _FUSED.get(cfg.model_type)
+    if fused is None:
+        return None
+    pattern, group, parts = fused
+    m = pattern.search(canonical)
+    return (parts.index(m.group(group)), len(parts)) if m else None
 
 
 def is_bare_encoder(model: nn.Module) -> bool:
@@ -111,6 +140,7 @@ def hf_state_dict(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]
     """The tensors to save, under the family's HF names; tied weights once; shared layers as HF expects them."""
     strip = FAMILY_PREFIX[cfg.model_type] + "." if is_bare_encoder(model) else None
     out: dict[str, torch.Tensor] = {}
+    parts: dict[str, list[torch.Tensor | None]] = {}
     seen: set[int] = set()
     for name, tensor in _canonical_state(model).items():
         if _TIED.match(name):
@@ -118,6 +148,13 @@ def hf_state_dict(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]
         key = hf_name(name, cfg)
         if strip and key.startswith(strip):  # a bare encoder saves as BertModel does: no prefix
             key = key[len(strip):]
+        part = hf_part(name, cfg)
+        if part is not None:  # a slice of a fused tensor: joined once every part is there
+            slots = parts.setdefault(key, [None] * part[1])
+            slots[part[0]] = tensor.detach().cpu()
+            if all(t is not None for t in slots):
+                out[key] = torch.cat(slots)  # type: ignore[arg-type]
+            continue
         if key in out:  # ALBERT all-shared: layers 1..L-1 are group 0 again
             continue
         tensor = tensor.detach().cpu().contiguous()
@@ -194,6 +231,12 @@ def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] =
             missing.append(name)
             continue
         tensor = state[key]
+        part = hf_part(name, cfg)
+        if part is not None:
+            if tensor.shape[0] % part[1]:
+                raise BertforgeError(f"{source}: tensor {key!r} of shape {tuple(tensor.shape)} does not split into "
+                                     f"{part[1]} equal parts")
+            tensor = tensor.chunk(part[1])[part[0]]
         if tuple(tensor.shape) != tuple(param.shape):
             raise BertforgeError(f"{source}: tensor {key!r} has shape {tuple(tensor.shape)}, "
                                  f"the config expects {tuple(param.shape)}")

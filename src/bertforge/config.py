@@ -6,6 +6,14 @@ BERT, RoBERTa, ALBERT, DistilBERT and ELECTRA are the same encoder with differen
   - `type_vocab_size` = 0            -> no token-type embeddings (DistilBERT)
   - `use_pooler` = False             -> no [CLS] pooler (DistilBERT, ELECTRA)
   - `model_type` = "roberta"         -> position ids counted from padding_idx + 1
+ModernBERT (Warner et al. 2024) is the same encoder with its switches turned the other way:
+  - `norm_position` = "pre"          -> LN before each sub-block, a final LN (the first layer's input is the
+                                        embedding LN's output, so it has no attention LN of its own)
+  - `position_embedding_type` = "rotary" -> RoPE on queries and keys instead of a learned position table
+  - `gated_mlp`                      -> GeGLU: act(x W_a) * (x W_g), both halves in one `intermediate.dense`
+  - `attention_bias` / `mlp_bias` / `norm_bias` / `head_bias` = False -> no biases (the decoder keeps one)
+  - `local_attention` = W, `global_attn_every_n_layers` = N -> every Nth layer (from 0) attends globally, the
+                                        others within |i - j| <= W // 2 (Hugging Face's convention)
 Everything a family fixes lives in `FAMILIES`; shapes live in `SIZES`; a config is size x family (+ overrides):
 `compose("albert", "base")`, or a named preset such as `preset("albert-base")`.
 `to_hf_dict` / `from_hf_dict` translate to and from each family's Hugging Face `config.json` schema.
@@ -18,9 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertforge.config_modernbert import TOKEN_IDS, layer_types, modernbert_hf_dict, modernbert_settings
 from bertforge.errors import BertforgeError
 
 SHARE_MODES = ("none", "all", "attention", "ffn")
+NORM_POSITIONS = ("post", "pre")
+POSITION_TYPES = ("absolute", "rotary")
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish")
 
 
@@ -45,6 +56,19 @@ class Family:
     # structure
     factorised: bool = False             # may have embedding_size != hidden_size (a projection E -> H)
     positions_after_padding: bool = False  # position ids start at pad_token_id + 1 (RoBERTa)
+    # the modern switches (BERT's values; see the module docstring)
+    norm_position: str = "post"
+    position_embedding_type: str = "absolute"
+    gated_mlp: bool = False
+    bias: bool = True                    # attention, MLP, norm and MLM-transform biases
+    local_attention: int | None = None
+    global_attn_every_n_layers: int = 1
+    rope_theta: float = 10000.0          # global layers
+    local_rope_theta: float = 10000.0    # sliding-window layers
+    initializer_cutoff_factor: float | None = None  # truncated-normal init at +-factor std
+    # A gated MLP has two input matrices: 2/3 of the size's intermediate width keeps the parameter count and the
+    # FLOPs of the ungated MLP (Shazeer 2020), so a size means the same compute in every family.
+    intermediate_scale: float = 1.0
 
     @property
     def base_architecture(self) -> str:
@@ -57,7 +81,18 @@ class Family:
                     pad_token_id=self.pad_token_id, max_position_embeddings=self.max_position_embeddings,
                     layer_norm_eps=self.layer_norm_eps, hidden_act=self.hidden_act,
                     hidden_dropout_prob=self.dropout, attention_probs_dropout_prob=self.dropout,
-                    embedding_size=self.embedding_size, share_layers=self.share_layers, use_pooler=self.use_pooler)
+                    embedding_size=self.embedding_size, share_layers=self.share_layers, use_pooler=self.use_pooler,
+                    norm_position=self.norm_position, position_embedding_type=self.position_embedding_type,
+                    gated_mlp=self.gated_mlp, attention_bias=self.bias, mlp_bias=self.bias, norm_bias=self.bias,
+                    head_bias=self.bias, local_attention=self.local_attention,
+                    global_attn_every_n_layers=self.global_attn_every_n_layers, rope_theta=self.rope_theta,
+                    local_rope_theta=self.local_rope_theta, initializer_cutoff_factor=self.initializer_cutoff_factor)
+
+    def intermediate(self, size_intermediate: int) -> int:
+        """The MLP width this family uses for a size (gated MLPs: scaled, rounded to a multiple of 64)."""
+        if self.intermediate_scale == 1.0:
+            return size_intermediate
+        return max(64, int(round(size_intermediate * self.intermediate_scale / 64)) * 64)
 
 
 FAMILIES: dict[str, Family] = {
@@ -72,6 +107,14 @@ FAMILIES: dict[str, Family] = {
     "distilbert": Family("distilbert", "DistilBert", "distilbert", type_vocab_size=0, use_pooler=False),
     # Clark et al. 2020: no pooler; E may be smaller than H (ELECTRA-Small).
     "electra": Family("electra", "Electra", "electra", use_pooler=False, factorised=True),
+    # Warner et al. 2024 (ModernBERT; HF's ModernBertConfig defaults): pre-norm, RoPE (theta 160k global, 10k
+    # local), GeGLU, no biases but the decoder's, a 128-token window with global attention every 3rd layer, no
+    # dropout, no token types, no pooler, LN eps 1e-5, truncated-normal init at 2 std, a 50,368-token BPE.
+    "modernbert": Family("modernbert", "ModernBert", "model", vocab_size=50368, pad_token_id=50283,
+                         type_vocab_size=0, max_position_embeddings=8192, layer_norm_eps=1e-5, dropout=0.0,
+                         use_pooler=False, norm_position="pre", position_embedding_type="rotary", gated_mlp=True,
+                         bias=False, local_attention=128, global_attn_every_n_layers=3, rope_theta=160000.0,
+                         initializer_cutoff_factor=2.0, intermediate_scale=2 / 3),
 }
 MODEL_TYPES = tuple(FAMILIES)
 
@@ -93,9 +136,9 @@ class Size:
     pretrain_lr: float
     pretrain_warmup: float
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self, family: Family = FAMILIES["bert"]) -> dict[str, Any]:
         return dict(num_hidden_layers=self.layers, hidden_size=self.hidden, num_attention_heads=self.heads,
-                    intermediate_size=self.intermediate)
+                    intermediate_size=family.intermediate(self.intermediate))
 
 
 SIZES: dict[str, Size] = {
@@ -129,6 +172,19 @@ class ModelConfig:
     embedding_size: int | None = None  # None -> hidden_size (no factorisation)
     share_layers: str = "none"
     use_pooler: bool = True
+    norm_position: str = _BERT.norm_position
+    position_embedding_type: str = _BERT.position_embedding_type
+    gated_mlp: bool = _BERT.gated_mlp
+    attention_bias: bool = _BERT.bias
+    mlp_bias: bool = _BERT.bias
+    norm_bias: bool = _BERT.bias
+    head_bias: bool = _BERT.bias         # the MLM transform's dense layer (HF ModernBERT: classifier_bias)
+    decoder_bias: bool = True            # the MLM vocabulary bias
+    local_attention: int | None = _BERT.local_attention
+    global_attn_every_n_layers: int = _BERT.global_attn_every_n_layers
+    rope_theta: float = _BERT.rope_theta
+    local_rope_theta: float = _BERT.local_rope_theta
+    initializer_cutoff_factor: float | None = _BERT.initializer_cutoff_factor
     # Heads left in each layer after pruning (None: num_attention_heads everywhere); bertforge layout only.
     heads_per_layer: list[int] | None = None
     # Task metadata carried through config.json (id2label etc.); not used by the encoder itself.
@@ -153,6 +209,32 @@ class ModelConfig:
                                  f"between 1 and {self.num_attention_heads}")
         if not self.family.factorised and self.embedding_size != self.hidden_size:
             raise BertforgeError(f"{self.model_type} cannot have embedding_size != hidden_size; use albert or electra")
+        if self.norm_position not in NORM_POSITIONS:
+            raise BertforgeError(f"unknown norm_position {self.norm_position!r} (expected {', '.join(NORM_POSITIONS)})")
+        if self.position_embedding_type not in POSITION_TYPES:
+            raise BertforgeError(f"unknown position_embedding_type {self.position_embedding_type!r} "
+                                 f"(expected {', '.join(POSITION_TYPES)})")
+        if self.position_embedding_type == "rotary" and self.head_dim % 2:
+            raise BertforgeError(f"rotary positions need an even head size, got {self.head_dim}")
+        if self.local_attention is not None and self.local_attention < 2:
+            raise BertforgeError(f"local_attention must be >= 2 tokens (or None), got {self.local_attention}")
+        if self.global_attn_every_n_layers < 1:
+            raise BertforgeError(f"global_attn_every_n_layers must be >= 1, got {self.global_attn_every_n_layers}")
+        if self.norm_position == "pre" and self.share_layers != "none":
+            raise BertforgeError("cross-layer sharing is for post-norm (ALBERT) encoders; use share_layers='none'")
+        # Every config must fit its family's Hugging Face layout: the structural switches a family's checkpoint
+        # cannot express stay at the family's value (ModernBERT's layout has its bias and window settings).
+        fam = self.family
+        fixed = {"norm_position": fam.norm_position, "position_embedding_type": fam.position_embedding_type,
+                 "gated_mlp": fam.gated_mlp}
+        if self.model_type != "modernbert":
+            fixed.update(attention_bias=fam.bias, mlp_bias=fam.bias, norm_bias=fam.bias, head_bias=fam.bias,
+                         decoder_bias=True, local_attention=fam.local_attention)
+        for name, value in fixed.items():
+            if getattr(self, name) != value:
+                raise BertforgeError(f"a {self.model_type} model cannot have {name}={getattr(self, name)!r} (its "
+                                     f"checkpoint layout has {value!r}); the modern switches are model_type "
+                                     f"'modernbert'")
 
     @property
     def family(self) -> Family:
@@ -161,6 +243,11 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def layer_types(self) -> list[str]:
+        """Per layer "full_attention" or "sliding_attention" (see `config_modernbert.layer_types`)."""
+        return layer_types(self.num_hidden_layers, self.global_attn_every_n_layers, self.local_attention)
 
     @property
     def position_offset(self) -> int:
@@ -174,8 +261,10 @@ class ModelConfig:
     def to_hf_dict(self, architectures: list[str] | None = None) -> dict[str, Any]:
         common = dict(vocab_size=self.vocab_size, initializer_range=self.initializer_range,
                       pad_token_id=self.pad_token_id, max_position_embeddings=self.max_position_embeddings)
-        if self.model_type == "distilbert":
-            d: dict[str, Any] = dict(
+        if self.model_type == "modernbert":
+            d: dict[str, Any] = modernbert_hf_dict(self, common)
+        elif self.model_type == "distilbert":
+            d = dict(
                 model_type="distilbert", dim=self.hidden_size, n_layers=self.num_hidden_layers,
                 n_heads=self.num_attention_heads, hidden_dim=self.intermediate_size, activation=self.hidden_act,
                 dropout=self.hidden_dropout_prob, attention_dropout=self.attention_probs_dropout_prob,
@@ -213,8 +302,12 @@ class ModelConfig:
         ours = d.get("bertforge", {})
         known_extra = ("id2label", "label2id", "problem_type", "num_labels", "architectures",
                        "classifier_dropout", "bertforge_task")
+        if model_type == "modernbert":  # its special-token ids are config fields that no ModelConfig field holds
+            known_extra += tuple(k for k in TOKEN_IDS if d.get(k) is not None)
         extra = {k: d[k] for k in known_extra if k in d and k != "architectures"}
         try:
+            if model_type == "modernbert":
+                return cls(**modernbert_settings(d, source), heads_per_layer=ours.get("heads_per_layer"), extra=extra)
             if model_type == "distilbert":
                 return cls(model_type="distilbert", vocab_size=d["vocab_size"], hidden_size=d["dim"],
                            num_hidden_layers=d["n_layers"], num_attention_heads=d["n_heads"],
@@ -282,7 +375,7 @@ def compose(family: str, size: str, **overrides: Any) -> ModelConfig:
         raise BertforgeError(f"unknown model family {family!r} (choose from {', '.join(FAMILIES)})")
     if size not in SIZES:
         raise BertforgeError(f"unknown model size {size!r} (choose from {', '.join(SIZES)})")
-    return ModelConfig(**{**FAMILIES[family].settings(), **SIZES[size].settings(), **overrides})
+    return ModelConfig(**{**FAMILIES[family].settings(), **SIZES[size].settings(FAMILIES[family]), **overrides})
 
 
 def preset(name: str, **overrides: Any) -> ModelConfig:

@@ -7,8 +7,11 @@ from bertforge.model.attention import (
     FusedSelfAttention,
     MultiHeadAttention,
     SelfAttention,
+    apply_rotary,
     attend,
+    rotary_cos_sin,
     segment_mask,
+    sliding_window_mask,
 )
 from bertforge.model.encoder import (
     PRECISIONS,
@@ -23,8 +26,10 @@ from bertforge.model.encoder import (
     Pooler,
     activation,
     for_inference,
+    layer_norm,
 )
 
 __all__ = ["ATTN_IMPLEMENTATIONS", "PRECISIONS", "AddNorm", "Attention", "Embeddings", "Encoder", "EncoderOutput",
            "FusedSelfAttention", "Intermediate", "Layer", "LayerStack", "MultiHeadAttention", "Pooler",
-           "SelfAttention", "activation", "attend", "for_inference", "segment_mask"]
+           "SelfAttention", "activation", "apply_rotary", "attend", "for_inference", "layer_norm", "rotary_cos_sin",
+           "segment_mask", "sliding_window_mask"]

@@ -14,6 +14,7 @@ from bertforge.config import SIZES as SHAPES
 from bertforge.config import ModelConfig, compose
 from bertforge.errors import BertforgeError
 from bertforge.pretrain.objectives import OBJECTIVES
+from bertforge.training.optim import SCHEDULES
 
 MASKINGS = ("token", "whole_word", "span")
 INPUT_FORMATS = ("segment-pair", "sentence-pair", "full-sentences", "doc-sentences")
@@ -34,6 +35,7 @@ class Recipe:
     embedding_size: int | None = None  # factorised E (ALBERT, ELECTRA); None: the family's
     share_layers: str | None = None    # cross-layer sharing; None: the family's
     lr_scale: float = 1.0      # x the size's default learning rate (ELECTRA trains at twice BERT's rate)
+    schedule: str = "linear"   # linear: warm-up + linear decay (BERT); wsd: warm-up, stable, 1-sqrt decay
 
     def with_(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -43,6 +45,10 @@ class Recipe:
             raise BertforgeError(f"--objective: unknown {self.objective!r} (choose from {', '.join(OBJECTIVES)})")
         if self.masking not in MASKINGS:
             raise BertforgeError(f"--masking: unknown {self.masking!r} (choose from {', '.join(MASKINGS)})")
+        if not 0.0 < self.mask_prob < 1.0:
+            raise BertforgeError(f"--mask-prob: must be between 0 and 1, got {self.mask_prob}")
+        if self.schedule not in SCHEDULES:
+            raise BertforgeError(f"--schedule: unknown {self.schedule!r} (choose from {', '.join(SCHEDULES)})")
         if self.input_format not in INPUT_FORMATS:
             raise BertforgeError(f"--input-format: unknown {self.input_format!r} "
                                  f"(choose from {', '.join(INPUT_FORMATS)})")
@@ -107,6 +113,12 @@ RECIPES: dict[str, Recipe] = {
     # (2e-4 for ELECTRA-Base/Large vs BERT's 1e-4, Table 6).
     "electra": Recipe("electra", "electra", "token", dynamic=True, input_format="full-sentences",
                       tokenizer_kind="wordpiece", model_type="electra", lr_scale=2.0),
+    # Warner et al. 2024 (ModernBERT): MLM only, no NSP, 30% masking, dynamic masks, rows packed with contiguous
+    # text so no row carries padding (ModernBERT unpads; full-sentences rows are full by construction), BPE, the
+    # modernbert family (pre-norm, RoPE, GeGLU, no biases, local/global attention), the warm-up / stable /
+    # 1-sqrt-decay schedule. Pre-norm stays stable at rates that make post-LN BERT collapse (see `lr_scale`).
+    "modern": Recipe("modern", "mlm", "token", dynamic=True, input_format="full-sentences", tokenizer_kind="bpe",
+                     model_type="modernbert", mask_prob=0.3, lr_scale=2.0, schedule="wsd"),
 }
 
 

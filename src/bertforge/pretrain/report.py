@@ -14,9 +14,9 @@ def setup_line(opts: PretrainOptions, model_type: str, n_params: int, world: int
     """The one line that says what is about to train."""
     r = opts.recipe
     masks = "dynamic" if r.dynamic else f"static x{r.dupe_factor}"
-    return (f"pretraining {r.name}: objective {r.objective}, masking {r.masking} ({masks}), input {r.input_format}, "
-            f"{opts.size} ({model_type}, {n_params / 1e6:.1f}M parameters), seq {opts.seq_len}, "
-            f"batch {opts.batch_size}x{world}, lr {lr:g} (warm-up {warmup:.0%}), {opts.precision}, "
+    return (f"pretraining {r.name}: objective {r.objective}, masking {r.masking} {r.mask_prob:.0%} ({masks}), "
+            f"input {r.input_format}, {opts.size} ({model_type}, {n_params / 1e6:.1f}M parameters), seq {opts.seq_len}, "
+            f"batch {opts.batch_size}x{world}, lr {lr:g} (warm-up {warmup:.0%}, {r.schedule} schedule), {opts.precision}, "
             f"{threads} thread(s), {n_examples:,} training examples")
 
 

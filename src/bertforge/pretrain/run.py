@@ -59,6 +59,9 @@ def build_model(opts: PretrainOptions, tok) -> nn.Module:
         return model
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     cfg = opts.recipe.model_config(opts.size, tok.vocab_size, pad, opts.seq_len)
+    if cfg.model_type == "modernbert":  # ModernBERT's config.json names its special tokens (the rest do not)
+        cfg = cfg.replace(extra={"cls_token_id": tok.cls_token_id, "sep_token_id": tok.sep_token_id,
+                                 "bos_token_id": tok.cls_token_id, "eos_token_id": tok.sep_token_id})
     model = build_objective(opts.recipe.objective, cfg)
     check_model_fits_recipe(model.config, opts.recipe, f"--recipe {opts.recipe.name}")
     return model
@@ -167,7 +170,7 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
         return metrics
 
     cfg = TrainConfig(out_dir=opts.out, lr=lr, max_steps=opts.max_steps, time_budget_s=opts.time_budget,
-                      warmup_ratio=warmup, precision=opts.precision, seed=opts.seed,
+                      warmup_ratio=warmup, schedule=opts.recipe.schedule, precision=opts.precision, seed=opts.seed,
                       resume=opts.resume, log_every=opts.log_every, save_every=opts.save_every,
                       progress=opts.progress and is_main,
                       # a continued checkpoint's pooler gets no gradient from an objective without a sentence task

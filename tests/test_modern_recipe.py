@@ -144,3 +144,13 @@ def test_modern_checkpoint_fine_tunes_and_reloads(corpus, tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(again(**batch)["logits"], model.eval()(**batch)["logits"])
     assert labels == ["neg", "pos"] and task["kind"] == "classify"
+
+
+def test_modernbert_takes_pair_inputs_as_one_segment():
+    from bertforge.pretrain.inputs import check_model_fits_recipe, single_segment
+    recipe = resolve("modern", input_format="segment-pair")
+    cfg = recipe.model_config("bert-tiny", vocab_size=100, pad_token_id=0, seq_len=64)
+    check_model_fits_recipe(cfg, recipe, "--recipe modern")  # no token types, and none needed
+    assert single_segment(cfg, recipe)
+    with pytest.raises(BertforgeError, match="has no pooler for the sentence head"):
+        resolve("modern", objective="mlm+nsp", input_format="segment-pair")

@@ -13,7 +13,7 @@ import torch
 import transformers
 
 from bertforge.checkpoint import hf_state_dict, load_pretrained
-from bertforge.config import ModelConfig, compose
+from bertforge.config import ModelConfig, compose, preset
 from bertforge.errors import BertforgeError
 from bertforge.heads import MaskedLM
 from bertforge.model import Encoder, apply_rotary, for_inference, rotary_cos_sin, sliding_window_mask
@@ -220,3 +220,11 @@ def test_inference_copy_and_head_pruning_without_biases():
                                    enc(**batch).last_hidden_state[real], atol=1e-5, rtol=0)
         enc.prune_heads({0: [1]})
         assert enc.config.heads_per_layer == [1, 2] and enc(**batch).last_hidden_state.isfinite().all()
+
+
+def test_published_presets_have_modernberts_parameter_counts():
+    """ModernBERT-base 149M and -large 395M parameters (Warner et al. 2024), counted without allocating them."""
+    for name, expected in (("modernbert-base", 149e6), ("modernbert-large", 395e6)):
+        with torch.device("meta"):
+            n = Encoder(preset(name)).num_parameters()
+        assert abs(n - expected) / expected < 0.01, (name, n)

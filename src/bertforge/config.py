@@ -366,6 +366,9 @@ PRESETS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "distilbert-base": ("distilbert", "base", dict(num_hidden_layers=6)),  # half of BERT-base's layers
     "electra-small": ("electra", "mini", dict(num_hidden_layers=12, embedding_size=128)),  # Clark et al., Table 6
     "electra-base": ("electra", "base", {}),
+    # Warner et al. 2024: deeper and narrower than BERT's sizes (GLU expansion 2,304 / 5,248 = 2 x intermediate)
+    "modernbert-base": ("modernbert", "base", dict(num_hidden_layers=22, intermediate_size=1152)),
+    "modernbert-large": ("modernbert", "large", dict(num_hidden_layers=28, intermediate_size=2624)),
 }
 
 
@@ -379,7 +382,8 @@ def compose(family: str, size: str, **overrides: Any) -> ModelConfig:
 
 
 def preset(name: str, **overrides: Any) -> ModelConfig:
-    """A named shape (bert-tiny ... bert-large, roberta-base, albert-*, distilbert-base, electra-*) with overrides."""
+    """A named shape (bert-tiny ... bert-large, roberta-base, albert-*, distilbert-base, electra-*, modernbert-*) with
+    overrides."""
     if name not in PRESETS:
         raise BertforgeError(f"unknown model size {name!r} (choose from {', '.join(PRESETS)})")
     family, size, fixed = PRESETS[name]

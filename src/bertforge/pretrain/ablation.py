@@ -78,17 +78,20 @@ def prepare_shared(corpus: list[str] | None, out: Path, seq_len: int = 128, batc
 
 
 def run_arm(name: str, shared: Shared, size: str = "bert-mini", seq_len: int = 128, batch_size: int = 32,
-            budget: str = "2m", precision: str | None = None, seed: int = 0) -> dict[str, Any]:
-    """Train arm `name` for `budget` into OUT/arms/NAME and return its row of the table."""
+            budget: str | None = "2m", precision: str | None = None, seed: int = 0, max_steps: int | None = None,
+            lr: float | None = None, threads: int | None = None, out_name: str | None = None) -> dict[str, Any]:
+    """Train arm `name` for `budget` (or `max_steps`, whichever ends first) into OUT/arms/NAME (or OUT/arms/
+    `out_name`) and return its row of the table. `lr` None: the recipe's default for the size."""
     if name not in ARMS:
         raise BertforgeError(f"--arms: unknown {name} (choose from {', '.join(ARMS)})")
     precision = precision or default_precision()
     arm = ARMS[name]
     recipe = resolve(arm["recipe"], **arm["over"])
-    print(f"\n=== arm {name}: {arm['describe']} ({budget}) ===", flush=True)
-    opts = PretrainOptions(recipe=recipe, out=shared.out / "arms" / name, data=shared.data_dir,
+    print(f"\n=== arm {name}: {arm['describe']} ({budget or f'{max_steps} steps'}) ===", flush=True)
+    opts = PretrainOptions(recipe=recipe, out=shared.out / "arms" / (out_name or name), data=shared.data_dir,
                            tokenizer=shared.out / "tokenizer", size=size, seq_len=seq_len, batch_size=batch_size,
-                           time_budget=budget, precision=precision, seed=seed,
+                           time_budget=budget, max_steps=max_steps, lr=lr, threads=threads,
+                           precision=precision, seed=seed,
                            heldout_fraction=shared.heldout_fraction, progress=False, log_every=25,
                            fill_mask_examples=0, overwrite=True,
                            extra_eval=lambda m: mlm_metrics(m, shared.batches, shared.most_frequent,

@@ -64,6 +64,10 @@ class _TaskModel(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob if drop is None else drop)
 
     def encode(self, input_ids, attention_mask=None, token_type_ids=None):
+        if token_type_ids is not None and self.config.type_vocab_size < 2:
+            # one segment (RoBERTa): a pair's second segment is marked by its separator alone, whatever type ids
+            # the tokenizer gave it (a WordPiece tokenizer gives 1, which indexes past a 1-row table)
+            token_type_ids = None
         return self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
 
     def pooled(self, out, attention_mask) -> torch.Tensor:

@@ -113,7 +113,8 @@ def main() -> None:
     from bertforge.pretrain.options import default_precision
 
     out, path = Path(args.out), Path(args.json)
-    result = json.loads(path.read_text()) if args.skip_pretrain and path.is_file() else {}
+    # An earlier run's results are kept: arms named in --arms are re-run and replaced, the others stay.
+    result = json.loads(path.read_text()) if path.is_file() else {}
     result.setdefault("setup", {}).update(
         corpus=args.corpus, budget=args.budget, size=args.size, seq_len=args.seq_len, batch_size=args.batch_size,
         vocab_size=args.vocab_size, precision=default_precision(), cpu_count=os.cpu_count(),
@@ -123,14 +124,13 @@ def main() -> None:
     result.setdefault("finetune", {})
     shared = prepare_shared([args.corpus], out, args.seq_len, args.batch_size, args.vocab_size)
     if not args.skip_pretrain:
-        result["arms"] = []
         for name in args.arms:
             lock = bench_lock() if not args.smoke else contextmanager(lambda: (yield))()
             with lock:
                 before = uptime()
                 row = run_arm(name, shared, args.size, args.seq_len, args.batch_size, args.budget)
                 row.update(uptime_before=before, uptime_after=uptime())
-            result["arms"].append(row)
+            result["arms"] = [r for r in result["arms"] if r["arm"] != name] + [row]
             save(path, result)
     os.nice(19)  # fine-tuning is not timed
     for row in result["arms"]:

@@ -124,6 +124,8 @@ def test_modern_run_learns_and_loads_in_transformers(corpus, tmp_path):
     assert cfg["architectures"] == ["ModernBertForMaskedLM"] and cfg["cls_token_id"] is not None
     ref, info = ModernBertForMaskedLM.from_pretrained(out, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
+    from bertforge.commands.model import describe
+    assert describe(out)["blocks"].startswith("pre-norm, rotary positions, GeGLU MLP, window 128")  # bertforge info
     ours = MaskedLM.from_pretrained(out)  # the saved model as bertforge reloads it
     ids = torch.tensor([[0, 5, 6, 7, 4, 9, 10, 2]])  # a <mask>-free row of in-vocabulary ids
     with torch.no_grad():

@@ -57,6 +57,10 @@ def describe(path: str | Path) -> dict:
         "layers": cfg.num_hidden_layers, "hidden_size": cfg.hidden_size, "heads": cfg.num_attention_heads,
         "intermediate_size": cfg.intermediate_size, "embedding_size": cfg.embedding_size,
         "share_layers": cfg.share_layers, "max_positions": cfg.max_position_embeddings,
+        "blocks": (f"{cfg.norm_position}-norm, {cfg.position_embedding_type} positions, "
+                   f"{'GeGLU' if cfg.gated_mlp else cfg.hidden_act} MLP"
+                   + (f", window {cfg.local_attention} with global attention every "
+                      f"{cfg.global_attn_every_n_layers} layers" if cfg.local_attention else "")),
         "vocab_size": cfg.vocab_size, "parameters": n_params, "tokenizer": tokenizer,
         "labels": raw.get("id2label") if raw.get("bertforge_task") or raw.get("problem_type") else None,
     }
@@ -71,6 +75,7 @@ def info(args: argparse.Namespace) -> int:
     print(f"{d['path']}: {d['model_type']} ({arch})")
     print(f"  layers {d['layers']}  hidden {d['hidden_size']}  heads {d['heads']}  ffn {d['intermediate_size']}"
           f"  embedding {d['embedding_size']}  sharing {d['share_layers']}  positions {d['max_positions']}")
+    print(f"  blocks: {d['blocks']}")
     print(f"  parameters {d['parameters']:,} ({d['parameters'] / 1e6:.1f}M)")
     t = d["tokenizer"]
     print(f"  vocabulary {d['vocab_size']:,}; tokenizer "

@@ -57,7 +57,7 @@ def test_every_recipe_takes_its_family_settings_from_the_table(recipe):
             assert getattr(cfg, field) == getattr(fam, fam_field), (recipe, size, field)
         shape = SIZES[size.removeprefix("bert-")]
         assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size) == \
-            (shape.layers, shape.hidden, shape.intermediate)
+            (shape.layers, shape.hidden, fam.intermediate(shape.intermediate))
         # encoders get 512 positions (for longer fine-tuning inputs); a decoder's context is what it trains on
         context = 128 if fam.decoder else 512 + cfg.position_offset
         assert cfg.vocab_size == 500 and cfg.max_position_embeddings == context
@@ -81,7 +81,7 @@ def test_hf_names_come_from_the_family_table():
     from bertforge.tasks.models import HF_PREFIX
     assert checkpoint.FAMILY_PREFIX == {"bert": "bert", "roberta": "roberta", "albert": "albert",
                                         "distilbert": "distilbert", "electra": "electra", "xlnet": "transformer",
-                                        "gpt2": "transformer"}
+                                        "gpt2": "transformer", "modernbert": "model"}
     assert checkpoint.BASE_ARCHITECTURE["distilbert"] == "DistilBertModel"
     assert HF_PREFIX["roberta"] == "Roberta" and HF_PREFIX["distilbert"] == "DistilBert"
     for name, fam in FAMILIES.items():

@@ -147,6 +147,19 @@ def test_roberta_classifier_matches_transformers_head(tmp_path, with_pooler):
         torch.testing.assert_close(again(ids, mask)["logits"], model(ids, mask)["logits"])
 
 
+def test_one_segment_models_ignore_a_pair_tokenizers_type_ids(tmp_path):
+    """A RoBERTa checkpoint fine-tuned on pairs with a WordPiece tokenizer (type id 1 on the second segment): one
+    segment, as RoBERTa has, instead of an index past its 1-row token-type table."""
+    from bertforge.config import ModelConfig
+    cfg = ModelConfig(model_type="roberta", pad_token_id=1, type_vocab_size=1, use_pooler=False, **SMALL)
+    save_pretrained(Encoder(cfg), tmp_path / "base", cfg)
+    model, _ = init_from_pretrained(tmp_path / "base", "classify", 2)
+    ids = torch.tensor([[0, 5, 9, 2, 7, 2]])
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(ids, token_type_ids=torch.tensor([[0, 0, 0, 0, 1, 1]]))["logits"],
+                                   model(ids)["logits"])
+
+
 @pytest.mark.parametrize("family", ["distilbert", "electra"])
 def test_families_with_other_hf_heads_are_not_named_as_hf_classes(tmp_path, family):
     """HF's DistilBERT/ELECTRA classifier heads differ from ours: never claim their class name (random head)."""

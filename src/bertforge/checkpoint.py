@@ -5,6 +5,9 @@ task heads such as `classifier`); `hf_name` translates one canonical name into a
 walks the model's own parameters and looks each one up in the file under its HF name, so there is a single map,
 used in both directions. The decoder (gpt2) already uses GPT2LMHeadModel's names (`transformer.h.N.attn.c_attn`,
 `lm_head`); its only translation is the layout of GPT-2's Conv1D weights, stored [in, out] (transposed here).
+used in both directions. Where a family fuses tensors that bertforge keeps apart (ModernBERT's `Wqkv` holds Q, K and
+V), `hf_part` says which slice of the fused tensor a canonical one is: saving concatenates the parts in order,
+loading slices them out.
 """
 from __future__ import annotations
 
@@ -81,7 +84,24 @@ _RULES: dict[str, list[tuple[str, str]]] = {
     # XLNet's modules already carry transformers' names (bertforge.model.xlnet); its LM head is `lm_loss`.
     "xlnet": [(r"^bert\.", "transformer.")],
     "gpt2": [],  # bertforge's decoder has GPT2LMHeadModel's names
+    "modernbert": [
+        (r"^bert\.embeddings\.word_embeddings\.", "model.embeddings.tok_embeddings."),
+        (r"^bert\.embeddings\.LayerNorm\.", "model.embeddings.norm."),
+        (_LAYER + r"attn_norm\.", r"model.layers.\1.attn_norm."),
+        (_LAYER + r"attention\.self\.(?:query|key|value)\.", r"model.layers.\1.attn.Wqkv."),  # see hf_part
+        (_LAYER + r"attention\.output\.dense\.", r"model.layers.\1.attn.Wo."),
+        (_LAYER + r"mlp_norm\.", r"model.layers.\1.mlp_norm."),
+        (_LAYER + r"intermediate\.dense\.", r"model.layers.\1.mlp.Wi."),  # GeGLU [W_a; W_g] in both layouts
+        (_LAYER + r"output\.dense\.", r"model.layers.\1.mlp.Wo."),
+        (r"^bert\.final_norm\.", "model.final_norm."),
+        (r"^cls\.predictions\.transform\.dense\.", "head.dense."),
+        (r"^cls\.predictions\.transform\.LayerNorm\.", "head.norm."),
+        (r"^cls\.predictions\.bias$", "decoder.bias"),
+        (r"^bert\.", "model."),
+    ],
 }
+# Canonical tensors stored as a slice of one fused HF tensor: family -> (pattern, group naming the part, parts).
+_FUSED = {"modernbert": (re.compile(_LAYER + r"attention\.self\.(query|key|value)\."), 2, ("query", "key", "value"))}
 _COMPILED = {fam: [(re.compile(p), r) for p, r in rules] for fam, rules in _RULES.items()}
 # Weights every family ties to another tensor; checkpoints store them once (under the embedding / bias).
 _TIED = re.compile(r"^(cls\.predictions\.decoder\.(weight|bias)|lm_head\.weight|lm_loss\.weight)$")
@@ -103,6 +123,16 @@ def hf_name(canonical: str, cfg: ModelConfig) -> str:
         if pattern.search(canonical):
             return pattern.sub(repl, canonical, count=1)
     return canonical
+
+
+def hf_part(canonical: str, cfg: ModelConfig) -> tuple[int, int] | None:
+    """(index, number of parts) when `canonical` is a slice of a fused HF tensor (split along dim 0), else None."""
+    fused = _FUSED.get(cfg.model_type)
+    if fused is None:
+        return None
+    pattern, group, parts = fused
+    m = pattern.search(canonical)
+    return (parts.index(m.group(group)), len(parts)) if m else None
 
 
 def is_bare_encoder(model: nn.Module) -> bool:
@@ -142,6 +172,7 @@ def hf_state_dict(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]
     """The tensors to save, under the family's HF names; tied weights once; shared layers as HF expects them."""
     strip = FAMILY_PREFIX[cfg.model_type] + "." if _bare(model) else None
     out: dict[str, torch.Tensor] = {}
+    parts: dict[str, list[torch.Tensor | None]] = {}
     seen: set[int] = set()
     for name, tensor in _canonical_state(model, cfg).items():
         if _TIED.match(name):
@@ -149,6 +180,13 @@ def hf_state_dict(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]
         key = hf_name(name, cfg)
         if strip and key.startswith(strip):  # a bare encoder saves as BertModel does: no prefix
             key = key[len(strip):]
+        part = hf_part(name, cfg)
+        if part is not None:  # a slice of a fused tensor: joined once every part is there
+            slots = parts.setdefault(key, [None] * part[1])
+            slots[part[0]] = tensor.detach().cpu()
+            if all(t is not None for t in slots):
+                out[key] = torch.cat(slots)  # type: ignore[arg-type]
+            continue
         if key in out:  # ALBERT all-shared: layers 1..L-1 are group 0 again
             continue
         tensor = _hf_layout(name, tensor.detach().cpu(), cfg).contiguous()
@@ -225,6 +263,12 @@ def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] =
             missing.append(name)
             continue
         tensor = _hf_layout(name, state[key], cfg)
+        part = hf_part(name, cfg)
+        if part is not None:
+            if tensor.shape[0] % part[1]:
+                raise BertforgeError(f"{source}: tensor {key!r} of shape {tuple(tensor.shape)} does not split into "
+                                     f"{part[1]} equal parts")
+            tensor = tensor.chunk(part[1])[part[0]]
         if tuple(tensor.shape) != tuple(param.shape):
             raise BertforgeError(f"{source}: tensor {key!r} has shape {tuple(tensor.shape)}, "
                                  f"the config expects {tuple(param.shape)}")

@@ -9,6 +9,14 @@ BERT, RoBERTa, ALBERT, DistilBERT and ELECTRA are the same encoder with differen
 XLNet is a family of its own structure (relative positions, two-stream attention: `bertforge.model.xlnet`) whose
 shape fields are the same (hidden_size = d_model, intermediate_size = d_inner, ...); its config.json is XLNet's.
 GPT-2 ("gpt2") is the one decoder (`bertforge.model.decoder`): the same fields describe its shape (`is_decoder`).
+ModernBERT (Warner et al. 2024) is the same encoder with its switches turned the other way:
+  - `norm_position` = "pre"          -> LN before each sub-block, a final LN (the first layer's input is the
+                                        embedding LN's output, so it has no attention LN of its own)
+  - `position_embedding_type` = "rotary" -> RoPE on queries and keys instead of a learned position table
+  - `gated_mlp`                      -> GeGLU: act(x W_a) * (x W_g), both halves in one `intermediate.dense`
+  - `attention_bias` / `mlp_bias` / `norm_bias` / `head_bias` = False -> no biases (the decoder keeps one)
+  - `local_attention` = W, `global_attn_every_n_layers` = N -> every Nth layer (from 0) attends globally, the
+                                        others within |i - j| <= W // 2 (Hugging Face's convention)
 Everything a family fixes lives in `FAMILIES`; shapes live in `SIZES`; a config is size x family (+ overrides):
 `compose("albert", "base")`, or a named preset such as `preset("albert-base")`.
 `to_hf_dict` / `from_hf_dict` translate to and from each family's Hugging Face `config.json` schema.
@@ -21,9 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertforge.config_schemas import (TOKEN_IDS, gpt2_from_hf_dict, gpt2_hf_dict, layer_types, modernbert_hf_dict,
+                                      modernbert_settings, xlnet_from_hf_dict, xlnet_hf_dict)
 from bertforge.errors import BertforgeError
 
 SHARE_MODES = ("none", "all", "attention", "ffn")
+NORM_POSITIONS = ("post", "pre")
+POSITION_TYPES = ("absolute", "rotary")
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish")
 
 
@@ -50,6 +62,19 @@ class Family:
     positions_after_padding: bool = False  # position ids start at pad_token_id + 1 (RoBERTa)
     relative_positions: bool = False       # no position table and no length limit (XLNet)
     decoder: bool = False                # a left-to-right decoder (model.decoder), not an encoder
+    # the modern switches (BERT's values; see the module docstring)
+    norm_position: str = "post"
+    position_embedding_type: str = "absolute"
+    gated_mlp: bool = False
+    bias: bool = True                    # attention, MLP, norm and MLM-transform biases
+    local_attention: int | None = None
+    global_attn_every_n_layers: int = 1
+    rope_theta: float = 10000.0          # global layers
+    local_rope_theta: float = 10000.0    # sliding-window layers
+    initializer_cutoff_factor: float | None = None  # truncated-normal init at +-factor std
+    # A gated MLP has two input matrices: 2/3 of the size's intermediate width keeps the parameter count and the
+    # FLOPs of the ungated MLP (Shazeer 2020), so a size means the same compute in every family.
+    intermediate_scale: float = 1.0
 
     @property
     def base_architecture(self) -> str:
@@ -62,7 +87,18 @@ class Family:
                     pad_token_id=self.pad_token_id, max_position_embeddings=self.max_position_embeddings,
                     layer_norm_eps=self.layer_norm_eps, hidden_act=self.hidden_act,
                     hidden_dropout_prob=self.dropout, attention_probs_dropout_prob=self.dropout,
-                    embedding_size=self.embedding_size, share_layers=self.share_layers, use_pooler=self.use_pooler)
+                    embedding_size=self.embedding_size, share_layers=self.share_layers, use_pooler=self.use_pooler,
+                    norm_position=self.norm_position, position_embedding_type=self.position_embedding_type,
+                    gated_mlp=self.gated_mlp, attention_bias=self.bias, mlp_bias=self.bias, norm_bias=self.bias,
+                    head_bias=self.bias, local_attention=self.local_attention,
+                    global_attn_every_n_layers=self.global_attn_every_n_layers, rope_theta=self.rope_theta,
+                    local_rope_theta=self.local_rope_theta, initializer_cutoff_factor=self.initializer_cutoff_factor)
+
+    def intermediate(self, size_intermediate: int) -> int:
+        """The MLP width this family uses for a size (gated MLPs: scaled, rounded to a multiple of 64)."""
+        if self.intermediate_scale == 1.0:
+            return size_intermediate
+        return max(64, int(round(size_intermediate * self.intermediate_scale / 64)) * 64)
 
 
 FAMILIES: dict[str, Family] = {
@@ -86,6 +122,14 @@ FAMILIES: dict[str, Family] = {
     "gpt2": Family("gpt2", "GPT2", "transformer", vocab_size=50257, type_vocab_size=0, pad_token_id=50256,
                    max_position_embeddings=1024, layer_norm_eps=1e-5, hidden_act="gelu_new", use_pooler=False,
                    decoder=True),
+    # Warner et al. 2024 (ModernBERT; HF's ModernBertConfig defaults): pre-norm, RoPE (theta 160k global, 10k
+    # local), GeGLU, no biases but the decoder's, a 128-token window with global attention every 3rd layer, no
+    # dropout, no token types, no pooler, LN eps 1e-5, truncated-normal init at 2 std, a 50,368-token BPE.
+    "modernbert": Family("modernbert", "ModernBert", "model", vocab_size=50368, pad_token_id=50283,
+                         type_vocab_size=0, max_position_embeddings=8192, layer_norm_eps=1e-5, dropout=0.0,
+                         use_pooler=False, norm_position="pre", position_embedding_type="rotary", gated_mlp=True,
+                         bias=False, local_attention=128, global_attn_every_n_layers=3, rope_theta=160000.0,
+                         initializer_cutoff_factor=2.0, intermediate_scale=2 / 3),
 }
 MODEL_TYPES = tuple(FAMILIES)
 
@@ -107,9 +151,9 @@ class Size:
     pretrain_lr: float
     pretrain_warmup: float
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self, family: Family = FAMILIES["bert"]) -> dict[str, Any]:
         return dict(num_hidden_layers=self.layers, hidden_size=self.hidden, num_attention_heads=self.heads,
-                    intermediate_size=self.intermediate)
+                    intermediate_size=family.intermediate(self.intermediate))
 
 
 SIZES: dict[str, Size] = {
@@ -146,6 +190,19 @@ class ModelConfig:
     embedding_size: int | None = None  # None -> hidden_size (no factorisation)
     share_layers: str = "none"
     use_pooler: bool = True
+    norm_position: str = _BERT.norm_position
+    position_embedding_type: str = _BERT.position_embedding_type
+    gated_mlp: bool = _BERT.gated_mlp
+    attention_bias: bool = _BERT.bias
+    mlp_bias: bool = _BERT.bias
+    norm_bias: bool = _BERT.bias
+    head_bias: bool = _BERT.bias         # the MLM transform's dense layer (HF ModernBERT: classifier_bias)
+    decoder_bias: bool = True            # the MLM vocabulary bias
+    local_attention: int | None = _BERT.local_attention
+    global_attn_every_n_layers: int = _BERT.global_attn_every_n_layers
+    rope_theta: float = _BERT.rope_theta
+    local_rope_theta: float = _BERT.local_rope_theta
+    initializer_cutoff_factor: float | None = _BERT.initializer_cutoff_factor
     # Heads left in each layer after pruning (None: num_attention_heads everywhere); bertforge layout only.
     heads_per_layer: list[int] | None = None
     # XLNet: relative distances beyond clamp_len share one encoding (-1: none); mems kept per layer (None: all).
@@ -176,6 +233,32 @@ class ModelConfig:
                                  f"between 1 and {self.num_attention_heads}")
         if not self.family.factorised and self.embedding_size != self.hidden_size:
             raise BertforgeError(f"{self.model_type} cannot have embedding_size != hidden_size; use albert or electra")
+        if self.norm_position not in NORM_POSITIONS:
+            raise BertforgeError(f"unknown norm_position {self.norm_position!r} (expected {', '.join(NORM_POSITIONS)})")
+        if self.position_embedding_type not in POSITION_TYPES:
+            raise BertforgeError(f"unknown position_embedding_type {self.position_embedding_type!r} "
+                                 f"(expected {', '.join(POSITION_TYPES)})")
+        if self.position_embedding_type == "rotary" and self.head_dim % 2:
+            raise BertforgeError(f"rotary positions need an even head size, got {self.head_dim}")
+        if self.local_attention is not None and self.local_attention < 2:
+            raise BertforgeError(f"local_attention must be >= 2 tokens (or None), got {self.local_attention}")
+        if self.global_attn_every_n_layers < 1:
+            raise BertforgeError(f"global_attn_every_n_layers must be >= 1, got {self.global_attn_every_n_layers}")
+        if self.norm_position == "pre" and self.share_layers != "none":
+            raise BertforgeError("cross-layer sharing is for post-norm (ALBERT) encoders; use share_layers='none'")
+        # Every config must fit its family's Hugging Face layout: the structural switches a family's checkpoint
+        # cannot express stay at the family's value (ModernBERT's layout has its bias and window settings).
+        fam = self.family
+        fixed = {"norm_position": fam.norm_position, "position_embedding_type": fam.position_embedding_type,
+                 "gated_mlp": fam.gated_mlp}
+        if self.model_type != "modernbert":
+            fixed.update(attention_bias=fam.bias, mlp_bias=fam.bias, norm_bias=fam.bias, head_bias=fam.bias,
+                         decoder_bias=True, local_attention=fam.local_attention)
+        for name, value in fixed.items():
+            if getattr(self, name) != value:
+                raise BertforgeError(f"a {self.model_type} model cannot have {name}={getattr(self, name)!r} (its "
+                                     f"checkpoint layout has {value!r}); the modern switches are model_type "
+                                     f"'modernbert'")
 
     @property
     def family(self) -> Family:
@@ -191,6 +274,11 @@ class ModelConfig:
         return self.hidden_size // self.num_attention_heads
 
     @property
+    def layer_types(self) -> list[str]:
+        """Per layer "full_attention" or "sliding_attention" (see `config_schemas.layer_types`)."""
+        return layer_types(self.num_hidden_layers, self.global_attn_every_n_layers, self.local_attention)
+
+    @property
     def position_offset(self) -> int:
         """RoBERTa counts positions from padding_idx + 1 (so position 0..padding_idx are never used by tokens)."""
         return self.pad_token_id + 1 if self.family.positions_after_padding else 0
@@ -203,16 +291,12 @@ class ModelConfig:
         common = dict(vocab_size=self.vocab_size, initializer_range=self.initializer_range,
                       pad_token_id=self.pad_token_id, max_position_embeddings=self.max_position_embeddings)
         if self.model_type == "gpt2":
-            return {**_gpt2_hf_dict(self), **({"architectures": architectures} if architectures else {}),
+            return {**gpt2_hf_dict(self), **({"architectures": architectures} if architectures else {}),
                     **self.extra}
-        if self.model_type == "xlnet":  # XLNetConfig: no max_position_embeddings (its setter raises)
-            d: dict[str, Any] = dict(
-                model_type="xlnet", vocab_size=self.vocab_size, d_model=self.hidden_size,
-                n_layer=self.num_hidden_layers, n_head=self.num_attention_heads, d_head=self.head_dim,
-                d_inner=self.intermediate_size, ff_activation=self.hidden_act, dropout=self.hidden_dropout_prob,
-                layer_norm_eps=self.layer_norm_eps, initializer_range=self.initializer_range,
-                pad_token_id=self.pad_token_id, attn_type="bi", bi_data=False, clamp_len=self.clamp_len,
-                mem_len=self.mem_len, reuse_len=None, same_length=False, untie_r=True)
+        if self.model_type == "xlnet":
+            d: dict[str, Any] = xlnet_hf_dict(self)
+        elif self.model_type == "modernbert":
+            d = modernbert_hf_dict(self, common)
         elif self.model_type == "distilbert":
             d = dict(
                 model_type="distilbert", dim=self.hidden_size, n_layers=self.num_hidden_layers,
@@ -252,12 +336,16 @@ class ModelConfig:
         ours = d.get("bertforge", {})
         known_extra = ("id2label", "label2id", "problem_type", "num_labels", "architectures",
                        "classifier_dropout", "bertforge_task")
+        if model_type == "modernbert":  # its special-token ids are config fields that no ModelConfig field holds
+            known_extra += tuple(k for k in TOKEN_IDS if d.get(k) is not None)
         extra = {k: d[k] for k in known_extra if k in d and k != "architectures"}
         try:
             if model_type == "xlnet":
-                return cls._from_xlnet_dict(d, source, extra)
+                return xlnet_from_hf_dict(cls, d, source, extra)
             if model_type == "gpt2":
-                return _gpt2_from_hf_dict(cls, d, source, extra)
+                return gpt2_from_hf_dict(cls, d, source, extra)
+            if model_type == "modernbert":
+                return cls(**modernbert_settings(d, source), heads_per_layer=ours.get("heads_per_layer"), extra=extra)
             if model_type == "distilbert":
                 return cls(model_type="distilbert", vocab_size=d["vocab_size"], hidden_size=d["dim"],
                            num_hidden_layers=d["n_layers"], num_attention_heads=d["n_heads"],
@@ -294,26 +382,6 @@ class ModelConfig:
             raise BertforgeError(f"{source}: missing field {err.args[0]!r} for model_type {model_type!r}") from None
 
     @classmethod
-    def _from_xlnet_dict(cls, d: dict[str, Any], source: str, extra: dict[str, Any]) -> "ModelConfig":
-        """XLNetConfig -> ModelConfig; the settings bertforge's XLNet does not implement are refused by name."""
-        unsupported = {"attn_type": (d.get("attn_type", "bi"), "bi"), "bi_data": (bool(d.get("bi_data")), False)}
-        for name, (got, ours) in unsupported.items():
-            if got != ours:
-                raise BertforgeError(f"{source}: XLNet with {name}={got!r} is not supported (bertforge runs "
-                                     f"{name}={ours!r})")
-        n_head = d["n_head"]
-        if d.get("d_head") not in (None, d["d_model"] // n_head):
-            raise BertforgeError(f"{source}: d_head {d['d_head']} is not d_model // n_head")
-        return cls(model_type="xlnet", vocab_size=d["vocab_size"], hidden_size=d["d_model"],
-                   num_hidden_layers=d["n_layer"], num_attention_heads=n_head, intermediate_size=d["d_inner"],
-                   hidden_act=d.get("ff_activation", "gelu"), hidden_dropout_prob=d.get("dropout", 0.1),
-                   attention_probs_dropout_prob=d.get("dropout", 0.1), type_vocab_size=2,
-                   initializer_range=d.get("initializer_range", 0.02), layer_norm_eps=d.get("layer_norm_eps", 1e-12),
-                   pad_token_id=d.get("pad_token_id") or 0, use_pooler=False,
-                   clamp_len=-1 if d.get("clamp_len") is None else d["clamp_len"],
-                   mem_len=d.get("mem_len"), extra=extra)
-
-    @classmethod
     def from_file(cls, path: str | Path) -> "ModelConfig":
         path = Path(path)
         if path.is_dir():
@@ -325,40 +393,6 @@ class ModelConfig:
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise BertforgeError(f"{path}: not valid JSON ({err})") from None
         return cls.from_hf_dict(d, source=str(path))
-
-
-def _gpt2_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
-    """transformers' GPT2Config schema. GPT-2 has one residual dropout (resid_pdrop, also used after the
-    embeddings: embd_pdrop) and one attention dropout (attn_pdrop)."""
-    return dict(model_type="gpt2", vocab_size=cfg.vocab_size, n_positions=cfg.max_position_embeddings,
-                n_embd=cfg.hidden_size, n_layer=cfg.num_hidden_layers, n_head=cfg.num_attention_heads,
-                n_inner=cfg.intermediate_size, activation_function=cfg.hidden_act,
-                resid_pdrop=cfg.hidden_dropout_prob, embd_pdrop=cfg.hidden_dropout_prob,
-                attn_pdrop=cfg.attention_probs_dropout_prob, layer_norm_epsilon=cfg.layer_norm_eps,
-                initializer_range=cfg.initializer_range, bos_token_id=cfg.bos_token_id,
-                eos_token_id=cfg.eos_token_id, pad_token_id=cfg.pad_token_id, scale_attn_weights=True,
-                scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False, tie_word_embeddings=True)
-
-
-def _gpt2_from_hf_dict(cls: type[ModelConfig], d: dict[str, Any], source: str,
-                       extra: dict[str, Any]) -> ModelConfig:
-    # Variants of GPT-2's attention that bertforge's decoder does not compute: refused, not silently ignored.
-    for key, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
-                    ("add_cross_attention", False), ("tie_word_embeddings", True)):
-        if key in d and bool(d[key]) != ok:
-            raise BertforgeError(f"{source}: GPT-2 with {key}={d[key]} is not supported")
-    eos = d.get("eos_token_id", 50256)
-    pad = d.get("pad_token_id")
-    return cls(model_type="gpt2", vocab_size=d["vocab_size"], hidden_size=d["n_embd"],
-               num_hidden_layers=d["n_layer"], num_attention_heads=d["n_head"],
-               intermediate_size=d.get("n_inner") or 4 * d["n_embd"],
-               hidden_act=d.get("activation_function", "gelu_new"), hidden_dropout_prob=d.get("resid_pdrop", 0.1),
-               attention_probs_dropout_prob=d.get("attn_pdrop", 0.1),
-               max_position_embeddings=d.get("n_positions", 1024), type_vocab_size=0,
-               initializer_range=d.get("initializer_range", 0.02),
-               layer_norm_eps=d.get("layer_norm_epsilon", 1e-5),
-               pad_token_id=pad if pad is not None else (eos if eos is not None else 0), use_pooler=False,
-               bos_token_id=d.get("bos_token_id", 50256), eos_token_id=eos, extra=extra)
 
 
 # name -> (family, size, overrides). The ones with overrides are the published shapes that are no BERT size.
@@ -373,6 +407,9 @@ PRESETS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "xlnet-base": ("xlnet", "base", {}),
     "xlnet-large": ("xlnet", "large", {}),
     "gpt2": ("gpt2", "base", dict(bos_token_id=50256, eos_token_id=50256)),  # GPT-2 small (124M)
+    # Warner et al. 2024: deeper and narrower than BERT's sizes (GLU expansion 2,304 / 5,248 = 2 x intermediate)
+    "modernbert-base": ("modernbert", "base", dict(num_hidden_layers=22, intermediate_size=1152)),
+    "modernbert-large": ("modernbert", "large", dict(num_hidden_layers=28, intermediate_size=2624)),
 }
 
 
@@ -382,11 +419,12 @@ def compose(family: str, size: str, **overrides: Any) -> ModelConfig:
         raise BertforgeError(f"unknown model family {family!r} (choose from {', '.join(FAMILIES)})")
     if size not in SIZES:
         raise BertforgeError(f"unknown model size {size!r} (choose from {', '.join(SIZES)})")
-    return ModelConfig(**{**FAMILIES[family].settings(), **SIZES[size].settings(), **overrides})
+    return ModelConfig(**{**FAMILIES[family].settings(), **SIZES[size].settings(FAMILIES[family]), **overrides})
 
 
 def preset(name: str, **overrides: Any) -> ModelConfig:
-    """A named shape (bert-tiny ... bert-large, roberta-base, albert-*, distilbert-base, electra-*) with overrides."""
+    """A named shape (bert-tiny ... bert-large, roberta-base, albert-*, distilbert-base, electra-*, modernbert-*) with
+    overrides."""
     if name not in PRESETS:
         raise BertforgeError(f"unknown model size {name!r} (choose from {', '.join(PRESETS)})")
     family, size, fixed = PRESETS[name]

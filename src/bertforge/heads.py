@@ -46,10 +46,11 @@ class LMTransform(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.embedding_size)
-        # RoBERTa's lm_head and ELECTRA's generator hard-code erf GELU; BERT / ALBERT / DistilBERT use hidden_act.
+        self.dense = nn.Linear(cfg.hidden_size, cfg.embedding_size, bias=cfg.head_bias)
+        # RoBERTa's lm_head and ELECTRA's generator hard-code erf GELU; BERT / ALBERT / DistilBERT / ModernBERT
+        # use hidden_act (ModernBERT's classifier_activation, which bertforge keeps equal to it).
         self.act = activation("gelu" if cfg.model_type in ("roberta", "electra") else cfg.hidden_act)
-        self.LayerNorm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
+        self.LayerNorm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.act(self.dense(x)))
@@ -61,9 +62,10 @@ class MaskedLMHead(nn.Module):
         self.transform = LMTransform(cfg)
         self.decoder = nn.Linear(cfg.embedding_size, cfg.vocab_size, bias=False)
         self.decoder.weight = word_embeddings.weight  # tied, as in every BERT-family checkpoint
-        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.decoder_bias else None
         nn.init.normal_(self.transform.dense.weight, 0.0, cfg.initializer_range)
-        nn.init.zeros_(self.transform.dense.bias)
+        if self.transform.dense.bias is not None:
+            nn.init.zeros_(self.transform.dense.bias)
 
     def forward(self, hidden: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [N, V] at the True entries of the bool mask `positions` [B, T]; [B, T, V] when it is None."""
@@ -210,6 +212,6 @@ class XLNetLM(nn.Module):
 ARCHITECTURES = {
     ("mlm", "bert"): "BertForMaskedLM", ("mlm", "roberta"): "RobertaForMaskedLM",
     ("mlm", "albert"): "AlbertForMaskedLM", ("mlm", "distilbert"): "DistilBertForMaskedLM",
-    ("mlm", "electra"): "ElectraForMaskedLM",
+    ("mlm", "electra"): "ElectraForMaskedLM", ("mlm", "modernbert"): "ModernBertForMaskedLM",
     ("pretraining", "bert"): "BertForPreTraining", ("pretraining", "albert"): "AlbertForPreTraining",
 }

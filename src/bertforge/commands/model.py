@@ -25,6 +25,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=fill_mask_command)
 
 
+def _blocks(cfg) -> str:
+    """The layer layout in words (what a config's switches make of the blocks)."""
+    if cfg.is_decoder:
+        return f"pre-norm causal decoder, learned positions, {cfg.hidden_act} MLP"
+    if cfg.family.relative_positions:
+        return f"post-norm, relative positions (Transformer-XL, two streams), {cfg.hidden_act} MLP"
+    return (f"{cfg.norm_position}-norm, {cfg.position_embedding_type} positions, "
+            f"{'GeGLU' if cfg.gated_mlp else cfg.hidden_act} MLP"
+            + (f", window {cfg.local_attention} with global attention every "
+               f"{cfg.global_attn_every_n_layers} layers" if cfg.local_attention else ""))
+
+
 def describe(path: str | Path) -> dict:
     """What a checkpoint is, read from config.json, the safetensors header and the tokenizer files."""
     from safetensors import safe_open
@@ -58,6 +70,7 @@ def describe(path: str | Path) -> dict:
         "intermediate_size": cfg.intermediate_size, "embedding_size": cfg.embedding_size,
         "share_layers": cfg.share_layers,
         "max_positions": None if cfg.family.relative_positions else cfg.max_position_embeddings,  # XLNet: no limit
+        "blocks": _blocks(cfg),
         "vocab_size": cfg.vocab_size, "parameters": n_params, "tokenizer": tokenizer,
         "labels": raw.get("id2label") if raw.get("bertforge_task") or raw.get("problem_type") else None,
     }
@@ -73,6 +86,7 @@ def info(args: argparse.Namespace) -> int:
     print(f"  layers {d['layers']}  hidden {d['hidden_size']}  heads {d['heads']}  ffn {d['intermediate_size']}"
           f"  embedding {d['embedding_size']}  sharing {d['share_layers']}  "
           f"positions {d['max_positions'] or 'relative (no limit)'}")
+    print(f"  blocks: {d['blocks']}")
     print(f"  parameters {d['parameters']:,} ({d['parameters'] / 1e6:.1f}M)")
     t = d["tokenizer"]
     print(f"  vocabulary {d['vocab_size']:,}; tokenizer "

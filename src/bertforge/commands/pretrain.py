@@ -12,12 +12,15 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
                "structbert = MLM + word-structural (shuffled trigrams) + sentence-structural (next / previous / "
                "random) objectives; xlnet = permutation LM with two-stream relative attention (last 1/6 of each "
                "factorisation order predicted); gpt = left-to-right LM (GPT-2 layout decoder) on packed text, "
-               "GPT-2 byte-level BPE; the context is --seq-len")
+               "GPT-2 byte-level BPE; the context is --seq-len; "
+               "modern = ModernBERT: pre-norm, rotary, GeGLU, local/global attention, MLM only at 30%, packed rows, "
+               "warm-up/stable/1-sqrt-decay schedule (BPE)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from bertforge.pretrain.objectives import OBJECTIVES
     from bertforge.pretrain.recipes import INPUT_FORMATS, MASKINGS, RECIPES, SIZES
+    from bertforge.training.optim import SCHEDULES
 
     prep = subparsers.add_parser(
         "prepare", help="tokenise a corpus into memory-mapped shards",
@@ -39,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "the Python standard library's own documentation (docstrings + pydoc topics), a WordPiece "
                     "tokenizer of 8k is trained, and a small model trains for a few minutes.",
         epilog="recipes: " + RECIPE_HELP)
-    _add_model_args(pre, RECIPES, SIZES, OBJECTIVES, MASKINGS, INPUT_FORMATS)
+    _add_model_args(pre, RECIPES, SIZES, OBJECTIVES, MASKINGS, INPUT_FORMATS, SCHEDULES)
     pre.add_argument("--corpus", nargs="+", metavar="PATH", help="text files, folders or globs (default: stdlib docs)")
     pre.add_argument("--data", metavar="DIR", help="shards from `bertforge prepare` (instead of --corpus)")
     pre.add_argument("--tokenizer", metavar="DIR", help="use this tokenizer instead of training one")
@@ -91,7 +94,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     abl.set_defaults(func=run_ablate)
 
 
-def _add_model_args(p, recipes, sizes, objectives, maskings, formats) -> None:
+def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules) -> None:
     p.add_argument("--recipe", choices=list(recipes), default="bert", help="pretraining recipe (default: bert)")
     p.add_argument("--size", choices=sizes, default=None,
                    help="model size (default: bert-mini; bert-tiny for the built-in demo corpus)")
@@ -104,12 +107,17 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats) -> None:
     p.add_argument("--input-format", choices=formats, help="override the recipe's input format")
     p.add_argument("--plm-k", type=int, metavar="K",
                    help="xlnet: predict the last 1/K of each factorisation order (default: 6)")
+    p.add_argument("--mask-prob", type=float, metavar="P",
+                   help="share of tokens to predict (default: the recipe's; 0.15, modern 0.3)")
+    p.add_argument("--schedule", choices=schedules,
+                   help="learning-rate schedule: linear = warm-up + linear decay (default), wsd = warm-up, stable, "
+                        "1-sqrt decay over the last 20%% (modern)")
     p.add_argument("--seq-len", type=int, metavar="N",
                    help="sequence length (default: 128; 64 for the built-in demo corpus)")
     p.add_argument("--batch-size", type=int, default=32, metavar="N", help="batch size per process (default: 32)")
     p.add_argument("--lr", type=float,
                    help="peak learning rate (default: by size, 1e-3 for bert-tiny/mini down to 1e-4 for "
-                        "bert-base/large; twice that for electra)")
+                        "bert-base/large; twice that for electra and modern)")
     p.add_argument("--precision", choices=("fp32", "bf16"), help="default: bf16 where the CPU/GPU has it")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
 
@@ -143,7 +151,8 @@ def run_pretrain(args: argparse.Namespace) -> int:
     from bertforge.pretrain.options import PretrainOptions, default_precision
     from bertforge.pretrain.run import pretrain
     recipe = resolve(args.recipe, objective=args.objective, masking=args.masking, dynamic=args.dynamic,
-                     input_format=args.input_format, dupe_factor=args.dupe_factor, plm_k=args.plm_k)
+                     input_format=args.input_format, dupe_factor=args.dupe_factor, plm_k=args.plm_k,
+                     mask_prob=args.mask_prob, schedule=args.schedule)
     embedded = args.corpus is None and args.data is None
     if args.corpus is not None and args.data is not None:
         raise BertforgeError("give --corpus or --data, not both")

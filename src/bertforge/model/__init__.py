@@ -9,8 +9,11 @@ from bertforge.model.attention import (
     FusedSelfAttention,
     MultiHeadAttention,
     SelfAttention,
+    apply_rotary,
     attend,
+    rotary_cos_sin,
     segment_mask,
+    sliding_window_mask,
 )
 from bertforge.model.cache import KVCache
 from bertforge.model.decoder import Decoder, DecoderLM
@@ -27,6 +30,7 @@ from bertforge.model.encoder import (
     Pooler,
     activation,
     for_inference,
+    layer_norm,
 )
 from bertforge.model.xlnet import (
     XLNetEncoder,
@@ -38,5 +42,6 @@ from bertforge.model.xlnet import (
 __all__ = ["ATTN_IMPLEMENTATIONS", "PRECISIONS", "AddNorm", "Attention", "Decoder", "DecoderLM", "Embeddings",
            "Encoder", "EncoderOutput", "KVCache",
            "FusedSelfAttention", "Intermediate", "Layer", "LayerStack", "MultiHeadAttention", "Pooler",
-           "SelfAttention", "XLNetEncoder", "XLNetOutput", "activation", "attend", "for_inference", "permutation_mask",
-           "segment_mask", "target_mapping_of"]
+           "SelfAttention", "XLNetEncoder", "XLNetOutput", "activation", "apply_rotary", "attend", "for_inference",
+           "layer_norm", "permutation_mask", "rotary_cos_sin", "segment_mask", "sliding_window_mask",
+           "target_mapping_of"]

@@ -70,10 +70,48 @@ def segment_mask(segment_ids: torch.Tensor) -> torch.Tensor:
     return (same & (segment_ids[:, None, :] > 0)) | eye
 
 
+def sliding_window_mask(mask: torch.Tensor | None, length: int, half_window: int,
+                        device: torch.device) -> torch.Tensor | None:
+    """`mask` (bool, broadcastable to [B, 1, T, T], or None) restricted to keys within `half_window` positions of
+    each query (|i - j| <= half_window: Hugging Face's ModernBERT convention, local_attention // 2). A query keeps
+    itself, so a padding query far from every real token has a key (an empty row would make the softmax NaN,
+    and a NaN value row poisons every query even at probability 0). When the window spans the whole sequence
+    the mask is returned unchanged, so short batches keep SDPA's fastest path."""
+    if length - 1 <= half_window:
+        return mask
+    pos = torch.arange(length, device=device)
+    window = (pos[:, None] - pos[None, :]).abs() <= half_window  # [T, T]
+    if mask is None:
+        return window[None, None]
+    eye = torch.eye(length, dtype=torch.bool, device=device)
+    return (mask & window) | eye
+
+
+def rotary_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE tables for `position_ids` ([T] or [B, T]): cos and sin [.., T, head_dim] in fp32, the frequencies
+    theta^(-2i/d) repeated over both halves (the rotate-half layout of GPT-NeoX, Llama and ModernBERT). Computed
+    per forward: it is T x d work, and no buffer means no precision loss when the model is cast to bf16."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float)
+                                / head_dim))
+    freqs = position_ids[..., None].float() * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x [B, heads, T, d] by the position angles, in fp32 (the result has x's dtype)."""
+    if cos.dim() == 3:  # per-row positions [B, T, d] -> broadcast over heads
+        cos, sin = cos[:, None], sin[:, None]
+    xf = x.float()
+    x1, x2 = xf.chunk(2, dim=-1)
+    return (xf * cos + torch.cat((-x2, x1), dim=-1) * sin).to(x.dtype)
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product self-attention over heads; subclasses say how x [B, T, H] becomes [q | k | v] [B, T, 3H].
 
-    `mask` is a bool [B, 1, 1, T] (True = a key that may be attended to) or None when nothing is padded.
+    `mask` is a bool [B, 1, 1, T] (True = a key that may be attended to), [B, 1, T, T] (query x key: packed rows,
+    sliding windows) or None when nothing is padded.
     `causal` subclasses (the decoder's) attend left to right; `kv_cache` (a `cache.LayerKV`) adds the keys and
     values of earlier calls, so that a decoding step projects only its new tokens.
     """
@@ -92,9 +130,13 @@ class MultiHeadAttention(nn.Module):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, eager: bool = False,
-                head_mask: torch.Tensor | None = None, kv_cache=None):
+                head_mask: torch.Tensor | None = None, kv_cache=None,
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """`rotary`: (cos, sin) from `rotary_cos_sin` to rotate queries and keys (RoPE), or None."""
         B, T, _ = x.shape
         q, k, v = self.project(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        if rotary is not None:
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
         ctx, probs = attend(q, k, v, mask, self.dropout_p if self.training else 0.0,
@@ -108,14 +150,15 @@ class SelfAttention(MultiHeadAttention):
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None):
         n_heads = cfg.num_attention_heads if n_heads is None else n_heads  # fewer after pruning (prune_heads)
         super().__init__(n_heads, cfg.head_dim, cfg.attention_probs_dropout_prob, attn_implementation)
-        h, inner = cfg.hidden_size, n_heads * cfg.head_dim
-        self.query, self.key, self.value = nn.Linear(h, inner), nn.Linear(h, inner), nn.Linear(h, inner)
+        h, inner, bias = cfg.hidden_size, n_heads * cfg.head_dim, cfg.attention_bias
+        self.query, self.key, self.value = (nn.Linear(h, inner, bias=bias), nn.Linear(h, inner, bias=bias),
+                                            nn.Linear(h, inner, bias=bias))
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         # One [3H, H] matmul instead of three (fused at forward time, so the parameters keep HF's names): fewer,
         # larger GEMMs and one read of x, which matters most for the small models trained on CPU.
         w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        b = None if self.query.bias is None else torch.cat([self.query.bias, self.key.bias, self.value.bias])
         return F.linear(x, w, b)
 
 
@@ -125,10 +168,12 @@ class FusedSelfAttention(MultiHeadAttention):
 
     def __init__(self, source: SelfAttention):
         super().__init__(source.n_heads, source.head_dim, source.dropout_p, source.attn_implementation)
-        self.qkv = nn.Linear(source.query.in_features, 3 * source.query.out_features)
+        bias = source.query.bias is not None
+        self.qkv = nn.Linear(source.query.in_features, 3 * source.query.out_features, bias=bias)
         with torch.no_grad():
             self.qkv.weight.copy_(torch.cat([source.query.weight, source.key.weight, source.value.weight]))
-            self.qkv.bias.copy_(torch.cat([source.query.bias, source.key.bias, source.value.bias]))
+            if bias:
+                self.qkv.bias.copy_(torch.cat([source.query.bias, source.key.bias, source.value.bias]))
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         return self.qkv(x)

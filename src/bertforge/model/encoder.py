@@ -2,7 +2,10 @@
 
 Module names follow Hugging Face's `modeling_bert.py` (embeddings.word_embeddings,
 encoder.layer.N.attention.self.query, ...) so a BERT checkpoint maps one-to-one; the other families' names are
-translated in `bertforge.checkpoint`. Post-LN blocks: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+translated in `bertforge.checkpoint`. Post-LN blocks (BERT): x = LN(x + Attn(x)); x = LN(x + FFN(x)). Pre-LN blocks
+(ModernBERT, `norm_position="pre"`): x = x + Attn(attn_norm(x)); x = x + FFN(mlp_norm(x)), and a final norm. The
+modern switches (rotary positions, GeGLU, no biases, sliding-window layers) are fields of `ModelConfig`; the
+layers below read them, so every family runs the same code.
 
 There is one forward pass. Its variants are chosen when a model is built, as transformers chooses attention
 classes: `attn_implementation` "sdpa" (torch's fused kernel) or "eager" (probabilities materialised; forced when
@@ -23,8 +26,10 @@ from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 from bertforge.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
+from bertforge.config_schemas import SLIDING
 from bertforge.errors import BertforgeError
-from bertforge.model.attention import FusedSelfAttention, MultiHeadAttention, SelfAttention
+from bertforge.model.attention import (FusedSelfAttention, MultiHeadAttention, SelfAttention, rotary_cos_sin,
+                                       sliding_window_mask)
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -43,6 +48,10 @@ def activation(name: str):
     raise BertforgeError(f"unsupported hidden_act {name!r}")
 
 
+def layer_norm(cfg: ModelConfig, width: int | None = None) -> nn.LayerNorm:
+    return nn.LayerNorm(width or cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+
+
 @dataclass
 class EncoderOutput:
     last_hidden_state: torch.Tensor                      # [B, T, H]
@@ -52,57 +61,67 @@ class EncoderOutput:
 
 
 class Embeddings(nn.Module):
-    """Word + learned absolute position (+ token type) embeddings, then LayerNorm and dropout (size E)."""
+    """Word + learned absolute position (+ token type) embeddings, then LayerNorm and dropout (size E). With rotary
+    positions there is no position table: positions enter each attention layer instead."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         e = cfg.embedding_size
         self.word_embeddings = nn.Embedding(cfg.vocab_size, e, padding_idx=cfg.pad_token_id)
-        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, e)
+        self.position_embeddings = (nn.Embedding(cfg.max_position_embeddings, e)
+                                    if cfg.position_embedding_type == "absolute" else None)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, e) if cfg.type_vocab_size > 0 else None
-        self.LayerNorm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
+        self.LayerNorm = layer_norm(cfg, e)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.position_offset = cfg.position_offset
         self.pad_token_id = cfg.pad_token_id
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        if position_ids is None:
-            if self.position_offset:  # RoBERTa: real tokens count from padding_idx + 1, padding sits at padding_idx
-                not_pad = input_ids.ne(self.pad_token_id).long()
-                position_ids = torch.cumsum(not_pad, dim=1) * not_pad + self.pad_token_id
-            else:
-                position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
-        x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+        x = self.word_embeddings(input_ids)
+        if self.position_embeddings is not None:
+            x = x + self.position_embeddings(self.position_ids(input_ids, position_ids))
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
             x = x + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(x))
 
+    def position_ids(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if position_ids is None:
+            if self.position_offset:  # RoBERTa: real tokens count from padding_idx + 1, padding sits at padding_idx
+                not_pad = input_ids.ne(self.pad_token_id).long()
+                position_ids = torch.cumsum(not_pad, dim=1) * not_pad + self.pad_token_id
+            else:
+                position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        return position_ids
+
 
 class AddNorm(nn.Module):
-    """dense -> dropout -> residual add -> LayerNorm (HF's BertSelfOutput / BertOutput)."""
+    """dense -> dropout -> residual add -> LayerNorm (HF's BertSelfOutput / BertOutput); pre-norm blocks normalise
+    their input instead (`Layer`), so here they stop at the residual add."""
 
-    def __init__(self, d_in: int, cfg: ModelConfig):
+    def __init__(self, d_in: int, cfg: ModelConfig, bias: bool = True):
         super().__init__()
-        self.dense = nn.Linear(d_in, cfg.hidden_size)
-        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dense = nn.Linear(d_in, cfg.hidden_size, bias=bias)
+        self.LayerNorm = layer_norm(cfg) if cfg.norm_position == "post" else None
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+        x = self.dropout(self.dense(x)) + residual
+        return x if self.LayerNorm is None else self.LayerNorm(x)
 
 
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None):
         super().__init__()
         self.self: MultiHeadAttention = SelfAttention(cfg, attn_implementation, n_heads)
-        self.output = AddNorm(self.self.n_heads * cfg.head_dim, cfg)
+        self.output = AddNorm(self.self.n_heads * cfg.head_dim, cfg, cfg.attention_bias)
 
-    def forward(self, x, mask, eager=False, head_mask=None):
-        ctx, probs = self.self(x, mask, eager, head_mask)
-        return self.output(ctx, x), probs
+    def forward(self, x, mask, eager=False, head_mask=None, rotary=None, residual=None):
+        """`residual`: what the output is added to when `x` is a normalised copy of it (pre-norm blocks)."""
+        ctx, probs = self.self(x, mask, eager, head_mask, rotary=rotary)
+        return self.output(ctx, x if residual is None else residual), probs
 
     def prune_heads(self, heads: list[int]) -> None:
         """Remove `heads` physically (HF's `prune_heads`): fewer rows in query/key/value, fewer output columns."""
@@ -117,45 +136,63 @@ class Attention(nn.Module):
         with torch.no_grad():
             for name in ("query", "key", "value"):
                 old = getattr(attn, name)
-                new = nn.Linear(old.in_features, len(idx)).to(old.weight)
+                new = nn.Linear(old.in_features, len(idx), bias=old.bias is not None).to(old.weight)
                 new.weight.copy_(old.weight[idx])
-                new.bias.copy_(old.bias[idx])
+                if old.bias is not None:
+                    new.bias.copy_(old.bias[idx])
                 setattr(attn, name, new)
             old = self.output.dense
-            new = nn.Linear(len(idx), old.out_features).to(old.weight)
+            new = nn.Linear(len(idx), old.out_features, bias=old.bias is not None).to(old.weight)
             new.weight.copy_(old.weight[:, idx])
-            new.bias.copy_(old.bias)
+            if old.bias is not None:
+                new.bias.copy_(old.bias)
             self.output.dense = new
         attn.n_heads = len(keep)
 
 
 class Intermediate(nn.Module):
+    """act(x W) (BERT), or GeGLU act(x W_a) * (x W_g) with `dense` holding [W_a; W_g] (one matmul; ModernBERT's
+    `Wi`, whose first half is activated and second half gates)."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        width = 2 * cfg.intermediate_size if cfg.gated_mlp else cfg.intermediate_size
+        self.dense = nn.Linear(cfg.hidden_size, width, bias=cfg.mlp_bias)
         self.act = activation(cfg.hidden_act)
+        self.gated = cfg.gated_mlp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            a, gate = self.dense(x).chunk(2, dim=-1)
+            return self.act(a) * gate
         return self.act(self.dense(x))
 
 
 class Layer(nn.Module):
-    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None):
+    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None,
+                 index: int = 0):
         super().__init__()
         self.attention = Attention(cfg, attn_implementation, n_heads)
         self.intermediate = Intermediate(cfg)
-        self.output = AddNorm(cfg.intermediate_size, cfg)
+        self.output = AddNorm(cfg.intermediate_size, cfg, cfg.mlp_bias)
+        # Pre-norm: a norm before each sub-block. Layer 0's input is already the embedding norm's output, so it
+        # gets no second one (ModernBERT's Identity attn_norm).
+        pre = cfg.norm_position == "pre"
+        self.attn_norm = layer_norm(cfg) if pre and index > 0 else None
+        self.mlp_norm = layer_norm(cfg) if pre else None
 
-    def forward(self, x, mask, eager=False, head_mask=None):
-        x, probs = self.attention(x, mask, eager, head_mask)
-        return self.output(self.intermediate(x), x), probs
+    def forward(self, x, mask, eager=False, head_mask=None, rotary=None):
+        h = x if self.attn_norm is None else self.attn_norm(x)
+        x, probs = self.attention(h, mask, eager, head_mask, rotary, residual=x)
+        h = x if self.mlp_norm is None else self.mlp_norm(x)
+        return self.output(self.intermediate(h), x), probs
 
 
 class LayerStack(nn.Module):
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
         heads = cfg.heads_per_layer or [cfg.num_attention_heads] * cfg.num_hidden_layers  # pruned: fewer
-        layers = [Layer(cfg, attn_implementation, n) for n in heads]
+        layers = [Layer(cfg, attn_implementation, n, i) for i, n in enumerate(heads)]
         # Cross-layer sharing (ALBERT) ties modules by identity: state_dict() still lists every layer, which keeps
         # the Hugging Face layout, while named_parameters() (and so the optimiser) sees each tensor once.
         for layer in layers[1:]:
@@ -175,19 +212,28 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(hidden[:, 0]))
 
 
-def init_weights(module: nn.Module, std: float) -> None:
-    """BERT's (and GPT-2's) initialisation: N(0, std) matrices and embeddings, zero biases, unit LayerNorms."""
+def _normal(w: torch.Tensor, std: float, cutoff: float | None) -> None:
+    if cutoff is None:
+        nn.init.normal_(w, 0.0, std)
+    else:
+        nn.init.trunc_normal_(w, 0.0, std, -cutoff * std, cutoff * std)
+
+
+def init_weights(module: nn.Module, std: float, cutoff: float | None = None) -> None:
+    """BERT's (and GPT-2's) initialisation: N(0, std) matrices and embeddings (truncated at +-cutoff std when set:
+    ModernBERT), zero biases, unit LayerNorms."""
     if isinstance(module, nn.Linear):
-        nn.init.normal_(module.weight, 0.0, std)
+        _normal(module.weight, std, cutoff)
         if module.bias is not None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, 0.0, std)
+        _normal(module.weight, std, cutoff)
         if module.padding_idx is not None:
             module.weight.data[module.padding_idx].zero_()
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
 
 
 class Encoder(nn.Module):
@@ -208,12 +254,20 @@ class Encoder(nn.Module):
         self.embeddings_project = (nn.Linear(cfg.embedding_size, cfg.hidden_size)
                                    if cfg.embedding_size != cfg.hidden_size else None)
         self.encoder = LayerStack(cfg, attn_implementation)
+        self.final_norm = layer_norm(cfg) if cfg.norm_position == "pre" else None  # pre-norm: the stream's norm
         self.pooler = Pooler(cfg) if cfg.use_pooler else None
         self.head_mask: torch.Tensor | list[torch.Tensor] | None = None  # see forward
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
-        init_weights(module, self.config.initializer_range)
+        """init_weights with the config's std and cutoff. In pre-norm stacks the projections that write into the
+        residual stream start smaller, std / sqrt(2L) (GPT-2, ModernBERT's "out" init): 2L of them add up along the
+        stream, which no norm rescales."""
+        cfg = self.config
+        init_weights(module, cfg.initializer_range, cfg.initializer_cutoff_factor)
+        if isinstance(module, AddNorm) and cfg.norm_position == "pre":  # children are initialised first
+            _normal(module.dense.weight, cfg.initializer_range / (2 * cfg.num_hidden_layers) ** 0.5,
+                    cfg.initializer_cutoff_factor)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
@@ -233,11 +287,24 @@ class Encoder(nn.Module):
             mask = attention_mask[:, None].bool()
         elif attention_mask is not None and not bool(attention_mask.all()):
             mask = attention_mask[:, None, None, :].bool()
+        cfg, length = self.config, input_ids.shape[1]
+        types = cfg.layer_types
+        local = (sliding_window_mask(mask, length, cfg.local_attention // 2, input_ids.device)
+                 if SLIDING in types else None)
+        rotary = local_rotary = None
+        if cfg.position_embedding_type == "rotary":  # one table per base, shared by the layers that use it
+            pos = position_ids if position_ids is not None else torch.arange(length, device=input_ids.device)
+            rotary = rotary_cos_sin(pos, cfg.head_dim, cfg.rope_theta)
+            local_rotary = rotary_cos_sin(pos, cfg.head_dim, cfg.local_rope_theta) if SLIDING in types else None
         hidden, attentions = [x], []
         for i, layer in enumerate(self.encoder.layer):
-            x, probs = layer(x, mask, output_attentions, None if head_mask is None else head_mask[i])
+            is_local = types[i] == SLIDING
+            x, probs = layer(x, local if is_local else mask, output_attentions,
+                             None if head_mask is None else head_mask[i], local_rotary if is_local else rotary)
             hidden.append(x)
             attentions.append(probs)
+        if self.final_norm is not None:  # the last hidden state is the normalised one (as in transformers)
+            x = hidden[-1] = self.final_norm(x)
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, pooled, tuple(hidden) if output_hidden_states else None,
                              tuple(attentions) if output_attentions else None)

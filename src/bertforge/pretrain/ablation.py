@@ -2,15 +2,17 @@
 
 Every arm shares one WordPiece tokenizer and one set of shards, trains for the same time budget, and is scored on
 the same held-out task: token-level MLM (15%, static masks, fixed seed) over full-sentence sequences of held-out
-documents, so the numbers are comparable across objectives and input formats. (ELECTRA's MLM number is its
-small generator's; its discriminator is scored by RTD accuracy. XLNet predicts each masked position from its query
-stream, seeing every other position and none of the masked ones: the MLM task, without reading the [MASK], random
-or kept token there.) Writes ablation.json, ablation.md, ablation.png.
+documents, so the numbers are comparable across objectives, masking rates, input formats and families. (ELECTRA's
+MLM number is its small generator's; its discriminator is scored by RTD accuracy. XLNet predicts each masked
+position from its query stream, seeing every other position and none of the masked ones: the MLM task, without
+reading the [MASK], random or kept token there.) Writes ablation.json, ablation.md, ablation.png. `prepare_shared` +
+`run_arm` are the pieces, for scripts that run arms one at a time.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from bertforge.data import ShardedCorpus
@@ -46,9 +48,79 @@ ARMS: dict[str, dict[str, Any]] = {
                        describe="MLM + WSO + SSO, segment pairs, static masks (StructBERT)"),
     "xlnet": dict(recipe="xlnet", over={},
                   describe="permutation LM, two-stream relative attention, last 1/6 predicted (XLNet)"),
+    "roberta": dict(recipe="roberta", over={}, describe="the RoBERTa recipe: MLM, dynamic masks, full sentences"),
+    "modern": dict(recipe="modern", over={},
+                   describe="the ModernBERT recipe: modernbert family, MLM 30%, packed rows, WSD schedule"),
+    "modern-mask15": dict(recipe="modern", over=dict(mask_prob=0.15), describe="modern with 15% masking"),
+    "modern-linear": dict(recipe="modern", over=dict(schedule="linear"),
+                          describe="modern with warm-up + linear decay"),
 }
 
 OWN_TASKS = ("nsp_acc", "sop_acc", "sso_acc", "wso_acc", "sbo_acc", "rtd_acc", "plm_acc")  # each arm's own task
+
+
+@dataclass
+class Shared:
+    """What every arm shares: the tokenizer and shards, and the common held-out task."""
+
+    out: Path
+    corpus: list[str]
+    data_dir: Path
+    heldout_fraction: float | None
+    batches: list[dict]
+    most_frequent: int
+
+
+def prepare_shared(corpus: list[str] | None, out: Path, seq_len: int = 128, batch_size: int = 32,
+                   vocab_size: int | None = None) -> Shared:
+    """One WordPiece tokenizer and one set of shards for every arm, and the held-out batches they are scored on."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if corpus is None:
+        from bertforge.pretrain.default_corpus import default_corpus
+        corpus = [str(default_corpus())]
+    base = PretrainOptions(recipe=resolve("bert"), out=out, corpus=corpus, vocab_size=vocab_size or 8192,
+                           seq_len=seq_len)
+    tok = prepare_tokenizer(base, corpus, is_main=True)
+    data_dir = prepare_data(base, corpus, tok, is_main=True)
+    held = ShardedCorpus(data_dir, split="heldout", heldout_fraction=base.heldout_fraction)
+    common_recipe = resolve("bert", objective="mlm", input_format="full-sentences")
+    batches = heldout_batches(held, common_recipe, seq_len, batch_size, n_batches=20)
+    most_frequent = most_frequent_token(held)  # counted over every shard: train + held-out
+    return Shared(out, corpus, data_dir, base.heldout_fraction, batches, most_frequent)
+
+
+def run_arm(name: str, shared: Shared, size: str = "bert-mini", seq_len: int = 128, batch_size: int = 32,
+            budget: str | None = "2m", precision: str | None = None, seed: int = 0, max_steps: int | None = None,
+            lr: float | None = None, threads: int | None = None, out_name: str | None = None) -> dict[str, Any]:
+    """Train arm `name` for `budget` (or `max_steps`, whichever ends first) into OUT/arms/NAME (or OUT/arms/
+    `out_name`) and return its row of the table. `lr` None: the recipe's default for the size."""
+    if name not in ARMS:
+        raise BertforgeError(f"--arms: unknown {name} (choose from {', '.join(ARMS)})")
+    precision = precision or default_precision()
+    arm = ARMS[name]
+    recipe = resolve(arm["recipe"], **arm["over"])
+    print(f"\n=== arm {name}: {arm['describe']} ({budget or f'{max_steps} steps'}) ===", flush=True)
+    opts = PretrainOptions(recipe=recipe, out=shared.out / "arms" / (out_name or name), data=shared.data_dir,
+                           tokenizer=shared.out / "tokenizer", size=size, seq_len=seq_len, batch_size=batch_size,
+                           time_budget=budget, max_steps=max_steps, lr=lr, threads=threads,
+                           precision=precision, seed=seed,
+                           heldout_fraction=shared.heldout_fraction, progress=False, log_every=25,
+                           fill_mask_examples=0, overwrite=True,
+                           extra_eval=lambda m: mlm_metrics(m, shared.batches, shared.most_frequent,
+                                                            precision=precision))
+    res = pretrain(opts)
+    own = res["heldout"]
+    return {"arm": name, "describe": arm["describe"], "recipe": recipe.name, "family": recipe.model_type,
+            "objective": recipe.objective, "masking": recipe.masking, "mask_prob": recipe.mask_prob,
+            "masks": "dynamic" if recipe.dynamic else f"static x{recipe.dupe_factor}",
+            "input_format": recipe.input_format, "schedule": recipe.schedule, "lr": res["lr"],
+            "parameters": res["parameters"], "steps": res["steps"],
+            "tokens_seen": res["tokens_seen"],  # counted, not estimated
+            "train_seconds": res["seconds"]["train"], "heldout_mlm_acc": res["common"]["mlm_acc"],
+            "heldout_mlm_loss": res["common"]["mlm_loss"], "baseline_acc": res["common"]["baseline_acc"],
+            "own_heldout_mlm_acc": own.get("mlm_acc"),
+            **{k: own[k] for k in OWN_TASKS if k in own}}
 
 
 def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = None, size: str = "bert-mini",
@@ -58,42 +130,13 @@ def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = N
     unknown = [a for a in names if a not in ARMS]
     if unknown:
         raise BertforgeError(f"--arms: unknown {', '.join(unknown)} (choose from {', '.join(ARMS)})")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     precision = precision or default_precision()
-    if corpus is None:
-        from bertforge.pretrain.default_corpus import default_corpus
-        corpus = [str(default_corpus())]
-    # One tokenizer and one set of shards for every arm.
-    base = PretrainOptions(recipe=resolve("bert"), out=out, corpus=corpus, vocab_size=vocab_size or 8192,
-                           seq_len=seq_len)
-    tok = prepare_tokenizer(base, corpus, is_main=True)
-    data_dir = prepare_data(base, corpus, tok, is_main=True)
-    held = ShardedCorpus(data_dir, split="heldout", heldout_fraction=base.heldout_fraction)
-    common_recipe = resolve("bert", objective="mlm", input_format="full-sentences")
-    batches = heldout_batches(held, common_recipe, seq_len, batch_size, n_batches=20)
-    most_frequent = most_frequent_token(held)  # counted over every shard: train + held-out
-
+    shared = prepare_shared(corpus, out, seq_len, batch_size, vocab_size)
     rows = []
     for name in names:
-        arm = ARMS[name]
-        recipe = resolve(arm["recipe"], **arm["over"])
-        print(f"\n=== arm {name}: {arm['describe']} ({budget}) ===", flush=True)
-        opts = PretrainOptions(recipe=recipe, out=out / "arms" / name, data=data_dir, tokenizer=out / "tokenizer",
-                               size=size, seq_len=seq_len, batch_size=batch_size, time_budget=budget,
-                               precision=precision, seed=seed, heldout_fraction=base.heldout_fraction,
-                               progress=False, log_every=25, fill_mask_examples=0, overwrite=True,
-                               extra_eval=lambda m: mlm_metrics(m, batches, most_frequent, precision=precision))
-        res = pretrain(opts)
-        own = res["heldout"]
-        rows.append({"arm": name, "describe": arm["describe"], "objective": recipe.objective,
-                     "masking": recipe.masking, "masks": "dynamic" if recipe.dynamic else f"static x{recipe.dupe_factor}",
-                     "input_format": recipe.input_format, "steps": res["steps"], "tokens_seen": res["tokens_seen"],  # counted, not estimated
-                     "train_seconds": res["seconds"]["train"], "heldout_mlm_acc": res["common"]["mlm_acc"],
-                     "heldout_mlm_loss": res["common"]["mlm_loss"], "baseline_acc": res["common"]["baseline_acc"],
-                     **{k: own[k] for k in OWN_TASKS if k in own}})
-        _write(out, rows, dict(size=size, seq_len=seq_len, batch_size=batch_size, budget=budget,
-                               precision=precision, corpus=[str(c) for c in corpus], seed=seed))
+        rows.append(run_arm(name, shared, size, seq_len, batch_size, budget, precision, seed))
+        _write(shared.out, rows, dict(size=size, seq_len=seq_len, batch_size=batch_size, budget=budget,
+                                      precision=precision, corpus=[str(c) for c in shared.corpus], seed=seed))
     return {"rows": rows}
 
 
@@ -103,13 +146,14 @@ def _write(out: Path, rows: list[dict], setup: dict) -> None:
     lines = [f"Held-out MLM accuracy at equal wall-clock ({setup['budget']} per arm, {setup['size']}, seq "
              f"{setup['seq_len']}, batch {setup['batch_size']}, {setup['precision']}); same held-out task for "
              f"every arm (token masking, full sentences).", "",
-             "| arm | objective | masking | masks | input | steps | held-out MLM acc | MLM loss | baseline | "
-             "own task |", "|---|---|---|---|---|---:|---:|---:|---:|---|"]
+             "| arm | family | objective | masking | masks | input | schedule | lr | steps | held-out MLM acc | "
+             "MLM loss | baseline | own task |", "|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         own = ", ".join(f"{k.replace('_acc', '').upper()} {r[k]:.3f}" for k in OWN_TASKS if k in r)
-        lines.append(f"| {r['arm']} | {r['objective']} | {r['masking']} | {r['masks']} | {r['input_format']} | "
-                     f"{r['steps']} | {r['heldout_mlm_acc']:.3f} | {r['heldout_mlm_loss']:.2f} | "
-                     f"{r['baseline_acc']:.3f} | {own or '-'} |")
+        lines.append(f"| {r['arm']} | {r['family']} | {r['objective']} | {r['masking']} {r['mask_prob']:.0%} | "
+                     f"{r['masks']} | {r['input_format']} | {r['schedule']} | {r['lr']:g} | {r['steps']} | "
+                     f"{r['heldout_mlm_acc']:.3f} | {r['heldout_mlm_loss']:.2f} | {r['baseline_acc']:.3f} | "
+                     f"{own or '-'} |")
     atomic_write_text(out / "ablation.md", "\n".join(lines) + "\n")
     try:
         import matplotlib

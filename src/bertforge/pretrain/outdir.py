@@ -34,7 +34,7 @@ def run_options(opts: PretrainOptions) -> dict[str, Any]:
         # recipe fields below as well, and the recipe is what the user changed
         "--recipe": r.name,
         "objective": r.objective, "masking": r.masking, "dynamic": r.dynamic, "input_format": r.input_format,
-        "dupe_factor": r.dupe_factor,
+        "dupe_factor": r.dupe_factor, "mask_prob": r.mask_prob, "schedule": r.schedule,
         "size": opts.size, "seq_len": opts.seq_len, "batch_size": opts.batch_size, "lr": opts.lr,
         "precision": opts.precision, "seed": opts.seed, "vocab_size": opts.vocab_size,
         "corpus": None if opts.corpus is None else [_path(p) for p in opts.corpus], "data": _path(opts.data),

@@ -14,6 +14,7 @@ from bertforge.config import SIZES as SHAPES
 from bertforge.config import FAMILIES, ModelConfig, compose
 from bertforge.errors import BertforgeError
 from bertforge.pretrain.objectives import OBJECTIVES, SENTENCE_OBJECTIVES
+from bertforge.training.optim import SCHEDULES
 
 MASKINGS = ("token", "whole_word", "span")
 INPUT_FORMATS = ("segment-pair", "sentence-pair", "full-sentences", "doc-sentences")
@@ -35,6 +36,7 @@ class Recipe:
     share_layers: str | None = None    # cross-layer sharing; None: the family's
     lr_scale: float = 1.0      # x the size's default learning rate (ELECTRA trains at twice BERT's rate)
     plm_k: int = 6             # XLNet: predict the last 1/K of each factorisation order (K = 6, Yang et al. 2019)
+    schedule: str = "linear"   # linear: warm-up + linear decay (BERT); wsd: warm-up, stable, 1-sqrt decay
 
     def with_(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -44,6 +46,10 @@ class Recipe:
             raise BertforgeError(f"--objective: unknown {self.objective!r} (choose from {', '.join(OBJECTIVES)})")
         if self.masking not in MASKINGS:
             raise BertforgeError(f"--masking: unknown {self.masking!r} (choose from {', '.join(MASKINGS)})")
+        if not 0.0 < self.mask_prob < 1.0:
+            raise BertforgeError(f"--mask-prob: must be between 0 and 1, got {self.mask_prob}")
+        if self.schedule not in SCHEDULES:
+            raise BertforgeError(f"--schedule: unknown {self.schedule!r} (choose from {', '.join(SCHEDULES)})")
         if self.input_format not in INPUT_FORMATS:
             raise BertforgeError(f"--input-format: unknown {self.input_format!r} "
                                  f"(choose from {', '.join(INPUT_FORMATS)})")
@@ -141,6 +147,12 @@ RECIPES: dict[str, Recipe] = {
     # by <|endoftext|>, byte-level BPE. (masking and dynamic are unused: nothing is masked.)
     "gpt": Recipe("gpt", "clm", "token", dynamic=True, input_format="full-sentences", tokenizer_kind="gpt2",
                   model_type="gpt2"),
+    # Warner et al. 2024 (ModernBERT): MLM only, no NSP, 30% masking, dynamic masks, rows packed with contiguous
+    # text so no row carries padding (ModernBERT unpads; full-sentences rows are full by construction), BPE, the
+    # modernbert family (pre-norm, RoPE, GeGLU, no biases, local/global attention), the warm-up / stable /
+    # 1-sqrt-decay schedule. Pre-norm stays stable at rates that make post-LN BERT collapse (see `lr_scale`).
+    "modern": Recipe("modern", "mlm", "token", dynamic=True, input_format="full-sentences", tokenizer_kind="bpe",
+                     model_type="modernbert", mask_prob=0.3, lr_scale=2.0, schedule="wsd"),
 }
 
 

@@ -14,10 +14,12 @@ def setup_line(opts: PretrainOptions, model_type: str, n_params: int, world: int
     """The one line that says what is about to train."""
     r = opts.recipe
     masks = "dynamic" if r.dynamic else f"static x{r.dupe_factor}"
-    masking = "next token, nothing masked" if r.objective == "clm" else f"masking {r.masking} ({masks})"
+    masking = ("next token, nothing masked" if r.objective == "clm"
+               else f"masking {r.masking} {r.mask_prob:.0%} ({masks})")
     return (f"pretraining {r.name}: objective {r.objective}, {masking}, input {r.input_format}, "
             f"{opts.size} ({model_type}, {n_params / 1e6:.1f}M parameters), seq {opts.seq_len}, "
-            f"batch {opts.batch_size}x{world}, lr {lr:g} (warm-up {warmup:.0%}), {opts.precision}, "
+            f"batch {opts.batch_size}x{world}, lr {lr:g} (warm-up {warmup:.0%}, {r.schedule} schedule), "
+            f"{opts.precision}, "
             f"{threads} thread(s), {n_examples:,} training examples")
 
 

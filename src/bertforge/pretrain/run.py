@@ -62,6 +62,9 @@ def build_model(opts: PretrainOptions, tok) -> nn.Module:
     cfg = opts.recipe.model_config(opts.size, tok.vocab_size, pad, opts.seq_len)
     if cfg.is_decoder:  # generation starts after (and stops at) the separator the documents were packed with
         cfg = cfg.replace(bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id)
+    if cfg.model_type == "modernbert":  # ModernBERT's config.json names its special tokens (the rest do not)
+        cfg = cfg.replace(extra={"cls_token_id": tok.cls_token_id, "sep_token_id": tok.sep_token_id,
+                                 "bos_token_id": tok.cls_token_id, "eos_token_id": tok.sep_token_id})
     check_model_fits_recipe(cfg, opts.recipe, f"--recipe {opts.recipe.name}")
     return build_objective(opts.recipe.objective, cfg)
 
@@ -177,7 +180,7 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
         return metrics
 
     cfg = TrainConfig(out_dir=opts.out, lr=lr, max_steps=opts.max_steps, time_budget_s=opts.time_budget,
-                      warmup_ratio=warmup, precision=opts.precision, seed=opts.seed,
+                      warmup_ratio=warmup, schedule=opts.recipe.schedule, precision=opts.precision, seed=opts.seed,
                       resume=opts.resume, log_every=opts.log_every, save_every=opts.save_every,
                       progress=opts.progress and is_main,
                       # a continued checkpoint's pooler gets no gradient from an objective without a sentence task

@@ -12,9 +12,10 @@ The pooled output is BERT's tanh([CLS]) pooler. A model without one (DistilBERT,
 no pooler weights) pools by the mean of the last layer over real tokens instead. A RoBERTa `SequenceClassifier` has
 no pooler but HF's `RobertaClassificationHead` (`classifier.dense` -> tanh -> `classifier.out_proj` on <s>), so it
 loads in `RobertaForSequenceClassification`. HF's DistilBERT / ELECTRA sequence-classification and multiple-choice
-heads differ from ours, so those models are saved as `architectures=["Bertforge<Class>"]` (e.g.
-`BertforgeSequenceClassifier`): load them with bertforge, never with a transformers class (which would drop our head
-and use a random one). Token classification and QA heads are a plain linear layer in every family and round-trip.
+heads differ from ours, and so do all of ModernBERT's task heads (a dense-act-norm block before the classifier), so
+those models are saved as `architectures=["Bertforge<Class>"]` (e.g. `BertforgeSequenceClassifier`): load them with
+bertforge, never with a transformers class (which would drop our head and use a random one). Token classification
+and QA heads are a plain linear layer in the other families and round-trip.
 
 Every `forward(**batch)` returns a dict with `logits` and, when `labels` are given, `loss` (the shared Trainer's
 contract). Task metadata (label names, task, pooling, QA null threshold) travels in config.json.
@@ -63,6 +64,10 @@ class _TaskModel(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob if drop is None else drop)
 
     def encode(self, input_ids, attention_mask=None, token_type_ids=None):
+        if token_type_ids is not None and self.config.type_vocab_size < 2:
+            # one segment (RoBERTa): a pair's second segment is marked by its separator alone, whatever type ids
+            # the tokenizer gave it (a WordPiece tokenizer gives 1, which indexes past a 1-row table)
+            token_type_ids = None
         return self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
 
     def pooled(self, out, attention_mask) -> torch.Tensor:
@@ -75,6 +80,8 @@ class _TaskModel(nn.Module):
     def architecture(self) -> str:
         """The HF class name when HF's class has exactly our layout, else a bertforge-only name (see the docstring)."""
         if self.config.model_type in ("distilbert", "electra") and self.kind not in ("tag", "qa"):
+            return "Bertforge" + type(self).__name__
+        if self.config.model_type == "modernbert":  # every ModernBertFor<Task> puts a dense-act-norm head first
             return "Bertforge" + type(self).__name__
         return HF_PREFIX[self.config.model_type] + HF_SUFFIX[self.kind]
 

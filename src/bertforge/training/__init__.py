@@ -3,12 +3,13 @@
 from bertforge.training.config import TrainConfig, parse_duration
 from bertforge.training.distributed import distributed_context, resolve_device
 from bertforge.training.loader import ResumableLoader, count_tokens, to_device
-from bertforge.training.optim import WarmupLinearDecay, build_optimizer, no_decay, param_groups
+from bertforge.training.optim import (SCHEDULES, WarmupLinearDecay, WarmupStableDecay, build_optimizer,
+                                      build_schedule, no_decay, param_groups)
 from bertforge.training.state import default_load_fn, default_save_fn, load_trainer_state, set_seed
 from bertforge.training.trainer import NonFiniteLoss, Trainer
 
 __all__ = [
     "Trainer", "TrainConfig", "ResumableLoader", "parse_duration", "distributed_context", "to_device",
-    "WarmupLinearDecay", "build_optimizer", "no_decay", "param_groups", "default_save_fn", "default_load_fn",
+    "WarmupLinearDecay", "WarmupStableDecay", "SCHEDULES", "build_schedule", "build_optimizer", "no_decay", "param_groups", "default_save_fn", "default_load_fn",
     "load_trainer_state", "set_seed", "count_tokens", "resolve_device", "NonFiniteLoss",
 ]

@@ -52,6 +52,8 @@ class TrainConfig:
     eps: float = 1e-6  # BERT's AdamW epsilon
     warmup_steps: int | None = None
     warmup_ratio: float | None = None  # fraction of the horizon; 0.1 when neither warm-up field is given
+    schedule: str = "linear"  # "linear": warm-up then linear decay; "wsd": warm-up, stable, 1-sqrt decay
+    decay_ratio: float = 0.2  # "wsd": the share of the horizon spent decaying
     max_steps: int | None = None
     time_budget_s: float | str | None = None
     num_epochs: float | None = None
@@ -98,6 +100,10 @@ class TrainConfig:
             raise BertforgeError(f"TrainConfig.warmup_ratio: must be in [0, 1), got {self.warmup_ratio}")
         if self.warmup_steps is None and self.warmup_ratio is None:
             self.warmup_ratio = 0.1
+        if self.schedule not in ("linear", "wsd"):
+            raise BertforgeError(f"TrainConfig.schedule: expected 'linear' or 'wsd', got {self.schedule!r}")
+        if not 0.0 < self.decay_ratio <= 1.0:
+            raise BertforgeError(f"TrainConfig.decay_ratio: must be in (0, 1], got {self.decay_ratio}")
         if self.precision not in ("fp32", "bf16"):
             raise BertforgeError(f"TrainConfig.precision: expected 'fp32' or 'bf16', got {self.precision!r}")
         if self.lr <= 0:

@@ -1,6 +1,9 @@
-"""AdamW with BERT's weight-decay groups, and the warm-up + linear-decay schedule."""
+"""AdamW with BERT's weight-decay groups, and the learning-rate schedules: warm-up + linear decay (BERT) and
+warm-up + stable + 1-sqrt decay (ModernBERT)."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -66,3 +69,42 @@ class WarmupLinearDecay:
         if self.total is None:
             return 1.0
         return max(0.0, (self.total - step) / max(1, self.total - warmup))
+
+
+class WarmupStableDecay(WarmupLinearDecay):
+    """LR multiplier of the trapezoidal / warmup-stable-decay schedule ModernBERT trains with (Warner et al. 2024,
+    after Xing et al. 2018; Zhai et al. 2022; Hu et al. 2024): linear warm-up, the peak rate held, then a
+    1 - sqrt decay (Hägele et al. 2024, which ModernBERT uses) to 0 over the last `decay_ratio` of the horizon.
+
+    The stable phase needs no horizon, so a time-budget run holds the peak until its step-time estimate places
+    the decay; warm-up and horizon behave exactly as in `WarmupLinearDecay`.
+    """
+
+    def __init__(self, total: int | None, warmup_steps: int | None = None, warmup_ratio: float | None = None,
+                 decay_ratio: float = 0.2):
+        super().__init__(total, warmup_steps, warmup_ratio)
+        self.decay_ratio = decay_ratio
+
+    def __call__(self, step: int) -> float:
+        warmup = self.warmup()
+        if warmup is None:
+            return 0.0
+        if step < warmup:
+            return step / warmup
+        if self.total is None:
+            return 1.0
+        decay_start = max(warmup, self.total - int(math.ceil(self.decay_ratio * self.total)))
+        if step < decay_start:
+            return 1.0
+        return max(0.0, 1.0 - math.sqrt((step - decay_start) / max(1, self.total - decay_start)))
+
+
+SCHEDULES = ("linear", "wsd")
+
+
+def build_schedule(cfg: TrainConfig, total: int | None) -> WarmupLinearDecay:
+    """The LR multiplier `cfg.schedule` names ("linear": BERT's warm-up + linear decay; "wsd": warm-up, stable,
+    1-sqrt decay over the last `cfg.decay_ratio`)."""
+    if cfg.schedule == "wsd":
+        return WarmupStableDecay(total, cfg.warmup_steps, cfg.warmup_ratio, cfg.decay_ratio)
+    return WarmupLinearDecay(total, cfg.warmup_steps, cfg.warmup_ratio)

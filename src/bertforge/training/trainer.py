@@ -1,4 +1,4 @@
-"""`Trainer`: the one training loop (AdamW, warm-up + linear decay, accumulation, bf16, checkpoints, resume, DDP)."""
+"""`Trainer`: the one training loop (AdamW, warm-up + decay schedules, accumulation, bf16, checkpoints, resume, DDP)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from bertforge.training import distributed as D
 from bertforge.training.config import TrainConfig
 from bertforge.training.distributed import resolve_device
 from bertforge.training.loader import count_tokens, to_device
-from bertforge.training.optim import WarmupLinearDecay, build_optimizer
+from bertforge.training.optim import build_optimizer, build_schedule
 from bertforge.training.state import (
     STATE_FILE,
     TIMING_KEYS,
@@ -108,7 +108,7 @@ class Trainer:
 
         self.total_steps = self._total_steps()
         self.optimizer = build_optimizer(self.model, cfg, self.device)
-        self.schedule = WarmupLinearDecay(self.total_steps, cfg.warmup_steps, cfg.warmup_ratio)
+        self.schedule = build_schedule(cfg, self.total_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
 
         self.step = 0

@@ -327,14 +327,19 @@ def test_minilm_sts_benchmark_spearman(minilm_model):
 
 @pytest.mark.slow
 @needs_sts
-def test_cosine_training_on_stsb_improves_spearman(tmp_path):
+def test_cosine_training_on_stsb_fits_its_pairs_and_keeps_the_test_score(tmp_path):
+    # One epoch of cosine loss on 1,000 STS-B training pairs (63 steps: CI-sized) must fit those pairs better
+    # (a wrong sign or a lost gradient makes it fall) and must not damage the held-out score. (The full-epoch
+    # gain on the test split, +0.005 to +0.01 for an already STS-tuned MiniLM, is too small to assert on a slice.)
     from bertforge.embed.evaluate import evaluate_sts
     from bertforge.embed.train import fit
 
     model = SentenceEncoder.from_pretrained(MINILM)
+    full = read_examples(STS_TRAIN)
+    train = type(full)(full.examples[:1000], full.kind)
     test = read_examples(STS_TEST)
-    before = evaluate_sts(model, test)["spearman"]
-    fit(model, read_examples(STS_TRAIN), tmp_path / "m", loss="cosine", epochs=1,
-        batch_size=16, lr=2e-5, progress=False)
-    after = evaluate_sts(model, test)["spearman"]
-    assert after > before + 0.005, (before, after)
+    before = evaluate_sts(model, train)["spearman"], evaluate_sts(model, test)["spearman"]
+    fit(model, train, tmp_path / "m", loss="cosine", epochs=1, batch_size=16, lr=5e-5, progress=False)
+    after = evaluate_sts(model, train)["spearman"], evaluate_sts(model, test)["spearman"]
+    assert after[0] > before[0] + 0.02, (before, after)
+    assert after[1] > before[1] - 0.01, (before, after)

@@ -17,10 +17,11 @@ INFERENCE_PRECISIONS = ("fp32", "bf16", "fp16")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def check_precision(precision: str, device: torch.device, flag: str = "--precision") -> None:
-    """One line, before any work, for a precision this device cannot run (fp16 is a GPU format)."""
-    if precision not in INFERENCE_PRECISIONS and precision != "int8":
-        raise BertforgeError(f"{flag} {precision}: expected one of {', '.join(INFERENCE_PRECISIONS + ('int8',))}")
+def check_precision(precision: str, device: torch.device, flag: str = "--precision",
+                    allowed: tuple[str, ...] = INFERENCE_PRECISIONS + ("int8",)) -> None:
+    """One line, before any work, for a precision this device cannot run (fp16 is a GPU format, int8 a CPU one)."""
+    if precision not in allowed:
+        raise BertforgeError(f"{flag} {precision!r}: expected one of {', '.join(allowed)}")
     if precision == "fp16" and device.type != "cuda":
         raise BertforgeError(f"{flag} fp16 needs a GPU (--device cuda); on the CPU use bf16 or fp32")
     if precision == "int8" and device.type != "cpu":
@@ -75,10 +76,11 @@ def compile_module(module: nn.Module, enabled: bool, what: str = "--compile", **
         except Exception as exc:  # noqa: BLE001 - only compiler errors are swallowed, see _compiler_error
             if not _compiler_error(exc):
                 raise
+            out = eager(*args, **kwargs)  # the inputs' own error (a wrong shape) is raised here, as eager raises it
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             print(f"{what}: torch.compile failed ({type(exc).__name__}: {first}); running eagerly", file=sys.stderr)
             uncompile(module)
-            return eager(*args, **kwargs)
+            return out
 
     module.forward = forward  # type: ignore[method-assign]
     return module

@@ -9,7 +9,7 @@ from pathlib import Path
 from bertforge.errors import BertforgeError
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
-PRECISIONS = ("fp32", "bf16", "int8")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -73,6 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--corpus", required=True, metavar="FILE")
     a.add_argument("--model", metavar="DIR", help="default: the model recorded in the index")
     a.add_argument("--batch-size", type=int, default=32)
+    _device_options(a)
     a.add_argument("--no-progress", dest="progress", action="store_false")
     a.set_defaults(func=index_add)
     q = isub.add_parser("query", help="top-k passages for a question")
@@ -83,6 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--rerank", metavar="DIR", help="cross-encoder (BertForSequenceClassification, 1 label) that "
                                                     "re-orders the top-k")
     q.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    _device_options(q)
     q.set_defaults(func=index_query)
     p.set_defaults(func=lambda args: _index_help(p))
 
@@ -90,8 +92,37 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _encode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="fp32 (exact), bf16, or int8 (dynamic quantisation of the Linear layers)")
+                   help="fp32 (exact), bf16, fp16 (GPU only), or int8 (CPU only: dynamic quantisation of the "
+                        "Linear layers)")
+    _device_options(p)
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def _device_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", metavar="DEV",
+                   help="auto (a GPU when there is one) | cpu | cuda | cuda:N (default: auto)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the encoder (pays off on long inputs; falls back to eager with one line)")
+
+
+def _device(args: argparse.Namespace):
+    """--device resolved and --precision checked against it: the first thing a verb does (one line, nothing
+    written). Kept on `args` for `_placed`."""
+    from bertforge.training import resolve_device
+    from bertforge.training.accel import check_precision
+
+    if getattr(args, "_device", None) is None:
+        args._device = resolve_device(getattr(args, "device", "auto"))
+        if getattr(args, "precision", None):
+            check_precision(args.precision, args._device)
+    return args._device
+
+
+def _placed(model, args: argparse.Namespace):
+    """`model` on --device, compiled with --compile."""
+    if hasattr(model, "compile_inference"):  # the cross-encoder of --rerank runs eagerly
+        model.compile_inference = bool(getattr(args, "compile", False))
+    return model.to(_device(args))
 
 
 def _index_help(p: argparse.ArgumentParser) -> int:
@@ -101,7 +132,8 @@ def _index_help(p: argparse.ArgumentParser) -> int:
 
 def _load(args: argparse.Namespace, normalize: bool | None = None):
     from bertforge.embed import SentenceEncoder
-    return SentenceEncoder.from_pretrained(args.model, pooling=getattr(args, "pooling", None), normalize=normalize)
+    model = SentenceEncoder.from_pretrained(args.model, pooling=getattr(args, "pooling", None), normalize=normalize)
+    return _placed(model, args)
 
 
 # ---- embed ---------------------------------------------------------------------------------------------------------
@@ -111,6 +143,7 @@ def embed_command(args: argparse.Namespace) -> int:
     from bertforge.embed.data import read_texts
     from bertforge.fileio import atomic_write, prepare_output_file
 
+    _device(args)
     out = Path(args.out)
     if out.suffix not in (".npy", ".jsonl"):
         raise BertforgeError(f"--out {out}: use a .npy or .jsonl file name")
@@ -158,6 +191,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from bertforge.embed.data import Dataset, read_examples, read_squad_retrieval, read_texts
     from bertforge.embed.evaluate import evaluate_retrieval, evaluate_sts
 
+    _device(args)
     chosen = [x for x in (args.sts, args.squad, args.queries) if x]
     if len(chosen) != 1:
         raise BertforgeError("give exactly one of --sts FILE, --squad FILE, or --queries/--passages/--qrels")
@@ -208,6 +242,7 @@ def index_build(args: argparse.Namespace) -> int:
     from bertforge.rundir import claim_output_dir
 
     require_faiss()  # before hours of embedding
+    _device(args)
     out = Path(args.out)
     if (out / "meta.json").exists():
         raise BertforgeError(f"{out}: an index already exists there (use `index add`, or another --out)")
@@ -228,13 +263,14 @@ def index_add(args: argparse.Namespace) -> int:
     from bertforge.rundir import lock_dir
 
     require_faiss()
+    _device(args)
     if not Path(args.index).is_dir():
         raise BertforgeError(f"--index {args.index}: not an index directory")
     lock = lock_dir(args.index, what="--index")  # load, add and save as one step: no lost update
     try:
         index = VectorIndex.load(args.index)
         ids, texts = read_corpus(args.corpus)
-        model = index.load_model(args.model)
+        model = _placed(index.load_model(args.model), args)
         n = index.add(model, ids, texts, batch_size=args.batch_size, progress=args.progress)
     finally:
         lock.release()
@@ -246,14 +282,15 @@ def index_query(args: argparse.Namespace) -> int:
     from bertforge.embed.index import VectorIndex, require_faiss, rerank
 
     require_faiss()
+    _device(args)
     if args.k <= 0:
         raise BertforgeError(f"-k must be positive, got {args.k}")
     index = VectorIndex.load(args.index)
-    model = index.load_model(args.model)
+    model = _placed(index.load_model(args.model), args)
     results = index.search(model, args.question, k=args.k)
     if args.rerank:
         from bertforge.embed.cross_encoder import CrossEncoder
-        ce = CrossEncoder.from_pretrained(args.rerank)
+        ce = _placed(CrossEncoder.from_pretrained(args.rerank), args)
         results = [rerank(hits, q, ce) for q, hits in zip(args.question, results)]
     for question, hits in zip(args.question, results):
         if args.json:

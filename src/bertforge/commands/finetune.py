@@ -34,6 +34,8 @@ def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
     p.add_argument("--eval-batch-size", type=int, default=64, metavar="N", help="evaluation batch size (default: 64)")
     p.add_argument("--limit", type=int, metavar="N", help="use only the first N evaluation examples")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (falls back to eager with one line where it cannot)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
 
 
@@ -90,6 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _data_args(ev, train=False)
     ev.add_argument("--split", default="dev", choices=("dev", "test"),
                     help="which file of --data to score: dev (dev/valid/validation) or test (default: dev)")
+    ev.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
+                    help="fp32 (default), bf16 or fp16 (GPU only) autocast")
     ev.set_defaults(func=run_evaluate)
 
     pr = subparsers.add_parser("predict", help="predictions of a fine-tuned model as JSONL",
@@ -101,7 +105,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pr.add_argument("--input", required=True, metavar="FILE", help="inputs to predict")
     pr.add_argument("--out", metavar="FILE", help="write JSONL here (default: stdout)")
     pr.add_argument("--batch-size", type=int, default=64, metavar="N", help="batch size (default: 64)")
-    pr.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    pr.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
+    pr.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
+                    help="fp32 (default), bf16 or fp16 (GPU only) autocast")
+    pr.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (falls back to eager with one line where it cannot)")
     pr.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     pr.set_defaults(func=run_predict)
 
@@ -120,7 +128,9 @@ def _config(args: argparse.Namespace, model: str, out: str):
     kw = dict(task=args.task, model=model, out=out, data=args.data, train=getattr(args, "train", None),
               eval=args.eval, max_seq_len=args.max_seq_len, eval_batch_size=args.eval_batch_size,
               eval_limit=args.limit, text_col=args.text_col, text_pair_col=args.text_pair_col,
-              label_col=args.label_col, device=args.device, progress=args.progress)
+              label_col=args.label_col, device=args.device, compile=args.compile, progress=args.progress)
+    if args.func is run_evaluate:
+        kw.update(precision=args.precision)
     if args.func is run_finetune:
         kw.update(epochs=args.epochs, max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size,
                   warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, seed=args.seed, runs=args.runs,
@@ -163,7 +173,8 @@ def run_predict(args: argparse.Namespace) -> int:
     _positive("--batch-size", args.batch_size)
     if args.out:
         prepare_output_file(args.out, what="--out")  # before the model is loaded and every input predicted
-    records = predict(args.model, args.input, batch_size=args.batch_size, device=args.device, progress=args.progress)
+    records = predict(args.model, args.input, batch_size=args.batch_size, device=args.device, progress=args.progress,
+                      precision=args.precision, compile=args.compile)
     write_jsonl(records, args.out)
     if args.out:
         print(f"{len(records)} predictions -> {args.out}")

@@ -70,6 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--workers", type=int, default=1, metavar="N", help="tokenising processes (default: 1)")
     pre.add_argument("--threads", type=int, metavar="N",
                      help="torch threads per process (default: the cores divided among the processes; lower it on a machine shared with other jobs)")
+    pre.add_argument("--device", default="auto", metavar="DEV",
+                     help="auto (a GPU when there is one) | cpu | cuda | cuda:N (default: auto)")
+    pre.add_argument("--compile", action="store_true",
+                     help="torch.compile the model (falls back to eager with one line where it cannot)")
     pre.add_argument("--no-progress", action="store_true", help="no progress bars")
     pre.set_defaults(func=run_pretrain)
 
@@ -170,7 +174,8 @@ def run_pretrain(args: argparse.Namespace) -> int:
         precision=args.precision or default_precision(), seed=args.seed, resume=args.resume, overwrite=args.overwrite,
         init_from=Path(args.init_from) if args.init_from else None, heldout_fraction=args.heldout_fraction,
         eval_batches=args.eval_batches, log_every=args.log_every, save_every=args.save_every,
-        workers=args.workers, threads=args.threads, progress=not args.no_progress)
+        workers=args.workers, threads=args.threads, progress=not args.no_progress, device=args.device,
+        compile=args.compile)
     pretrain(opts)
     return 0
 

@@ -19,6 +19,7 @@ from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.tasks.models import SequenceClassifier, encoder_config, save_task_model
 from bertforge.tokenization import Tokenizer
+from bertforge.training.accel import INFERENCE_PRECISIONS, autocast, check_precision
 
 
 class CrossEncoder(SequenceClassifier):
@@ -30,18 +31,24 @@ class CrossEncoder(SequenceClassifier):
         self.max_length = min(max_length, cfg.max_position_embeddings - cfg.position_offset)
 
     @torch.inference_mode()
-    def predict(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32) -> np.ndarray:
-        """Scores [N] (num_labels = 1) or logits [N, num_labels] for the pairs (queries[i], passages[i])."""
+    def predict(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32,
+                precision: str = "fp32") -> np.ndarray:
+        """Scores [N] (num_labels = 1) or logits [N, num_labels] for the pairs (queries[i], passages[i]), on the
+        model's device; precision fp32, or bf16 / fp16 autocast (fp16 on a GPU only)."""
         if self.tokenizer is None:
             raise BertforgeError("this cross-encoder has no tokenizer")
         if len(queries) != len(passages):
             raise BertforgeError(f"{len(queries)} queries for {len(passages)} passages")
+        device = next(self.parameters()).device
+        check_precision(precision, device, allowed=INFERENCE_PRECISIONS)
         self.eval()
         outs = []
         for s in range(0, len(queries), batch_size):
             batch = self.tokenizer(list(queries[s:s + batch_size]), pairs=list(passages[s:s + batch_size]),
                                    max_length=self.max_length, padding="longest", truncation=True)
-            outs.append(self(**batch)["logits"].float())
+            with autocast(device, precision):
+                logits = self(**{k: v.to(device, non_blocking=True) for k, v in batch.items()})["logits"]
+            outs.append(logits.float().cpu())
         logits = torch.cat(outs) if outs else torch.zeros(0, self.num_labels)
         return (logits.squeeze(-1) if self.num_labels == 1 else logits).numpy()
 

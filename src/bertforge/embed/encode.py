@@ -4,8 +4,9 @@ Where the time goes for short texts on CPU, and what this does about it:
   * tokenisation: one Rust `encode_batch` call per chunk of texts (parallel), no per-batch tokenizer round trips;
   * padding: texts are sorted by *token* count (not characters), so most batches have one length and run with no
     attention mask at all (SDPA's unmasked kernel), and the others waste almost nothing on padding;
-  * the model: `bertforge.model.for_inference`'s copy of the encoder (Q/K/V pre-fused, optionally bf16 / int8),
-    cached until the source's parameters change, under `torch.inference_mode`;
+  * the model: `bertforge.model.for_inference`'s copy of the encoder (Q/K/V pre-fused, optionally bf16 / fp16 /
+    int8, optionally torch.compile'd), on the encoder's device, cached until the source's parameters change, under
+    `torch.inference_mode`; on a GPU, batches go over from pinned memory without blocking;
   * order: results are written back to each text's original row, so the output lines up with the input.
 Texts longer than the model's max_seq_length are truncated (like sentence-transformers); an empty text is
 encoded as [CLS] [SEP] (a valid, if uninformative, vector), so row i always belongs to input line i.
@@ -24,27 +25,30 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from bertforge.errors import BertforgeError
-from bertforge.model import PRECISIONS, Encoder, for_inference
+from bertforge.model import Encoder, for_inference
+from bertforge.training.accel import check_precision, compile_module, pin
 
 _CHUNK = 16384  # texts tokenised and sorted together; bounds memory for very large inputs
 
 Features = dict[str, torch.Tensor]
 
-# Inference copies per source encoder and precision, with the parameter versions they were built from. Weak keys:
-# a copy lives as long as its source does; it is a plain cache, never a submodule, so it is never saved.
-_COPIES: weakref.WeakKeyDictionary[Encoder, dict[str, tuple[tuple[int, ...], Encoder]]] = \
+# Inference copies per source encoder and (precision, compiled), with the parameter versions they were built from.
+# Weak keys: a copy lives as long as its source does; it is a plain cache, never a submodule, so it is never saved.
+_COPIES: weakref.WeakKeyDictionary[Encoder, dict[tuple[str, bool], tuple[tuple[int, ...], Encoder]]] = \
     weakref.WeakKeyDictionary()
 
 
-def inference_copy(encoder: Encoder, precision: str) -> Encoder:
-    """`for_inference(encoder, precision)`, rebuilt only when a source parameter has changed."""
+def inference_copy(encoder: Encoder, precision: str, compile: bool = False) -> Encoder:
+    """`for_inference(encoder, precision)` on the encoder's device (fp16: the fp32 copy in half precision),
+    compiled when asked; rebuilt only when a source parameter has changed."""
     # Every in-place update (optimizer.step, load_state_dict) bumps a tensor's version counter.
     stamp = tuple(p._version for p in encoder.parameters())
-    per_precision = _COPIES.setdefault(encoder, {})
-    hit = per_precision.get(precision)
+    copies = _COPIES.setdefault(encoder, {})
+    hit = copies.get((precision, compile))
     if hit is None or hit[0] != stamp:
-        hit = (stamp, for_inference(encoder, precision))
-        per_precision[precision] = hit
+        fast = for_inference(encoder, precision) if precision != "fp16" else for_inference(encoder).half()
+        hit = (stamp, compile_module(fast, compile))
+        copies[(precision, compile)] = hit
     return hit[1]
 
 
@@ -73,23 +77,27 @@ def pad_batch(ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 
 def encode(encoder: Encoder, token_ids: Callable[[list[str]], list[list[int]]], pad_id: int,
            pool: Callable[[Features], torch.Tensor], texts: Sequence[str], dim: int, batch_size: int = 32,
-           precision: str = "fp32", normalize: bool = False, progress: bool = True) -> np.ndarray:
+           precision: str = "fp32", normalize: bool = False, progress: bool = True,
+           compile: bool = False) -> np.ndarray:
     """Encode `texts` to an [N, dim] float32 array in input order.
 
     token_ids: texts -> unpadded, truncated id lists; pool: features (`token_embeddings`, optional
     `attention_mask`) -> sentence vectors, run in fp32. precision: "fp32" (matches sentence-transformers to
-    ~1e-6), "bf16" (weights and activations in bfloat16), "int8" (dynamic int8 quantisation). normalize: L2.
+    ~1e-6), "bf16" (weights and activations in bfloat16), "fp16" (GPU only), "int8" (dynamic int8 quantisation,
+    CPU only). normalize: L2. The model runs on the encoder's device; compile: torch.compile it (see
+    `bertforge.training.accel.compile_module`).
     """
     if isinstance(texts, str):
         raise BertforgeError("encode expects a list of texts, not a single string")
-    if precision not in PRECISIONS:
-        raise BertforgeError(f"unknown precision {precision!r} (expected {', '.join(PRECISIONS)})")
+    device = next(encoder.parameters()).device
+    check_precision(precision, device, "precision")
     if batch_size <= 0:
         raise BertforgeError(f"batch size must be positive, got {batch_size}")
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise BertforgeError(f"text {i} is a {type(t).__name__}, not a string")
-    fast = inference_copy(encoder, precision)
+    fast = inference_copy(encoder, precision, compile)
+    cuda = device.type == "cuda"
     out = np.zeros((len(texts), dim), dtype=np.float32)
     bar = tqdm(total=len(texts), unit="text", desc="embed", disable=not progress, leave=False)
     with torch.inference_mode():
@@ -97,6 +105,9 @@ def encode(encoder: Encoder, token_ids: Callable[[list[str]], list[list[int]]], 
             ids = token_ids(list(texts[start:start + _CHUNK]))
             for rows in length_batches([len(x) for x in ids], batch_size):
                 input_ids, mask = pad_batch([ids[r] for r in rows], pad_id)
+                if cuda:  # pinned, so the copy does not wait for the GPU to finish the batch before
+                    input_ids, mask = (None if t is None else pin(t).to(device, non_blocking=True)
+                                       for t in (input_ids, mask))
                 hidden = fast(input_ids, mask).last_hidden_state
                 features = {"token_embeddings": hidden.float()}  # the head (Pooling, Dense) is cheap: fp32
                 if mask is not None:
@@ -104,7 +115,7 @@ def encode(encoder: Encoder, token_ids: Callable[[list[str]], list[list[int]]], 
                 emb = pool(features)
                 if normalize:
                     emb = F.normalize(emb, p=2, dim=1)
-                out[start + rows] = emb.numpy()
+                out[start + rows] = emb.cpu().numpy()
                 bar.update(len(rows))
     bar.close()
     return out

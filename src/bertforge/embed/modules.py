@@ -242,6 +242,7 @@ class SentenceEncoder(nn.Sequential):
     """A bi-encoder: texts -> fixed-size vectors. `model(features)` runs the pipeline on tokenized features."""
 
     source: Path | None = None
+    compile_inference = False  # encode() with a torch.compile'd copy (`--compile`)
 
     def __init__(self, *modules: nn.Module):
         super().__init__(*modules)
@@ -287,14 +288,16 @@ class SentenceEncoder(nn.Sequential):
                normalize: bool | None = None, progress: bool = True) -> np.ndarray:
         """Texts -> [N, dim] float32 array in input order (fast path: see `bertforge.embed.encode`).
 
-        precision: "fp32" (matches sentence-transformers to ~1e-6), "bf16" or "int8". normalize: None keeps the
-        model's own choice (its final Normalize module), True/False forces L2 normalisation on/off.
+        precision: "fp32" (matches sentence-transformers to ~1e-6), "bf16", "fp16" (GPU) or "int8" (CPU).
+        normalize: None keeps the model's own choice (its final Normalize module), True/False forces L2
+        normalisation on/off. Runs on the model's device (`model.to("cuda")`).
         """
         head = nn.Sequential(*[m for m in list(self)[1:] if not isinstance(m, Normalize)])  # Pooling, Dense
         return encode_texts(self.transformer.bert, self.transformer.token_ids, self.tokenizer.pad_token_id,
                             lambda features: head(features)["sentence_embedding"], texts, self.dim,
                             batch_size=batch_size, precision=precision,
-                            normalize=self.normalizes if normalize is None else normalize, progress=progress)
+                            normalize=self.normalizes if normalize is None else normalize, progress=progress,
+                            compile=self.compile_inference)
 
     # ---- construction ------------------------------------------------------------------------------------------
     @classmethod

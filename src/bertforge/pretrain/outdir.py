@@ -19,7 +19,8 @@ from bertforge.rundir import RunDir, claim_output_dir
 from bertforge.training.distributed import broadcast_object
 
 # How long and how it is watched, not what is learned: a resume may change these.
-RESUMABLE = ("max_steps", "time_budget", "threads", "log_every", "save_every", "workers", "progress")
+RESUMABLE = ("max_steps", "time_budget", "threads", "log_every", "save_every", "workers", "progress", "device",
+             "compile")
 
 
 def _path(p: Path | str | None) -> str | None:

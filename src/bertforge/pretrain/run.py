@@ -112,7 +112,7 @@ def pretrain(opts: PretrainOptions) -> dict[str, Any]:
     is_main = rank == 0
     # The process group is needed before the Trainer exists (rank 0 prepares, the others wait at a barrier);
     # the Trainer then finds it initialised and reuses it.
-    device = resolve_device("auto", local_rank)
+    device = resolve_device(opts.device, local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     owns_group = init_distributed(device) if world > 1 else False
@@ -186,7 +186,7 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
                       # a continued checkpoint's pooler gets no gradient from an objective without a sentence task
                       ddp_find_unused_parameters=(getattr(model.config, "use_pooler", False)
                                                   and not uses_pooler(opts.recipe.objective)),
-                      device=str(device),
+                      device=str(device), compile=opts.compile,
                       extra={"recipe": asdict(opts.recipe), "size": opts.size, "seq_len": opts.seq_len})
     trainer = Trainer(model, loader, cfg, eval_fn=eval_fn, save_fn=save_fn_for(tok), load_fn=load_objective)
     n_params = sum(p.numel() for p in model.parameters())

@@ -57,6 +57,7 @@ class FinetuneConfig:
     doc_stride: int = 128
     max_query_length: int = 64
     device: str = "auto"
+    compile: bool = False  # torch.compile the model (training and evaluation; eager fallback with one line)
     progress: bool = True
     save_checkpoints: bool = True  # per-epoch trainer checkpoints (needed for --resume)
 

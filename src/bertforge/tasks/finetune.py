@@ -149,7 +149,7 @@ def summarize(values: list[float]) -> dict[str, float]:
 
 # What a resume may change: how long to train, and how fast to evaluate. Everything else in run_options() shapes
 # the checkpoints (or which one is best), so a resume that changes it is refused.
-MAY_CHANGE = ("epochs", "max_steps", "eval_batch_size", "device")
+MAY_CHANGE = ("epochs", "max_steps", "eval_batch_size", "device", "compile")
 
 
 def _file_identity(path: Path) -> list:
@@ -173,7 +173,7 @@ def run_options(cfg: FinetuneConfig, model_dir: Path, train_file: Path | None,
         "head": cfg.head if cfg.freeze else None, "precision": cfg.precision,
         "no_group_by_length": not cfg.group_by_length,
         "epochs": cfg.epochs, "max_steps": cfg.max_steps,
-        "eval_batch_size": cfg.eval_batch_size, "device": cfg.device,
+        "eval_batch_size": cfg.eval_batch_size, "device": cfg.device, "compile": cfg.compile,
     }
     weights = [model_dir / n for n in ("config.json", "model.safetensors", "pytorch_model.bin")]
     fingerprint = {"model": [_file_identity(p) for p in weights if p.is_file()]}
@@ -261,7 +261,7 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
                      max_steps=cfg.max_steps, num_epochs=None if cfg.max_steps else cfg.epochs,
                      precision=cfg.precision, eval_every=every if data.evaluate else None,
                      save_every=every if cfg.save_checkpoints else None, keep_checkpoints=1, seed=seed,
-                     device=cfg.device, progress=cfg.progress, plot=False, resume=cfg.resume, overwrite=False,
+                     device=cfg.device, compile=cfg.compile, progress=cfg.progress, plot=False, resume=cfg.resume, overwrite=False,
                      best_metric=data.main_metric if data.evaluate else None, log_every=max(1, min(50, every)),
                      extra={"task": cfg.task})
     trainer = Trainer(model, loader, tc, eval_fn=data.evaluate, save_fn=save_fn, load_fn=load_pretrained)
@@ -296,7 +296,10 @@ def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "de
     from bertforge.tasks.models import load_task_model
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
+    from bertforge.training.accel import autocast, check_precision, compile_module
 
+    device = resolve_device(cfg.device)  # a missing GPU or an impossible precision: before any reading
+    check_precision(cfg.precision, device, allowed=("fp32", "bf16", "fp16"))
     path = load_model_dir(model_path)
     task, labels = saved_task(path)
     if task.get("kind") != cfg.kind:
@@ -306,5 +309,6 @@ def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "de
     _, evaluation = read_examples(cfg, kind, split, need_train=False)  # checked before the model is loaded
     data = encode_data(cfg, kind, [], evaluation, Tokenizer.from_pretrained(path))
     model, _, _ = load_task_model(path)
-    model.to(resolve_device(cfg.device))
-    return data.evaluate(model)  # type: ignore[misc]
+    compile_module(model.to(device), cfg.compile)
+    with autocast(device, cfg.precision):
+        return data.evaluate(model)  # type: ignore[misc]

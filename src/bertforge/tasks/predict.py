@@ -15,22 +15,27 @@ from bertforge.fileio import atomic_write_text, write_errors
 
 
 def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64, device: str = "auto",
-            progress: bool = True) -> list[dict[str, Any]]:
-    """Predictions for every example in `input_path`, in input order."""
+            progress: bool = True, precision: str = "fp32", compile: bool = False) -> list[dict[str, Any]]:
+    """Predictions for every example in `input_path`, in input order, on `device` (fp32, or bf16 / fp16
+    autocast; torch.compile'd with `compile`)."""
     from bertforge.tasks.folders import load_model_dir, saved_task
     from bertforge.tasks.kinds import kind_from_saved
     from bertforge.tasks.models import load_task_model
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
+    from bertforge.training.accel import autocast, check_precision, compile_module
 
+    run_on = resolve_device(device)  # a missing GPU or an impossible precision: before any reading
+    check_precision(precision, run_on, allowed=("fp32", "bf16", "fp16"))
     path = load_model_dir(model_dir)
     kind = kind_from_saved(path, *saved_task(path))
     examples = kind.read_inputs(Path(input_path))
     kind.check(examples, Path(input_path), labelled=False)  # before the model is loaded
     enc = kind.encode(examples, Tokenizer.from_pretrained(path))
     model, _, _ = load_task_model(path)
-    model.to(resolve_device(device))
-    return kind.predict(model, enc, batch_size, progress)
+    compile_module(model.to(run_on), compile)
+    with autocast(run_on, precision):
+        return kind.predict(model, enc, batch_size, progress)
 
 
 def write_jsonl(records: list[dict[str, Any]], path: str | Path | None) -> None:

@@ -66,6 +66,8 @@ class TrainConfig:
     keep_checkpoints: int | None = 2  # None keeps every checkpoint
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    compile: bool = False  # torch.compile the model's forward while training (falls back to eager with one line)
+    prefetch: int = 2  # batches prepared ahead in a background thread (0: in the loop, between steps)
     progress: bool = True
     plot: bool = True
     resume: bool | str | Path = False  # True: out_dir/checkpoints/latest (fresh start if none); or a checkpoint dir
@@ -106,6 +108,8 @@ class TrainConfig:
             raise BertforgeError(f"TrainConfig.decay_ratio: must be in (0, 1], got {self.decay_ratio}")
         if self.precision not in ("fp32", "bf16"):
             raise BertforgeError(f"TrainConfig.precision: expected 'fp32' or 'bf16', got {self.precision!r}")
+        if isinstance(self.prefetch, bool) or self.prefetch < 0:
+            raise BertforgeError(f"TrainConfig.prefetch: must be >= 0, got {self.prefetch!r}")
         if self.lr <= 0:
             raise BertforgeError(f"TrainConfig.lr: must be > 0, got {self.lr}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:

@@ -1,8 +1,11 @@
-"""`ResumableLoader`: a deterministic, shardable, resumable batch iterator (collation in the main process)."""
+"""`ResumableLoader`: a deterministic, shardable, resumable batch iterator; `BackgroundBatches` runs it ahead in a
+background thread so that collation and masking overlap the training step."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import queue
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -10,6 +13,7 @@ import torch
 from torch.utils.data import default_collate
 
 from bertforge.errors import BertforgeError
+from bertforge.training.accel import pin
 
 # Length grouping sorts inside chunks of this many batches: big enough to cut padding, small enough to stay random.
 _GROUP_CHUNK_BATCHES = 50
@@ -157,6 +161,100 @@ class ResumableLoader:
     def batch_indices(self, epoch: int | None = None) -> list[list[int]]:
         """This rank's batches of `epoch` (default: current) as index lists; for inspection and tests."""
         return [b.tolist() for b in self._rank_batches(self.epoch if epoch is None else epoch)]
+
+
+class BackgroundBatches:
+    """The batches of `loader`, epoch after epoch, prepared up to `depth` ahead in a background thread.
+
+    Collation and dynamic masking (numpy) and pinning then overlap the model's step, since torch releases the GIL
+    in its kernels. The batch order is the loader's own: every collator here draws its randomness from
+    (seed, epoch, index), never from a global generator, so a run is the same with or without the thread.
+    `next()` returns `(batch, state)`, `state` being the loader's `state_dict()` just after that batch: what a
+    checkpoint must record, since the loader itself has run ahead. `close()` stops the thread and rewinds the
+    loader to the last batch handed out. An error in the thread is raised by the `next()` that would have
+    received its batch. `pin_memory`: page-locked batches for non-blocking copies to a GPU.
+    """
+
+    def __init__(self, loader: Iterable, depth: int = 2, pin_memory: bool = False) -> None:
+        if depth < 1:
+            raise BertforgeError(f"BackgroundBatches.depth: must be >= 1, got {depth}")
+        self.loader = loader
+        self.state: dict | None = loader.state_dict() if hasattr(loader, "state_dict") else None
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(pin_memory,), name="bertforge-batches", daemon=True)
+        self._thread.start()
+
+    def _run(self, pin_memory: bool) -> None:
+        try:
+            while not self._stop.is_set():
+                empty = True
+                for batch in self.loader:
+                    empty = False
+                    state = self.loader.state_dict() if hasattr(self.loader, "state_dict") else None
+                    if not self._put((pin(batch) if pin_memory else batch, state, None)):
+                        return
+                if empty:
+                    raise BertforgeError("train_loader yielded no batches (dataset smaller than one batch?)")
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            self._put((None, None, exc))
+
+    def _put(self, item: tuple) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> "BackgroundBatches":
+        return self
+
+    def __next__(self) -> tuple[Any, dict | None]:
+        batch, state, exc = self._queue.get()
+        if exc is not None:
+            self.close()
+            raise exc
+        self.state = state
+        return batch, state
+
+    def close(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join()
+        if self.state is not None and hasattr(self.loader, "load_state_dict"):
+            self.loader.load_state_dict(self.state)
+
+
+class InlineBatches(BackgroundBatches):
+    """`BackgroundBatches` without the thread (prefetch 0): each batch is made when it is asked for."""
+
+    def __init__(self, loader: Iterable) -> None:  # noqa: super-init-not-called - no thread, no queue
+        self.loader, self._it = loader, None
+        self.state = loader.state_dict() if hasattr(loader, "state_dict") else None
+
+    def __next__(self) -> tuple[Any, dict | None]:
+        for _ in range(2):  # the end of an epoch: the next iter() starts the following one
+            if self._it is None:
+                self._it = iter(self.loader)
+            try:
+                batch = next(self._it)
+            except StopIteration:
+                self._it = None
+                continue
+            self.state = self.loader.state_dict() if hasattr(self.loader, "state_dict") else None
+            return batch, self.state
+        raise BertforgeError("train_loader yielded no batches (dataset smaller than one batch?)")
+
+    def close(self) -> None:
+        self._it = None
+
+
+def batch_stream(loader: Iterable, prefetch: int, pin_memory: bool = False) -> BackgroundBatches:
+    """`(batch, loader state after it)` pairs, epoch after epoch: made `prefetch` ahead in a thread, or inline."""
+    return BackgroundBatches(loader, prefetch, pin_memory) if prefetch else InlineBatches(loader)
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

@@ -22,7 +22,8 @@ from bertforge.errors import BertforgeError
 from bertforge.training import distributed as D
 from bertforge.training.config import TrainConfig
 from bertforge.training.distributed import resolve_device
-from bertforge.training.loader import count_tokens, to_device
+from bertforge.training.accel import compile_module, uncompile
+from bertforge.training.loader import BackgroundBatches, batch_stream, count_tokens, to_device
 from bertforge.training.optim import build_optimizer, build_schedule
 from bertforge.training.state import (
     STATE_FILE,
@@ -207,7 +208,8 @@ class Trainer:
             self._logs = (MetricsLog(self.out_dir / "metrics.jsonl", resumed_at),
                           MetricsLog(self.out_dir / "speed.jsonl", resumed_at))
             self.checkpoints.clean_temp()
-        self._batches = None
+        self._batches: BackgroundBatches | None = None
+        compile_module(self.model, self.cfg.compile)  # in place; undone when train() returns
         self._run_start = time.perf_counter()
         self._window.start_clock()
         self._first_step_of_run = True
@@ -236,6 +238,9 @@ class Trainer:
                 D.barrier()
                 self.load_fn(self.model, self.best_dir)
         finally:
+            if self._batches is not None:
+                self._batches.close()  # rewinds the loader to the last batch trained on
+            uncompile(self.model)  # a compiled forward is bound to this module: never leave it behind
             self.train_seconds = self._elapsed()
             self.pbar.close()
             for f in self._logs or ():
@@ -262,16 +267,15 @@ class Trainer:
         return self._stop or (self.total_steps is not None and self.step >= self.total_steps)
 
     def _next_batch(self) -> Any:
-        if self._batches is None:
-            self._batches = iter(self.loader)
-        try:
-            return next(self._batches)
-        except StopIteration:  # end of epoch: the next iter() starts the following one
-            self._batches = iter(self.loader)
-            try:
-                return next(self._batches)
-            except StopIteration:
-                raise BertforgeError("train_loader yielded no batches (dataset smaller than one batch?)") from None
+        if self._batches is None:  # prefetch > 0: made ahead in a thread, pinned for a non-blocking copy to a GPU
+            self._batches = batch_stream(self.loader, self.cfg.prefetch, self.device.type == "cuda")
+        return next(self._batches)[0]
+
+    def _loader_position(self) -> dict | None:
+        """The loader's state after the last batch trained on (the loader itself may have run ahead)."""
+        if self._batches is not None:
+            return self._batches.state
+        return self.loader.state_dict() if hasattr(self.loader, "state_dict") else None
 
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.precision == "bf16")
@@ -368,11 +372,12 @@ class Trainer:
             speed.write({"step": record["step"], **timing})
 
     def _epoch(self) -> float | None:
-        epoch = getattr(self.loader, "epoch", None)
+        state = self._loader_position() or {}
+        epoch = state.get("epoch", getattr(self.loader, "epoch", None))
         if epoch is None:
             return None
         try:
-            return epoch + getattr(self.loader, "position", 0) / max(1, len(self.loader))  # type: ignore[arg-type]
+            return epoch + state.get("position", 0) / max(1, len(self.loader))  # type: ignore[arg-type]
         except TypeError:
             return float(epoch)
 
@@ -416,7 +421,7 @@ class Trainer:
         if self.is_main:
             state = {
                 "step": self.step,
-                "loader": self.loader.state_dict() if hasattr(self.loader, "state_dict") else None,
+                "loader": self._loader_position(),
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "per_rank": per_rank,

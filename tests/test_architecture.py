@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bertforge"
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "fileio", "files", "labels", "rundir"),
     ("config", "config_schemas", "tokenization", "tokenizer_train"),
-    ("model", "checkpoint", "heads"),
+    ("model", "checkpoint", "heads", "runtime"),
     ("data", "training"),
     ("generation", "pretrain", "tasks", "embed", "distill", "analysis"),
     ("serve",),  # calls the same encode / predict functions the CLI calls

@@ -1,8 +1,11 @@
-"""Compression: `quantize` (int8 close to fp32; `predict`, `evaluate` and `embed` load it) and `export` (ONNX in
-onnxruntime matches PyTorch to 1e-4 for an encoder, a sentence encoder and a task model); bad input is one line."""
+"""Compression: `quantize` (int8 weights on disk, close to fp32, reloading bit for bit as quantised; `predict`,
+`evaluate` and `embed` load it) and `export` (ONNX in onnxruntime matches PyTorch to 1e-4 for an encoder, a
+sentence encoder and a task model; `predict`, `evaluate` and `embed` run the exported folder or either .onnx file);
+bad input is one line."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +14,11 @@ import torch
 
 from bertforge.distill.compress import SAMPLE, quantize
 from bertforge.embed import SentenceEncoder
+from bertforge.errors import BertforgeError
 from bertforge.model import Encoder
 from bertforge.tasks.config import FinetuneConfig
 from bertforge.tasks.finetune import evaluate_model
-from bertforge.tasks.models import load_task_model
+from bertforge.tasks.models import init_from_pretrained, load_task_model
 from bertforge.tasks.predict import predict
 from bertforge.tokenization import Tokenizer
 from test_distill import tiny  # noqa: F401 (fixture)
@@ -101,3 +105,83 @@ def test_bad_inputs_are_one_line(tiny, tmp_path):  # noqa: F811
         assert not (tmp_path / "o").exists()
     proc = run("export", "--model", tmp_path, "--out", tmp_path / "o")
     one_line_error(proc, "no config.json")
+
+
+def _batch(path: Path) -> dict[str, torch.Tensor]:
+    return Tokenizer.from_pretrained(path)(SAMPLE, max_length=32, padding="longest", truncation=True,
+                                           return_tensors="pt")
+
+
+def test_quantized_folder_stores_int8_and_reloads_exactly(tiny, sentence_encoder, tmp_path):  # noqa: F811
+    from safetensors.torch import load_file
+
+    from bertforge.model import QUANT_FIELD, for_inference
+
+    out = tmp_path / "q"
+    record = quantize(tiny["teacher"], out)
+    assert not (out / "model.safetensors").exists()
+    stored = load_file(str(out / "model.int8.safetensors"))
+    assert stored["bert.encoder.layer.0.attention.self.qkv.weight"].dtype == torch.int8
+    assert stored["bert.encoder.layer.0.output.dense.weight"].dtype == torch.float32  # kept fp32 on purpose
+    assert record["weights_bytes_int8"] < 0.6 * record["weights_bytes_fp32"]  # 4 bytes -> 1 for most weights
+    # what loads is exactly the fp32 model quantised in memory (what `quantize` used to re-derive at every load)
+    want, _, _ = load_task_model(tiny["teacher"])
+    want.bert = for_inference(want.bert, "int8")
+    got, _, _ = load_task_model(out)
+    batch = _batch(out)
+    with torch.no_grad():
+        expected = want(**batch)["logits"]
+        assert torch.equal(got(**batch)["logits"], expected)
+        # a folder quantised by an older bertforge (fp32 weights + the config field) still loads, to the same model
+        old = tmp_path / "old"
+        shutil.copytree(tiny["teacher"], old)
+        config = json.loads((old / "config.json").read_text())
+        (old / "config.json").write_text(json.dumps({**config, QUANT_FIELD: {"method": "dynamic_int8"}}))
+        assert torch.equal(load_task_model(old)[0](**batch)["logits"], expected)
+    # transformers finds no weights it can read, rather than loading int8 numbers as float weights
+    import transformers
+    with pytest.raises(OSError, match="model.safetensors"):
+        transformers.AutoModelForSequenceClassification.from_pretrained(out)
+    # a sentence encoder: the quantised folder embeds exactly as the fp32 model's int8 path does
+    st_out = tmp_path / "st"
+    quantize(sentence_encoder, st_out)
+    a = SentenceEncoder.from_pretrained(sentence_encoder).encode(SAMPLE, precision="int8", progress=False)
+    b = SentenceEncoder.from_pretrained(st_out).encode(SAMPLE, progress=False)
+    np.testing.assert_array_equal(a, b)
+    # an inference-only folder cannot be trained on or quantised again
+    proc = run("quantize", "--model", out, "--out", tmp_path / "again")
+    one_line_error(proc, "already quantised")
+    with pytest.raises(BertforgeError, match="inference-only"):
+        init_from_pretrained(out, "classify", 2)
+
+
+def test_predict_evaluate_and_embed_run_the_onnx_export(tiny, sentence_encoder, tmp_path):  # noqa: F811
+    from bertforge.distill.compress import export_onnx
+    from bertforge.runtime import OnnxModel
+
+    cls = tmp_path / "cls"
+    export_onnx(tiny["teacher"], cls, int8=True)
+    assert isinstance(load_task_model(cls)[0], OnnxModel)
+    (tmp_path / "in.txt").write_text("good movie\nawful film\nthe plot was dull\n", encoding="utf-8")
+    p32 = predict(tiny["teacher"], tmp_path / "in.txt", progress=False)
+    onnx = predict(cls, tmp_path / "in.txt", progress=False)
+    assert [p["label"] for p in onnx] == [p["label"] for p in p32]
+    assert [p["score"] for p in onnx] == pytest.approx([p["score"] for p in p32], abs=1e-4)
+    int8 = predict(cls / "model.int8.onnx", tmp_path / "in.txt", progress=False)
+    assert [p["score"] for p in int8] == pytest.approx([p["score"] for p in p32], abs=0.05)
+    cfg = FinetuneConfig(task="sst2", model=cls, out=cls, data=tiny["data"], progress=False)
+    assert evaluate_model(cls, cfg) == pytest.approx(evaluate_model(tiny["teacher"], cfg), abs=1e-6)
+    # a sentence encoder: same vectors as PyTorch through onnxruntime, int8 close; the CLI takes either file
+    st = tmp_path / "st"
+    export_onnx(sentence_encoder, st, int8=True)
+    a = SentenceEncoder.from_pretrained(sentence_encoder).encode(SAMPLE, progress=False)
+    np.testing.assert_allclose(SentenceEncoder.from_pretrained(st).encode(SAMPLE, progress=False), a, atol=1e-4)
+    (tmp_path / "t.txt").write_text("\n".join(SAMPLE) + "\n", encoding="utf-8")
+    proc = run("embed", "--model", st / "model.int8.onnx", "--input", tmp_path / "t.txt", "--out",
+               tmp_path / "v.npy", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    assert (np.load(tmp_path / "v.npy") * a).sum(1).min() > 0.95
+    proc = run("embed", "--model", st, "--precision", "int8", "--input", tmp_path / "t.txt", "--out",
+               tmp_path / "w.npy", "--no-progress")
+    one_line_error(proc, "model.int8.onnx")
+    assert not (tmp_path / "w.npy").exists()

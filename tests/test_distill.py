@@ -195,3 +195,50 @@ def test_general_distillation_bad_inputs_are_one_line(tiny, mlm_teacher, tmp_pat
                "--max-steps", "2")
     one_line_error(proc, "no config.json")
     assert not (tmp_path / "o").exists()
+
+
+# ---- resume ---------------------------------------------------------------------------------------------------------
+class _Crash(Exception):
+    pass
+
+
+def _crash_at(monkeypatch, cls: type, call: int) -> None:
+    """Make cls.forward raise on its `call`-th training call: an interrupted run."""
+    forward, count = cls.forward, [0]
+
+    def crashing(self, *args, **kwargs):
+        count[0] += 1
+        if count[0] == call:
+            raise _Crash
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "forward", crashing)
+
+
+def test_interrupted_distillation_resumes_to_the_uninterrupted_result(tiny, mlm_teacher, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from bertforge.distill.general import GeneralDistillConfig, GeneralDistiller, distill_general
+    from bertforge.distill.task import Distiller
+
+    task = dict(teacher=tiny["teacher"], task="sst2", data=tiny["data"], student="layers:2", max_steps=6,
+                save_every=2, batch_size=16, lr=1e-3)
+    general = dict(teacher=mlm_teacher, corpus=[str(tiny["corpus"])], max_steps=6, save_every=2, seq_len=32,
+                   batch_size=8, lr=1e-3)
+    for cls, run_fn, config, kw in ((Distiller, distill_task, TaskDistillConfig, task),
+                                    (GeneralDistiller, distill_general, GeneralDistillConfig, general)):
+        whole = run_fn(config(out=tmp_path / f"{cls.__name__}-whole", **kw))
+        broken = tmp_path / f"{cls.__name__}-broken"
+        with monkeypatch.context() as m:
+            _crash_at(m, cls, 5)  # during step 5: the latest checkpoint is step 4
+            with pytest.raises(_Crash):
+                run_fn(config(out=broken, **kw))
+        resumed = run_fn(config(out=broken, resume=True, **kw))
+        assert resumed["steps"] == whole["steps"] == 6
+        a = load_file(str(tmp_path / f"{cls.__name__}-whole" / "model.safetensors"))
+        b = load_file(str(broken / "model.safetensors"))
+        assert a.keys() == b.keys()
+        for k in a:
+            torch.testing.assert_close(b[k], a[k], msg=k)
+        with pytest.raises(BertforgeError, match="nothing to resume"):  # a finished run
+            run_fn(config(out=broken, resume=True, **kw))

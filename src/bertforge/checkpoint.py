@@ -29,6 +29,7 @@ from bertforge.fileio import atomic_write, atomic_write_text
 log = logging.getLogger(__name__)
 
 # Read off the one family table (bertforge.config.FAMILIES).
+INT8_WEIGHTS = "model.int8.safetensors"  # `bertforge quantize`'s int8 weights (bertforge.model.int8)
 FAMILY_PREFIX = {name: fam.weight_prefix for name, fam in FAMILIES.items()}
 BASE_ARCHITECTURE = {name: fam.base_architecture for name, fam in FAMILIES.items()}
 
@@ -229,6 +230,9 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], Path]:
         except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file for the user
             raise BertforgeError(f"{pt}: cannot be read safely with weights_only=True ({err})") from None
         source = pt
+    elif (path / INT8_WEIGHTS).is_file() or any(path.glob("*.onnx")):
+        raise BertforgeError(f"{path}: holds an inference-only model (int8 weights or an ONNX graph), which cannot "
+                             "be trained or converted; use the fp32 model it was made from")
     else:
         raise BertforgeError(f"{path}: no model.safetensors or pytorch_model.bin")
     # Legacy TF-converted checkpoints name LayerNorm parameters gamma / beta.

@@ -108,6 +108,16 @@ def iterative_mask(model: nn.Module, enc, fraction: float, step: float = 0.1, ba
                    max_examples: int | None = None, progress: bool = True) -> np.ndarray:
     """Michel et al.'s iterative pruning: remove the least important `step` share of heads, re-score with them
     masked, repeat until `fraction` of the heads are gone. Every layer keeps at least one head. [L, H] 0/1."""
+    mask = None
+    for mask in iterative_masks(model, enc, fraction, step, batch_size, max_examples, progress):
+        pass
+    return mask
+
+
+def iterative_masks(model: nn.Module, enc, fraction: float, step: float = 0.1, batch_size: int = 32,
+                    max_examples: int | None = None, progress: bool = True):
+    """The masks of `iterative_mask` after each of its steps (a copy each), from all ones to the final one:
+    one pass gives a whole pruning curve."""
     if not 0.0 < fraction < 1.0:
         raise BertforgeError(f"--fraction must be between 0 and 1 (exclusive), got {fraction}")
     encoder = encoder_of(model)
@@ -119,6 +129,7 @@ def iterative_mask(model: nn.Module, enc, fraction: float, step: float = 0.1, ba
     total = sum(counts)
     target = min(int(round(fraction * total)), total - len(counts))
     per_step = max(1, int(round(step * total)))
+    yield mask.copy()
     while total - int(mask.sum()) < target:
         scores = head_importance(model, enc, mask, batch_size, max_examples, progress=progress)
         candidates = [(scores[i, h], i, h) for i in range(len(counts)) for h in range(counts[i]) if mask[i, h]]
@@ -131,7 +142,7 @@ def iterative_mask(model: nn.Module, enc, fraction: float, step: float = 0.1, ba
                 removed += 1
         if removed == 0:
             break
-    return mask
+        yield mask.copy()
 
 
 def prune_masked(model: nn.Module, mask: np.ndarray) -> dict[int, list[int]]:

@@ -1,15 +1,18 @@
 """Compression: dynamic int8 quantisation (`quantize`) and ONNX export (`export`) of encoders, sentence encoders
 and task models.
 
-`quantize` writes a copy of the model folder whose config.json carries `bertforge_quantization`; the loaders
-(`tasks.models.load_task_model`, `embed`'s Transformer) then run the encoder through torch's dynamic int8
-quantisation (`model.for_inference(..., "int8")`: int8 Linear weights per output channel, activations quantised
-per batch; the FFN output projection stays fp32). The weights on disk stay fp32, so the folder still loads in
-transformers and the int8 weights are re-derived exactly at load time.
+`quantize` writes a copy of the model folder whose encoder is torch's dynamic int8 quantisation
+(`model.for_inference(..., "int8")`: int8 Linear weights per output channel, activations quantised per batch; the
+FFN output projection stays fp32), stored as int8: `model.int8.safetensors` holds the int8 weights and their
+scales (`bertforge.model.int8`), and config.json carries `bertforge_quantization`. The folder is smaller on disk
+and loads in `embed`, `predict`, `evaluate` and `serve` exactly as the quantised model was before saving (the
+copy is reloaded and compared before `quantize` returns); it is bertforge's layout, so transformers does not load
+it (it finds no model.safetensors).
 
 `export` traces the model into ONNX (opset 17, dynamic batch and sequence axes), runs the file in onnxruntime on a
 padded batch and refuses it unless fp32 max |diff| <= 1e-4 against PyTorch; `--int8` adds onnxruntime's dynamic
-int8 quantisation of the same graph (model.int8.onnx).
+int8 quantisation of the same graph (model.int8.onnx). `embed`, `predict` and `evaluate` run the exported folder
+(model.onnx) or either .onnx file through onnxruntime (`bertforge.runtime`).
 """
 from __future__ import annotations
 
@@ -25,8 +28,9 @@ from torch import nn
 from bertforge.errors import BertforgeError
 from bertforge.fileio import atomic_write, atomic_write_text
 from bertforge.files import read_json
+from bertforge.model import INT8_WEIGHTS, QUANT_FIELD, for_inference, save_int8
+from bertforge.runtime import onnx_file
 
-QUANT_FIELD = "bertforge_quantization"
 EXPORTABLE = ("encoder", "sentence-encoder", "classify", "regress", "tag", "qa")
 PARITY_TOL = 1e-4
 SAMPLE = ["A quick test sentence.", "Distillation keeps most of the accuracy at a fraction of the cost, they say.",
@@ -56,8 +60,34 @@ def _copy_tree(src: Path, dst: Path, skip: set[str] = frozenset()) -> None:
         atomic_write(dst / rel, lambda tmp, f=f: shutil.copyfile(f, tmp))
 
 
+def _refuse_inference_only(src: Path, verb: str) -> None:
+    if onnx_file(src) is not None:
+        raise BertforgeError(f"--model {src}: already an ONNX export; {verb} the PyTorch model it came from")
+    if read_json(src / "config.json").get(QUANT_FIELD):
+        raise BertforgeError(f"--model {src}: already quantised; {verb} the fp32 model it came from"
+                             + (" (and pass --int8)" if verb == "export" else ""))
+
+
+def _int8_copy(model: nn.Module, kind: str) -> tuple[nn.Module, nn.Module]:
+    """(the model with its encoder quantised, the module whose tensors are saved), for each kind quantize takes."""
+    if kind == "encoder":
+        fast = for_inference(model, "int8")
+        return fast, fast
+    if kind == "sentence-encoder":
+        model.transformer.bert = for_inference(model.transformer.bert, "int8")
+        return model, model.transformer.bert
+    model.bert = for_inference(model.bert, "int8")
+    return model, model
+
+
+def _weights_bytes(path: Path) -> int:
+    return sum((path / name).stat().st_size for name in ("model.safetensors", "pytorch_model.bin", INT8_WEIGHTS)
+               if (path / name).is_file())
+
+
 def quantize(model_dir: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
-    """Write a dynamically int8-quantised copy of `model_dir` to `out`; returns its fp32 agreement."""
+    """Write the dynamically int8-quantised model of `model_dir` to `out` (int8 weights on disk); returns its
+    agreement with fp32 and the weight files' sizes."""
     from bertforge.rundir import claim_output_dir
 
     src, out = Path(model_dir), Path(out)
@@ -65,19 +95,30 @@ def quantize(model_dir: str | Path, out: str | Path, overwrite: bool = False) ->
     if kind in ("bilstm", "feature", "choice"):
         raise BertforgeError(f"--model {src}: a {kind} model cannot be quantised (quantize supports encoders, "
                              "sentence encoders and classify / regress / tag / qa task models)")
+    _refuse_inference_only(src, "quantise")
     config = read_json(src / "config.json")
-    if config.get(QUANT_FIELD):
-        raise BertforgeError(f"--model {src}: already quantised")
-    fp32 = _reference(src, kind)  # loads (and so checks) the model before anything is written
+    model, tok = load_for_export(src, kind)  # loads (and so checks) the model before anything is written
+    fp32 = _first_output(model, kind, tok)
+    int8_model, saved = _int8_copy(model, kind)
+    expected = _first_output(int8_model, kind, tok)
     with claim_output_dir(out, resume=False, overwrite=overwrite, resume_flag=None, what="--out"):
-        _copy_tree(src, out, skip={"config.json", "run_options.json", "results.json", "metrics.jsonl", "speed.jsonl"})
+        _copy_tree(src, out, skip={"config.json", "model.safetensors", "pytorch_model.bin", "run_options.json",
+                                   "results.json", "metrics.jsonl", "speed.jsonl"})
+        save_int8(saved, out)
         config[QUANT_FIELD] = {"method": "dynamic_int8", "library": "torch.ao.quantization.quantize_dynamic",
-                               "weights": "int8 per output channel, re-derived from the fp32 weights at load",
-                               "activations": "int8 per batch", "fp32_layers": "FFN output projections"}
+                               "weights": f"int8 per output channel with float64 scales, in {INT8_WEIGHTS}",
+                               "activations": "int8 per batch", "fp32_layers": "FFN output projections, "
+                               "embeddings, LayerNorms, task heads", "layout": "bertforge (not loadable in "
+                               "transformers: use the fp32 model it came from there)"}
         atomic_write_text(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")  # last: complete
-        int8 = _reference(out, kind)
+        reloaded, _ = load_for_export(out, kind)
+        int8 = _first_output(reloaded, kind, tok)
+        if not torch.equal(int8, expected):  # what was saved must be what was quantised, bit for bit
+            raise BertforgeError(f"--out {out}: the saved int8 model differs from the quantised one by "
+                                 f"{float((int8 - expected).abs().max()):.2e}; please report this")
     cos = torch.nn.functional.cosine_similarity(fp32.flatten(1), int8.flatten(1)).mean().item()
-    return {"kind": kind, "out": str(out), "max_abs_diff": float((fp32 - int8).abs().max()), "mean_cosine": cos}
+    return {"kind": kind, "out": str(out), "max_abs_diff": float((fp32 - int8).abs().max()), "mean_cosine": cos,
+            "weights_bytes_fp32": _weights_bytes(src), "weights_bytes_int8": _weights_bytes(out)}
 
 
 # ---- one forward function per kind: (input_ids, attention_mask, token_type_ids) -> outputs ----------------------------
@@ -92,15 +133,17 @@ class _Exportable(nn.Module):
         if self.kind == "encoder":
             out = self.model(input_ids, attention_mask, token_type_ids)
             return (out.last_hidden_state,) if out.pooler_output is None else (out.last_hidden_state, out.pooler_output)
-        if self.kind == "sentence-encoder":
+        if self.kind == "sentence-encoder":  # the whole pipeline, and the token embeddings bertforge pools itself
             feats = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
-            return (self.model(feats)["sentence_embedding"],)
+            feats = self.model(feats)
+            return feats["sentence_embedding"], feats["token_embeddings"]
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         return (out["start_logits"], out["end_logits"]) if self.kind == "qa" else (out["logits"],)
 
 
 def output_names(kind: str, n: int) -> list[str]:
-    names = {"encoder": ["last_hidden_state", "pooler_output"], "sentence-encoder": ["sentence_embedding"],
+    names = {"encoder": ["last_hidden_state", "pooler_output"],
+             "sentence-encoder": ["sentence_embedding", "last_hidden_state"],
              "qa": ["start_logits", "end_logits"]}.get(kind, ["logits"])
     return names[:n]
 
@@ -126,16 +169,11 @@ def _sample_batch(tok, max_len: int = 64) -> dict[str, torch.Tensor]:
     return tok(SAMPLE, max_length=max_len, padding="longest", truncation=True, return_tensors="pt")
 
 
-def _reference(path: Path, kind: str) -> torch.Tensor:
-    """The first output of the model at `path` on the sample batch (quantize's fp32 vs int8 agreement)."""
-    model, tok = load_for_export(path, kind)
-    if QUANT_FIELD in read_json(path / "config.json") and kind == "encoder":
-        from bertforge.model import for_inference
-
-        model = for_inference(model, "int8")
+def _first_output(model: nn.Module, kind: str, tok) -> torch.Tensor:
+    """The model's first output on the sample batch (quantize's fp32 vs int8 agreement)."""
     batch = _sample_batch(tok)
     with torch.no_grad():
-        outs = _Exportable(model, kind)(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        outs = _Exportable(model.eval(), kind)(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     return outs[0].float()
 
 
@@ -151,9 +189,7 @@ def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opse
     if kind not in EXPORTABLE:
         raise BertforgeError(f"--model {src}: a {kind} model cannot be exported to ONNX (export supports "
                              f"{', '.join(EXPORTABLE)} models)")
-    if read_json(src / "config.json").get(QUANT_FIELD):
-        raise BertforgeError(f"--model {src}: export the fp32 model and pass --int8 (a torch-quantised model "
-                             "does not trace to ONNX)")
+    _refuse_inference_only(src, "export")
     model, tok = load_for_export(src, kind)
     wrapper = _Exportable(model, kind).eval()
     batch = _sample_batch(tok)

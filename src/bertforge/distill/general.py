@@ -57,8 +57,14 @@ class GeneralDistillConfig:
     teacher_precision: str = "fp32"
     seed: int = 0
     device: str = "auto"
+    save_every: int | None = None  # checkpoint every N steps (default: only at the end)
+    resume: bool = False  # continue the interrupted run in `out` from its latest checkpoint
     overwrite: bool = False
     progress: bool = False
+
+
+# What a resume may change: how long to train and where; everything else shapes the checkpoints.
+MAY_CHANGE = ("max_steps", "time_budget", "device", "progress", "save_every")
 
 
 def pack_corpus(paths: list[str], tok: Tokenizer, seq_len: int, max_blocks: int | None = None) -> list[np.ndarray]:
@@ -151,6 +157,9 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
     from bertforge.training import ResumableLoader, Trainer, TrainConfig, parse_duration, set_seed
 
     _check(cfg)
+    out = Path(cfg.out)
+    if cfg.resume and (out / "results.json").is_file():  # before any long work
+        raise BertforgeError(f"--out {out}: this run has finished (results.json); there is nothing to resume")
     if cfg.time_budget is not None:
         parse_duration(cfg.time_budget)  # a bad duration is refused before the corpus is read
     teacher_dir = Path(cfg.teacher)
@@ -188,21 +197,22 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
             for i in range(0, len(held_rows), 64)]
     model = GeneralDistiller(student, teacher if not cfg.random_init or cfg.alpha_ce or cfg.alpha_cos else None, cfg)
     teacher_acc = mlm_accuracy(teacher, held)
-    out = Path(cfg.out)
-    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items() if k != "overwrite"}
-    with claim_output_dir(out, resume=False, overwrite=cfg.overwrite, options=options, resume_flag=None):
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()
+               if k not in ("overwrite", "resume")}
+    with claim_output_dir(out, resume=cfg.resume, overwrite=cfg.overwrite, options=options, may_change=MAY_CHANGE):
         loader = ResumableLoader(rows, cfg.batch_size, collate_fn=collate, shuffle=True, seed=cfg.seed)
         every = max(1, min(len(loader), cfg.max_steps or len(loader)))
         tc = TrainConfig(out_dir=out, lr=cfg.lr, max_steps=cfg.max_steps, time_budget_s=cfg.time_budget,
-                         eval_every=every, save_every=None, keep_checkpoints=1, seed=cfg.seed, device=cfg.device,
+                         eval_every=every, save_every=cfg.save_every, keep_checkpoints=1, resume=cfg.resume,
+                         seed=cfg.seed, device=cfg.device,
                          progress=cfg.progress, plot=False, overwrite=False, log_every=max(1, min(50, every)),
                          warmup_ratio=0.05, extra={"distill": "general"})
-        trainer = Trainer(model, loader, tc, eval_fn=lambda m: {"mlm_accuracy": mlm_accuracy(m.student, held)},
-                          save_fn=lambda m, d: None, load_fn=lambda m, d: None)
+        # checkpoints hold the student's tensors (the Trainer's default save / load: the teacher is not a sub-module)
+        trainer = Trainer(model, loader, tc, eval_fn=lambda m: {"mlm_accuracy": mlm_accuracy(m.student, held)})
         teacher_dev = next(model.parameters()).device
         teacher.to(teacher_dev)
         history = trainer.train()
-        shutil.rmtree(out / "checkpoints", ignore_errors=True)  # a distillation run is not resumable
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)  # finished: nothing left to resume
         student.save_pretrained(out, tokenizer=tok)
         evals = [h for h in history if h.get("split") == "eval"]
         record = {"steps": trainer.step, "train_blocks": len(train_blocks), "heldout_blocks": len(held_blocks),

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
+from bertforge.checkpoint import load_pretrained
 from bertforge.distill.init import check_same_vocab
 from bertforge.distill.bilstm import BiLSTMStudent, augment, student_from_teacher_embeddings
 from bertforge.distill.losses import TeacherCache, soft_target_loss
@@ -67,9 +69,15 @@ class TaskDistillConfig:
     bilstm_hidden: int = 300
     teacher_precision: str = "fp32"  # fp32 | bf16
     device: str = "auto"
+    save_every: int | None = None  # checkpoint every N steps (default: at each evaluation, i.e. once per epoch)
+    resume: bool = False  # continue the interrupted run in `out` from its latest checkpoint
     overwrite: bool = False
     progress: bool = False
     extra: dict = field(default_factory=dict)
+
+
+# What a resume may change: how long to train and where; everything else shapes the checkpoints.
+MAY_CHANGE = ("epochs", "max_steps", "device", "progress", "save_every")
 
 
 def pick_layers(n_teacher: int, n_student: int) -> list[int]:
@@ -161,6 +169,9 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
         raise BertforgeError(f"--alpha {cfg.alpha}: must be in [0, 1]")
     if cfg.temperature <= 0:
         raise BertforgeError(f"--temperature {cfg.temperature}: must be > 0")
+    out = Path(cfg.out)
+    if cfg.resume and (out / "results.json").is_file():  # before any long work
+        raise BertforgeError(f"--out {out}: this run has finished (results.json); there is nothing to resume")
     teacher_dir = load_model_dir(cfg.teacher)
     saved, labels = saved_task(teacher_dir)
     kind_name = TASK_KINDS[cfg.task]
@@ -216,27 +227,33 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
         else:
             save_task_model(m.student, d, kind.labels, info, tokenizer=tokenizer)
 
+    def load_fn(m: nn.Module, d: Path) -> None:  # reads what save_fn wrote (checkpoints, the best model)
+        if isinstance(m.student, BiLSTMStudent):
+            m.student.load_state_dict(load_file(str(Path(d) / "model.safetensors")))
+        elif missing := load_pretrained(m.student, d):
+            raise BertforgeError(f"{d}: checkpoint lacks {missing[0]}")
+
     evaluate = (lambda m: data.evaluate(m.student)) if data.evaluate else None  # noqa: E731
-    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items() if k != "overwrite"}
-    out = Path(cfg.out)
-    with claim_output_dir(out, resume=False, overwrite=cfg.overwrite, options=options, resume_flag=None):
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()
+               if k not in ("overwrite", "resume")}
+    with claim_output_dir(out, resume=cfg.resume, overwrite=cfg.overwrite, options=options, may_change=MAY_CHANGE):
         loader = ResumableLoader(rows, cfg.batch_size, collate_fn=make_collate(tokenizer.pad_token_id), shuffle=True,
                                  seed=cfg.seed, group_by_length=[row_length(r) for r in rows])
         every = len(loader) if cfg.max_steps is None else min(len(loader), cfg.max_steps)
         lr = cfg.lr if cfg.lr is not None else (1e-3 if bilstm else 5e-5)
         tc = TrainConfig(out_dir=out, lr=lr, max_steps=cfg.max_steps, num_epochs=None if cfg.max_steps else cfg.epochs,
-                         eval_every=every if evaluate else None, save_every=None, keep_checkpoints=1, seed=cfg.seed,
+                         eval_every=every if evaluate else None, save_every=cfg.save_every or every,
+                         keep_checkpoints=1, resume=cfg.resume, seed=cfg.seed,
                          device=cfg.device, progress=cfg.progress, plot=False, overwrite=False,
                          best_metric=data.main_metric if evaluate else None, log_every=max(1, min(50, every)),
                          weight_decay=0.0 if bilstm else 0.01, extra={"task": cfg.task, "distill": True})
-        trainer = Trainer(model, loader, tc, eval_fn=evaluate, save_fn=save_fn,
-                          load_fn=lambda m, d: None)  # noqa: ARG005 - no resume for distillation runs
+        trainer = Trainer(model, loader, tc, eval_fn=evaluate, save_fn=save_fn, load_fn=load_fn)
         history = trainer.train()
         if evaluate is None:
             save_fn(model, out / "best")
         install_model(out / "best", out, move=True)
         shutil.rmtree(out / "best", ignore_errors=True)
-        shutil.rmtree(out / "checkpoints", ignore_errors=True)  # a distillation run is not resumable
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)  # finished: nothing left to resume
         evals = [h for h in history if h.get("split") == "eval"]
         best = max(evals, key=lambda h: h.get(data.main_metric, -math.inf)) if evals else {}
         record = {"task": cfg.task, "student": cfg.student, "alpha": cfg.alpha, "temperature": cfg.temperature,

@@ -6,7 +6,8 @@ Where the time goes for short texts on CPU, and what this does about it:
     attention mask at all (SDPA's unmasked kernel), and the others waste almost nothing on padding;
   * the model: `bertforge.model.for_inference`'s copy of the encoder (Q/K/V pre-fused, optionally bf16 / fp16 /
     int8, optionally torch.compile'd), on the encoder's device, cached until the source's parameters change, under
-    `torch.inference_mode`; on a GPU, batches go over from pinned memory without blocking;
+    `torch.inference_mode`; on a GPU, batches go over from pinned memory without blocking; or an exported ONNX
+    graph (`bertforge.runtime.OnnxModel`), run as it is;
   * order: results are written back to each text's original row, so the output lines up with the input.
 Texts longer than the model's max_seq_length are truncated (like sentence-transformers); an empty text is
 encoded as [CLS] [SEP] (a valid, if uninformative, vector), so row i always belongs to input line i.
@@ -26,6 +27,7 @@ from tqdm.auto import tqdm
 
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder, for_inference
+from bertforge.runtime import ONNX_INT8, OnnxModel
 from bertforge.training.accel import check_precision, compile_module, pin
 
 _CHUNK = 16384  # texts tokenised and sorted together; bounds memory for very large inputs
@@ -75,7 +77,7 @@ def pad_batch(ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return torch.from_numpy(arr), torch.from_numpy(mask)
 
 
-def encode(encoder: Encoder, token_ids: Callable[[list[str]], list[list[int]]], pad_id: int,
+def encode(encoder: Encoder | OnnxModel, token_ids: Callable[[list[str]], list[list[int]]], pad_id: int,
            pool: Callable[[Features], torch.Tensor], texts: Sequence[str], dim: int, batch_size: int = 32,
            precision: str = "fp32", normalize: bool = False, progress: bool = True,
            compile: bool = False) -> np.ndarray:
@@ -96,7 +98,13 @@ def encode(encoder: Encoder, token_ids: Callable[[list[str]], list[list[int]]], 
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise BertforgeError(f"text {i} is a {type(t).__name__}, not a string")
-    fast = inference_copy(encoder, precision, compile)
+    if isinstance(encoder, OnnxModel):  # an exported graph: its precision is the file's (model.int8.onnx)
+        if precision != "fp32":
+            raise BertforgeError(f"--precision {precision}: {encoder.file} is an ONNX graph with its own precision; "
+                                 f"for int8 pass --model {encoder.file.parent / ONNX_INT8}")
+        fast = encoder
+    else:
+        fast = inference_copy(encoder, precision, compile)
     cuda = device.type == "cuda"
     out = np.zeros((len(texts), dim), dtype=np.float32)
     bar = tqdm(total=len(texts), unit="text", desc="embed", disable=not progress, leave=False)

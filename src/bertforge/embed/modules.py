@@ -25,7 +25,9 @@ from bertforge.embed.encode import encode as encode_texts
 from bertforge.errors import BertforgeError
 from bertforge.files import read_json
 from bertforge.heads import mean_pool
-from bertforge.model import Encoder, for_inference
+from bertforge.config import ModelConfig
+from bertforge.model import Encoder
+from bertforge.runtime import OnnxModel, model_folder, onnx_file
 from bertforge.tokenization import Tokenizer
 
 Features = dict[str, torch.Tensor]
@@ -82,16 +84,25 @@ class Transformer(nn.Module):
         return features
 
     @classmethod
-    def load(cls, path: Path) -> "Transformer":
+    def load(cls, path: Path, onnx: Path | None = None) -> "Transformer":
+        """The encoder in `path` (a quantised folder loads int8), or the exported graph `onnx` in onnxruntime."""
         cfg = read_json(path / "sentence_bert_config.json") if (path / "sentence_bert_config.json").is_file() else {}
         tok = Tokenizer.from_pretrained(path)
         max_len = cfg.get("max_seq_length") or _tokenizer_max_length(path) or 512
-        encoder = Encoder.from_pretrained(path)
-        if read_json(path / "config.json").get("bertforge_quantization"):  # `bertforge quantize`: int8
-            encoder = for_inference(encoder, "int8")
+        if onnx is None:
+            encoder = Encoder.from_pretrained(path)
+        else:
+            encoder = OnnxModel(onnx)
+            if "last_hidden_state" not in encoder.output_names:
+                raise BertforgeError(f"{onnx}: the graph has no last_hidden_state output (exported by an older "
+                                     "bertforge?); export the model again")
+            encoder.config = ModelConfig.from_file(path)  # the sizes Transformer and the pooling read
         return cls(encoder, tok, max_len, bool(cfg.get("do_lower_case", False)))
 
     def save(self, path: Path) -> None:
+        if isinstance(self.bert, OnnxModel):
+            raise BertforgeError(f"{self.bert.file}: an ONNX graph runs in onnxruntime only; it cannot be trained or "
+                                 "saved (use the PyTorch model it was exported from)")
         save_pretrained(self.bert, path, self.bert.config, tokenizer=self.tokenizer)
         _write_json(path / "sentence_bert_config.json",
                     {"max_seq_length": self.max_seq_length, "do_lower_case": self.do_lower_case})
@@ -320,7 +331,8 @@ class SentenceEncoder(nn.Sequential):
 
         `pooling` replaces the folder's pooling modes; `normalize` adds or removes a final Normalize.
         """
-        path = Path(path)
+        onnx = onnx_file(path)  # an exported folder (or one of its .onnx files) runs in onnxruntime
+        path = model_folder(path)
         if not path.is_dir():
             raise BertforgeError(f"{path}: model directory not found")
         if (path / "modules.json").is_file():
@@ -330,11 +342,12 @@ class SentenceEncoder(nn.Sequential):
                 kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
                 if kind not in _KINDS:
                     raise BertforgeError(f"{path / 'modules.json'}: unsupported module type {entry.get('type')!r}")
-                modules.append(_KINDS[kind].load(path / entry.get("path", "")))
+                sub = path / entry.get("path", "")
+                modules.append(Transformer.load(sub, onnx) if kind == "Transformer" else _KINDS[kind].load(sub))
             if not isinstance(modules[0], Transformer):
                 raise BertforgeError(f"{path / 'modules.json'}: the first module must be a Transformer")
         else:
-            modules = [Transformer.load(path)]
+            modules = [Transformer.load(path, onnx)]
             modules.append(Pooling(modules[0].dim, ["mean"]))
         if pooling is not None:
             new = Pooling(modules[0].dim, [pooling] if isinstance(pooling, str) else pooling)
@@ -392,6 +405,8 @@ class SentenceEncoder(nn.Sequential):
                 continue
             h.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
             h.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        if isinstance(self.transformer.bert, OnnxModel):  # its weights live in the graph file
+            h.update(self.transformer.bert.digest.encode())
         h.update(self.transformer.tokenizer.backend.to_str().encode())
         layout = []
         for module in self:

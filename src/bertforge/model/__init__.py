@@ -30,6 +30,7 @@ from bertforge.model.encoder import (
     Pooler,
     activation,
     for_inference,
+    is_quantised,
     layer_norm,
 )
 from bertforge.model.xlnet import (
@@ -38,10 +39,11 @@ from bertforge.model.xlnet import (
     permutation_mask,
     target_mapping_of,
 )
+from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8, save_int8
 
-__all__ = ["ATTN_IMPLEMENTATIONS", "PRECISIONS", "AddNorm", "Attention", "Decoder", "DecoderLM", "Embeddings",
-           "Encoder", "EncoderOutput", "KVCache",
+__all__ = ["ATTN_IMPLEMENTATIONS", "INT8_WEIGHTS", "PRECISIONS", "QUANT_FIELD", "AddNorm", "Attention", "Decoder",
+           "DecoderLM", "Embeddings", "Encoder", "EncoderOutput", "KVCache",
            "FusedSelfAttention", "Intermediate", "Layer", "LayerStack", "MultiHeadAttention", "Pooler",
            "SelfAttention", "XLNetEncoder", "XLNetOutput", "activation", "apply_rotary", "attend", "for_inference",
-           "layer_norm", "permutation_mask", "rotary_cos_sin", "segment_mask", "sliding_window_mask",
-           "target_mapping_of"]
+           "is_quantised", "layer_norm", "load_int8", "permutation_mask", "rotary_cos_sin", "save_int8",
+           "segment_mask", "sliding_window_mask", "target_mapping_of"]

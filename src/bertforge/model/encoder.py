@@ -28,8 +28,10 @@ from bertforge.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.config_schemas import SLIDING
 from bertforge.errors import BertforgeError
+from bertforge.files import read_json
 from bertforge.model.attention import (FusedSelfAttention, MultiHeadAttention, SelfAttention, rotary_cos_sin,
                                        sliding_window_mask)
+from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -330,14 +332,26 @@ class Encoder(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, attn_implementation: str = "sdpa") -> "Encoder":
+        """The encoder saved in `path`; a folder written by `bertforge quantize` loads as its int8 inference copy."""
         model = cls(ModelConfig.from_file(path), attn_implementation)
+        if (Path(path) / INT8_WEIGHTS).is_file():
+            fast = for_inference(model, "int8")
+            load_int8(fast, path)
+            return fast
         load_pretrained(model, path)
+        if is_quantised(path):  # quantised by an older bertforge: fp32 weights on disk, int8 derived at load
+            return for_inference(model, "int8")
         return model.eval()
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
         if self.is_inference_copy:  # its fused `qkv` has no Hugging Face name
             raise BertforgeError("an inference copy (fused Q/K/V) cannot be saved; save the encoder it came from")
         save_pretrained(self, path, self.config, tokenizer=tokenizer)
+
+
+def is_quantised(path: str | Path) -> bool:
+    """Whether the model folder `path` was written by `bertforge quantize` (its config.json says so)."""
+    return bool(read_json(Path(path) / "config.json").get(QUANT_FIELD))
 
 
 def for_inference(encoder: Encoder, precision: str = "fp32") -> Encoder:

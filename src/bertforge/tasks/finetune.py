@@ -293,6 +293,7 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
 # ---- evaluate a fine-tuned model ---------------------------------------------------------------------------------
 def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "dev") -> dict[str, float]:
     """Metrics of a fine-tuned directory on the task's `split` (dev, or test where a folder has one)."""
+    from bertforge.runtime import onnx_file
     from bertforge.tasks.models import load_task_model
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
@@ -308,7 +309,7 @@ def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "de
     kind = kind_for(cfg, task, labels)
     _, evaluation = read_examples(cfg, kind, split, need_train=False)  # checked before the model is loaded
     data = encode_data(cfg, kind, [], evaluation, Tokenizer.from_pretrained(path))
-    model, _, _ = load_task_model(path)
+    model, _, _ = load_task_model(onnx_file(model_path) or path)
     compile_module(model.to(device), cfg.compile)
     with autocast(device, cfg.precision):
         return data.evaluate(model)  # type: ignore[misc]

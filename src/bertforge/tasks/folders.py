@@ -15,6 +15,7 @@ from typing import Any
 from bertforge.errors import BertforgeError
 from bertforge.fileio import atomic_write, write_errors
 from bertforge.files import read_json
+from bertforge.runtime import model_folder
 from bertforge.tasks.config import TASK_KINDS
 
 # the files of a saved model (save_task_model: weights, config, tokenizer) and the Trainer's best_metrics.json
@@ -23,8 +24,9 @@ MODEL_FILES = ("model.safetensors", "tokenizer.json", "tokenizer_config.json", "
 
 
 def load_model_dir(path: str | Path) -> Path:
-    """A model directory; a fine-tuning folder written by an older bertforge resolves to its best/ checkpoint."""
-    p = Path(path)
+    """A model directory; a fine-tuning folder written by an older bertforge resolves to its best/ checkpoint, an
+    exported .onnx file to the folder beside it (config.json, tokenizer)."""
+    p = model_folder(path)
     if not (p / "config.json").is_file() and (p / "best" / "config.json").is_file():
         return p / "best"
     if not (p / "config.json").is_file():

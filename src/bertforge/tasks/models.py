@@ -32,9 +32,9 @@ from torch import nn
 from bertforge.checkpoint import load_pretrained, read_state_dict, save_pretrained
 from bertforge.config import FAMILIES, ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.files import read_json
 from bertforge.heads import mean_pool, task_loss
-from bertforge.model import Encoder, for_inference
+from bertforge.model import INT8_WEIGHTS, Encoder, for_inference, is_quantised, load_int8
+from bertforge.runtime import OnnxModel, model_folder, onnx_file
 
 KINDS = ("classify", "regress", "tag", "qa", "choice")
 HF_PREFIX = {name: family.hf_prefix for name, family in FAMILIES.items()}  # "Bert", "Roberta", ...
@@ -366,6 +366,8 @@ def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[s
     """Load a fine-tuned directory written by `save_task_model`: (model in eval mode, task info, label names)."""
     from bertforge.distill.bilstm import is_bilstm_dir, load_bilstm
 
+    onnx = onnx_file(path)
+    path = model_folder(path)
     if is_bilstm_dir(path):  # a distilled BiLSTM student (bertforge distill task --student bilstm)
         return load_bilstm(path)
     cfg = ModelConfig.from_file(path)
@@ -380,11 +382,17 @@ def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[s
     freeze = None
     if task.get("features"):
         freeze = {"features": task["features"], "head": task["head"], "lstm_hidden": task.get("lstm_hidden") or 256}
+    if onnx is not None:  # `bertforge export`: the graph in onnxruntime, called like the model
+        return OnnxModel(onnx).eval(), task, labels
     model = build_model(cfg, task["kind"], len(labels) if labels else 2, freeze)
+    if (path / INT8_WEIGHTS).is_file():  # `bertforge quantize`: int8 weights and scales as they were saved
+        model.bert = for_inference(model.bert, "int8")
+        load_int8(model, path)
+        return model.eval(), task, labels
     missing = load_pretrained(model, path)
     head_missing = [m for m in missing if not m.startswith("bert.")]
     if head_missing:
         raise BertforgeError(f"{path}: the task head is missing from the checkpoint ({', '.join(head_missing[:3])})")
-    if read_json(Path(path) / "config.json").get("bertforge_quantization"):  # `bertforge quantize`: dynamic int8
+    if is_quantised(path):  # quantised by an older bertforge: fp32 weights on disk, int8 derived at load
         model.bert = for_inference(model.bert, "int8")
     return model.eval(), task, labels

@@ -1,0 +1,105 @@
+"""int8 weights on disk: what `bertforge quantize` writes and what loading a quantised folder reads.
+
+A model whose encoder is `for_inference(..., "int8")` (torch's dynamic int8 Linear layers) saves to
+`model.int8.safetensors`: every quantised Linear as its int8 weight (per output channel, symmetric) plus the
+channel scales (float64, exactly as torch computed them) and its fp32 bias; every other tensor (embeddings,
+LayerNorms, the FFN output projections kept in fp32, task heads) as fp32. Names are the int8 model's own module
+paths (Q/K/V fused into `qkv`), so this is bertforge's layout, not Hugging Face's: transformers finds no
+model.safetensors there and says so, instead of loading int8 numbers as if they were weights. Loading puts the
+stored int8 weights and scales back into the same quantised modules, so the model computes exactly what the
+quantised model that was saved computed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+from bertforge.checkpoint import INT8_WEIGHTS
+from bertforge.errors import BertforgeError
+from bertforge.fileio import atomic_write
+
+QUANT_FIELD = "bertforge_quantization"  # config.json: how the folder was quantised (also: "load me as int8")
+_SCALE = ".weight_scale"
+
+
+def _quantised(model: nn.Module) -> dict[str, DynamicLinear]:
+    return {name: m for name, m in model.named_modules() if isinstance(m, DynamicLinear)}
+
+
+def _plain_state(model: nn.Module, qmods: dict[str, DynamicLinear]) -> dict[str, torch.Tensor]:
+    """state_dict entries outside the quantised Linears, each shared tensor (ALBERT's layers) under its first name."""
+    prefixes, seen, out = tuple(f"{name}." for name in qmods), set(), {}
+    for key, value in model.state_dict().items():
+        if key.startswith(prefixes) or not isinstance(value, torch.Tensor):
+            continue
+        ident = (value.data_ptr(), tuple(value.shape), value.dtype) if value.numel() else key
+        if ident not in seen:
+            seen.add(ident)
+            out[key] = value
+    return out
+
+
+def int8_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors that describe `model` exactly: int8 weights + scales for quantised Linears, fp32 for the rest."""
+    qmods = _quantised(model)
+    if not qmods:
+        raise BertforgeError("int8_state: the model has no quantised Linear layers")
+    tensors: dict[str, torch.Tensor] = {}
+    for name, m in qmods.items():
+        weight, bias = m._weight_bias()
+        if weight.qscheme() not in (torch.per_channel_affine, torch.per_channel_symmetric) \
+                or weight.q_per_channel_axis() != 0 or bool(weight.q_per_channel_zero_points().any()):
+            raise BertforgeError(f"{name}: only symmetric per-output-channel int8 weights can be saved")
+        tensors[f"{name}.weight"] = weight.int_repr().contiguous()
+        tensors[f"{name}{_SCALE}"] = weight.q_per_channel_scales().double().contiguous()
+        if bias is not None:
+            tensors[f"{name}.bias"] = bias.detach().float().contiguous()
+    tensors.update({k: v.detach().contiguous() for k, v in _plain_state(model, qmods).items()})
+    return tensors
+
+
+def save_int8(model: nn.Module, directory: str | Path) -> Path:
+    """Write `model`'s int8 state to directory/model.int8.safetensors (atomically)."""
+    tensors = int8_state(model)
+    path = Path(directory) / INT8_WEIGHTS
+    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt", "bertforge": "int8"}))
+    return path
+
+
+def load_int8(model: nn.Module, directory: str | Path) -> None:
+    """Fill `model` (already in its int8 shape: quantised Linears in place) from directory/model.int8.safetensors."""
+    path = Path(directory) / INT8_WEIGHTS
+    if not path.is_file():
+        raise BertforgeError(f"{path}: missing (a quantised folder keeps its weights there)")
+    state = load_file(str(path))
+    qmods = _quantised(model)
+    for name, m in qmods.items():
+        try:
+            q, scales = state.pop(f"{name}.weight"), state.pop(f"{name}{_SCALE}")
+        except KeyError:
+            raise BertforgeError(f"{path}: no int8 weight for {name} (saved from another model shape?)") from None
+        if q.dtype != torch.int8 or tuple(q.shape) != (m.out_features, m.in_features):
+            raise BertforgeError(f"{path}: {name}.weight is {q.dtype} {tuple(q.shape)}, expected int8 "
+                                 f"{(m.out_features, m.in_features)}")
+        weight = torch._make_per_channel_quantized_tensor(q, scales.double(), torch.zeros(len(scales),
+                                                                                          dtype=torch.long), 0)
+        m.set_weight_bias(weight, state.pop(f"{name}.bias", None))
+    expected = set(_plain_state(model, qmods))
+    missing = sorted(expected - set(state))
+    if missing:
+        raise BertforgeError(f"{path}: tensor {missing[0]!r} is missing")
+    unexpected = sorted(set(state) - expected)
+    if unexpected:
+        raise BertforgeError(f"{path}: unexpected tensor {unexpected[0]!r} (saved from another model shape?)")
+    # copied tensor by tensor: load_state_dict would ask the quantised modules for keys they never saved
+    targets = dict(model.named_parameters(remove_duplicate=False)) | dict(model.named_buffers(remove_duplicate=False))
+    with torch.no_grad():
+        for key, value in state.items():
+            if tuple(targets[key].shape) != tuple(value.shape):
+                raise BertforgeError(f"{path}: {key} has shape {tuple(value.shape)}, config.json says "
+                                     f"{tuple(targets[key].shape)}")
+            targets[key].copy_(value)

@@ -1,0 +1,95 @@
+"""Exported ONNX graphs run through onnxruntime, called like the PyTorch models they came from.
+
+`bertforge export` writes DIR/model.onnx (and DIR/model.int8.onnx with --int8) next to the model's config.json
+and tokenizer. `onnx_file(path)` says whether a --model argument names such a graph: the folder (its fp32
+model.onnx, when the folder holds no PyTorch weights) or a .onnx file inside it (e.g. model.int8.onnx).
+`OnnxModel` runs it: `model(input_ids, attention_mask, token_type_ids)` returns the graph's outputs by name as
+torch tensors (`out["logits"]`, `out.last_hidden_state`), so `predict`, `evaluate` and `embed` use it unchanged.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertforge.checkpoint import INT8_WEIGHTS
+from bertforge.errors import BertforgeError
+
+ONNX_FP32 = "model.onnx"
+ONNX_INT8 = "model.int8.onnx"
+TORCH_WEIGHTS = ("model.safetensors", INT8_WEIGHTS, "pytorch_model.bin")
+
+
+def onnx_file(path: str | Path) -> Path | None:
+    """The ONNX graph a --model argument names, or None for a PyTorch model folder."""
+    p = Path(path)
+    if p.suffix == ".onnx":
+        if not p.is_file():
+            raise BertforgeError(f"--model {p}: no such file")
+        if not (p.parent / "config.json").is_file():
+            raise BertforgeError(f"--model {p}: no config.json beside it (use the folder `bertforge export` wrote)")
+        return p
+    if (p / ONNX_FP32).is_file() and not any((p / w).is_file() for w in TORCH_WEIGHTS):
+        return p / ONNX_FP32
+    return None
+
+
+def model_folder(path: str | Path) -> Path:
+    """The folder holding config.json and the tokenizer: `path` itself, or the folder of a .onnx file."""
+    p = Path(path)
+    return p.parent if p.suffix == ".onnx" else p
+
+
+class Outputs(dict):
+    """Graph outputs by name; also readable as attributes (`out.last_hidden_state`), like a ModelOutput."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class OnnxModel(nn.Module):
+    """An onnxruntime session behind a PyTorch-style forward. It has no weights to train; the one empty
+    parameter lets code that asks a model for its device (`next(model.parameters())`) work unchanged."""
+
+    def __init__(self, file: str | Path, threads: int | None = None):
+        super().__init__()
+        import onnxruntime as ort
+
+        self.file = Path(file)
+        options = ort.SessionOptions()
+        # the same thread count as torch, so that PyTorch and onnxruntime compare on equal terms
+        options.intra_op_num_threads = threads or torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        try:
+            self.session = ort.InferenceSession(str(self.file), options, providers=["CPUExecutionProvider"])
+        except Exception as err:  # noqa: BLE001 - onnxruntime raises its own exception types
+            raise BertforgeError(f"{self.file}: not a loadable ONNX graph ({str(err).splitlines()[0]})") from None
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self._device = nn.Parameter(torch.zeros(0), requires_grad=False)
+        self._digest: str | None = None
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the graph file (what an index fingerprint records for this model)."""
+        if self._digest is None:
+            self._digest = hashlib.sha256(self.file.read_bytes()).hexdigest()
+        return self._digest
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, **_: Any) -> Outputs:
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        feeds = {name: np.ascontiguousarray(given[name].cpu().numpy(), dtype=np.int64) for name in self.input_names}
+        outs = self.session.run(self.output_names, feeds)
+        return Outputs({name: torch.from_numpy(o) for name, o in zip(self.output_names, outs)})

@@ -3,8 +3,10 @@
 For each task both libraries start from the same checkpoint directory, train on the same tokenised features
 (bertforge's readers and feature builders) with the same hyper-parameters (AdamW lr, eps 1e-6, weight decay 0.01,
 10 % linear warm-up then linear decay, clip 1.0, batch size, seed, number of optimizer steps) and are scored by the
-same evaluation code. Each library batches the way it does by default: bertforge groups examples of similar length
-(`--no-group-by-length` turns that off), transformers draws random batches; both pad to the longest in the batch.
+same evaluation code. Both sides batch the same way (like for like): by default both group examples of similar
+length (bertforge's loader; the Trainer's `train_sampling_strategy="group_by_length"`), with `--no-group-by-length`
+both draw random batches; both pad to the longest in the batch. The two samplers are different code, so the data
+order differs even at the same seed; the padding each side sees is the same in expectation.
 Throughput is training examples per second over optimizer steps only (the first step of each run excluded, no
 evaluation or checkpoint time), measured the same way for both.
 
@@ -110,7 +112,8 @@ def run_transformers(task: str, model: Path, args: argparse.Namespace, work: Pat
         warmup_steps=int(0.1 * steps), lr_scheduler_type="linear", adam_epsilon=1e-6, max_grad_norm=1.0,
         per_device_train_batch_size=cfg.batch_size, seed=args.seed, data_seed=args.seed, use_cpu=True,
         bf16=args.precision == "bf16", save_strategy="no", eval_strategy="no", report_to=[], logging_steps=50,
-        disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False)
+        disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False,
+        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random")
     trainer = transformers.Trainer(model=hf_model, args=targs, train_dataset=data.train_rows,
                                    data_collator=make_collate(tok.pad_token_id), callbacks=[timer])
     start = time.perf_counter()

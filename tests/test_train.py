@@ -187,6 +187,27 @@ def test_weight_decay_groups():
     assert id(model.emb.weight) not in ids(param_groups(model, 0.01)[0])
 
 
+def test_cpu_optimizer_is_fused_and_steps_like_the_plain_loop():
+    from bertforge.training.optim import build_optimizer
+
+    torch.manual_seed(0)
+    model, ref = make_model(), make_model()
+    ref.load_state_dict(model.state_dict())
+    cfg = TrainConfig(out_dir=Path("unused"), max_steps=3, lr=1e-2, weight_decay=0.01)
+    opt = build_optimizer(model, cfg, torch.device("cpu"))
+    assert opt.defaults["fused"] is True  # one pass per tensor (the single-tensor loop was ~5x slower on MiniLM)
+    before = [q.detach().clone() for q in model.parameters()]
+    plain = torch.optim.AdamW(param_groups(ref, 0.01), lr=1e-2, betas=cfg.betas, eps=cfg.eps, foreach=False)
+    for _ in range(3):
+        for m in (model, ref):
+            for q in m.parameters():
+                q.grad = torch.ones_like(q) * 0.1 + q.detach() * 0.5
+        opt.step()
+        plain.step()
+    for a, b, a0 in zip(model.parameters(), ref.parameters(), before):
+        assert not torch.allclose(a, a0) and torch.allclose(a, b, atol=1e-6)
+
+
 def test_grad_accumulation_matches_big_batch(tmp_path):
     data = make_dataset(64)
     params = []

@@ -28,8 +28,10 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    """torch AdamW; fused kernel on CUDA, the default (foreach where supported) elsewhere."""
-    kwargs = {"fused": True} if device.type == "cuda" else {}
+    """torch AdamW with the fused kernel on CUDA and CPU (one pass over each tensor instead of ~10; transformers'
+    Trainer defaults to it too), torch's default elsewhere."""
+    floats = all(p.is_floating_point() for p in model.parameters() if p.requires_grad)
+    kwargs = {"fused": True} if device.type in ("cuda", "cpu") and floats else {}
     return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, **kwargs)
 
 

@@ -6,6 +6,7 @@ thread count. One training step = forward + backward + AdamW step. Rows: each li
 (fp32). Achieved FLOP/s is set against a measured bf16 / fp32 matmul peak on this machine.
 
     python benchmarks/pretrain_throughput.py [--steps 10] [--warmup 3] [--threads 2] [--out results/...json]
+    python benchmarks/pretrain_throughput.py --device cuda --size bert-base --batch-size 128   (on a GPU)
 """
 from __future__ import annotations
 
@@ -70,18 +71,24 @@ def ours_step_loss(model, b):
 class Runner:
     """One (model, AdamW) pair; `step(batch)` times one training step (forward + backward + optimizer)."""
 
-    def __init__(self, model, loss_fn, bf16: bool):
-        self.model, self.loss_fn, self.bf16 = model.train(), loss_fn, bf16
-        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    def __init__(self, model, loss_fn, bf16: bool, device: torch.device = torch.device("cpu")):
+        self.model, self.loss_fn, self.bf16, self.device = model.to(device).train(), loss_fn, bf16, device
+        # fused AdamW on a GPU (one kernel for all parameters), as a user there would run it
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda" or None)
         self.times: list[float] = []
 
     def step(self, b, record: bool = True) -> None:
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             loss = self.loss_fn(self.model, b)
         loss.float().backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
         if record:
             self.times.append(time.perf_counter() - t0)
 
@@ -97,14 +104,20 @@ def interleaved(runners: list[Runner], batches, steps: int, warmup: int) -> None
             r.step(batches[i % len(batches)])
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
+def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5, device: str = "cpu") -> float:
     """Best FLOP/s of an n x n x n matmul in `dtype` (the machine's practical peak for this thread count)."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    if device != "cpu":
+        n = 8192  # a GPU needs a big product to reach its peak
+    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
     a @ b
     best = float("inf")
     for _ in range(reps):
+        if device != "cpu":
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         a @ b
+        if device != "cpu":
+            torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t0)
     return 2 * n ** 3 / best
 
@@ -127,17 +140,24 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "pretrain_throughput.json"))
+    ap.add_argument("--device", default="cpu", help="cpu (default) | cuda")
+    ap.add_argument("--out", default=None, help="default: results/pretrain_throughput[_cuda].json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    from bertforge.training import resolve_device
+    device = resolve_device(args.device)
+    args.out = args.out or str(Path(__file__).parent / "results" /
+                               ("pretrain_throughput.json" if device.type == "cpu" else "pretrain_throughput_cuda.json"))
     torch.manual_seed(0)
     load_start = os.getloadavg()[0]
 
     cfg = preset(args.size, vocab_size=args.vocab)
-    batches = synthetic_batches(4, args.batch_size, args.seq_len, args.vocab, 0.15, seed=0)
+    batches = [{k: v.to(device) for k, v in b.items()}
+               for b in synthetic_batches(4, args.batch_size, args.seq_len, args.vocab, 0.15, seed=0)]
     n_masked = sum(int(b["mlm_labels"].ne(-100).sum()) for b in batches) / len(batches)
     tokens = args.batch_size * args.seq_len
-    peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    peak = {"fp32": matmul_peak(torch.float32, device=device.type), "bf16": matmul_peak(torch.bfloat16,
+                                                                                        device=device.type)}
 
     runners, meta = [], []
     for lib in ("transformers", "bertforge"):
@@ -149,7 +169,7 @@ def main() -> None:
             else:
                 model, fn = MLMObjective(cfg, relation="nsp"), ours_step_loss
                 flops = training_flops(cfg, args.batch_size, args.seq_len, n_masked)
-            runners.append(Runner(model, fn, bf16=precision == "bf16"))
+            runners.append(Runner(model, fn, bf16=precision == "bf16", device=device))
             meta.append((lib, precision, flops))
     interleaved(runners, batches, args.steps, args.warmup)
     rows = []
@@ -179,7 +199,8 @@ def main() -> None:
           f"bf16 {peak['bf16'] / 1e12:.3f} TFLOP/s")
     for k, v in ratios.items():
         print(f"ratio {k}: {v:.2f}x")
-    result = dict(config=dict(size=args.size, vocab=args.vocab, seq_len=args.seq_len, batch_size=args.batch_size,
+    result = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                  config=dict(size=args.size, vocab=args.vocab, seq_len=args.seq_len, batch_size=args.batch_size,
                               steps=args.steps, warmup=args.warmup, threads=args.threads, objective="mlm+nsp",
                               masked_per_batch=n_masked),
                   machine=dict(platform=platform.platform(), processor=platform.processor(),

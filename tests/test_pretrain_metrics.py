@@ -63,7 +63,7 @@ def test_stuck_warning_is_one_line_naming_the_likely_cause():
 def test_default_lr_and_warmup_follow_the_size():
     roberta = resolve("roberta")
     lrs = [roberta.default_lr(size) for size in SIZES]
-    assert lrs == [1e-3, 1e-3, 5e-4, 3e-4, 1e-4, 1e-4]  # bert-tiny ... bert-large
+    assert lrs == [1e-3, 1e-3, 5e-4, 3e-4, 1e-4, 1e-4, 7e-4]  # bert-tiny ... bert-large, bert-l6-h384 (GPT-small)
     assert resolve("electra").default_lr("bert-base") == pytest.approx(2e-4)  # ELECTRA: twice BERT's rate
     opts = PretrainOptions(recipe=roberta, out="x", size="bert-base")
     base = preset("bert-base")

@@ -45,7 +45,8 @@ def worker(out_dir: str) -> None:
         return {"neg_loss": -float(m(**batch)["loss"]), "rank": rank}
 
     conf = TrainConfig(out_dir=out_dir, lr=2e-2, max_steps=10, warmup_steps=1, grad_accum=2, log_every=1,
-                       save_every=5, eval_every=5, best_metric="neg_loss", progress=False, plot=False, device="cpu")
+                       save_every=5, eval_every=5, best_metric="neg_loss", progress=False, plot=False, device="cpu",
+                       prefetch=0)  # `seen` counts fetched examples; background batches would fetch ahead
     history = Trainer(model, loader, conf, eval_fn=eval_fn).train()
     history = [r for r in history if r["split"] == "train"]
     torch.save({"params": {k: v.detach().clone() for k, v in model.state_dict().items()},

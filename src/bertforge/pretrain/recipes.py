@@ -112,10 +112,11 @@ def shape_name(size: str) -> str:
 def size_of(cfg: ModelConfig) -> str:
     """The --size name whose shape best describes cfg (a --init-from checkpoint): the smallest size at least as
     wide and as deep, else the largest. Its defaults are the conservative choice for a model between sizes."""
-    for name, shape in SHAPES.items():
+    by_cost = sorted(SHAPES.items(), key=lambda kv: kv[1].layers * kv[1].hidden ** 2)  # the table is not in order
+    for name, shape in by_cost:
         if shape.hidden >= cfg.hidden_size and shape.layers >= cfg.num_hidden_layers:
             return f"bert-{name}"
-    return SIZES[-1]
+    return f"bert-{by_cost[-1][0]}"
 
 
 RECIPES: dict[str, Recipe] = {

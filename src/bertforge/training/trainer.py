@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.autograd.graph import increment_version
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
@@ -109,6 +110,7 @@ class Trainer:
 
         self.total_steps = self._total_steps()
         self.optimizer = build_optimizer(self.model, cfg, self.device)
+        self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self.schedule = build_schedule(cfg, self.total_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
 
@@ -303,6 +305,8 @@ class Trainer:
             self._window.add_grad_norm(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
         self._lr_used = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
+        if self.optimizer.defaults.get("fused"):  # the fused kernel leaves version counters alone; caches keyed on
+            increment_version(self._params)        # them (embed's inference copy) must see the update
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self._update_horizon(time.perf_counter() - t0)

@@ -15,7 +15,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("config", "config_schemas", "tokenization", "tokenizer_train"),
     ("model", "checkpoint", "heads", "runtime"),
     ("data", "training"),
-    ("generation", "pretrain", "tasks", "embed", "distill", "analysis"),
+    ("generation", "pretrain", "tasks", "embed", "distill", "analysis", "lab"),
     ("serve",),  # calls the same encode / predict functions the CLI calls
     ("commands", "cli"),
 ]

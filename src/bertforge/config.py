@@ -36,6 +36,7 @@ from bertforge.errors import BertforgeError
 SHARE_MODES = ("none", "all", "attention", "ffn")
 NORM_POSITIONS = ("post", "pre")
 POSITION_TYPES = ("absolute", "rotary")
+CAUSAL_ENCODERS = ("bert", "roberta", "electra")  # the families whose HF encoder takes is_decoder=True
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish")
 
 
@@ -211,6 +212,9 @@ class ModelConfig:
     # Decoders (gpt2): the ids generation starts from and stops at (GPT-2: both <|endoftext|>).
     bos_token_id: int | None = None
     eos_token_id: int | None = None
+    # Left-to-right attention in an encoder: the BERT paper's "LTR & No NSP" arm (Devlin et al. 2019, sec. 5.1).
+    # Hugging Face's `is_decoder` on a BERT / RoBERTa / ELECTRA config: the same causal mask.
+    causal: bool = False
     # Task metadata carried through config.json (id2label etc.); not used by the encoder itself.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -246,6 +250,9 @@ class ModelConfig:
             raise BertforgeError(f"global_attn_every_n_layers must be >= 1, got {self.global_attn_every_n_layers}")
         if self.norm_position == "pre" and self.share_layers != "none":
             raise BertforgeError("cross-layer sharing is for post-norm (ALBERT) encoders; use share_layers='none'")
+        if self.causal and self.model_type not in CAUSAL_ENCODERS:
+            raise BertforgeError(f"causal (left-to-right) attention is for {', '.join(CAUSAL_ENCODERS)} encoders "
+                                 f"(transformers' is_decoder), not {self.model_type}")
         # Every config must fit its family's Hugging Face layout: the structural switches a family's checkpoint
         # cannot express stay at the family's value (ModernBERT's layout has its bias and window settings).
         fam = self.family
@@ -318,6 +325,8 @@ class ModelConfig:
                 d["inner_group_num"] = 1
             if self.model_type == "roberta":
                 d.update(bos_token_id=0, eos_token_id=2)
+            if self.causal:
+                d["is_decoder"] = True
         d["tie_word_embeddings"] = True
         d["bertforge"] = {"share_layers": self.share_layers, "use_pooler": self.use_pooler}
         if self.heads_per_layer is not None:
@@ -377,7 +386,8 @@ class ModelConfig:
                        embedding_size=d.get("embedding_size") if FAMILIES[model_type].factorised else None,
                        share_layers=share,
                        use_pooler=ours.get("use_pooler", FAMILIES[model_type].use_pooler),
-                       heads_per_layer=ours.get("heads_per_layer"), extra=extra)
+                       heads_per_layer=ours.get("heads_per_layer"),
+                       causal=bool(d.get("is_decoder", False)) and model_type in CAUSAL_ENCODERS, extra=extra)
         except KeyError as err:
             raise BertforgeError(f"{source}: missing field {err.args[0]!r} for model_type {model_type!r}") from None
 

@@ -214,4 +214,6 @@ ARCHITECTURES = {
     ("mlm", "albert"): "AlbertForMaskedLM", ("mlm", "distilbert"): "DistilBertForMaskedLM",
     ("mlm", "electra"): "ElectraForMaskedLM", ("mlm", "modernbert"): "ModernBertForMaskedLM",
     ("pretraining", "bert"): "BertForPreTraining", ("pretraining", "albert"): "AlbertForPreTraining",
+    ("ltr", "bert"): "BertLMHeadModel", ("ltr", "roberta"): "RobertaForCausalLM",
+    ("ltr", "electra"): "ElectraForCausalLM",
 }

@@ -180,7 +180,7 @@ def claim_output_dir(path: str | Path, *, resume: bool, overwrite: bool, options
             record = None
         if resume and record is not None:
             _check_resume(record, _plain(options or {}), _plain(fingerprint or {}), set(may_change), what,
-                          resume_flag or "--resume")
+                          resume_flag)
         if options is not None or fingerprint is not None:
             payload = {"options": _plain(options or {}), "fingerprint": _plain(fingerprint or {}),
                        "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -258,10 +258,11 @@ def _show(value: Any) -> str:
 
 
 def _check_resume(record: dict[str, Any], options: dict[str, Any], fingerprint: dict[str, Any], may_change: set[str],
-                  what: str, resume_flag: str) -> None:
+                  what: str, resume_flag: str | None) -> None:
     """Refuse a resume whose options or data differ from the recorded run (names missing on either side pass:
     options added or retired between versions)."""
-    advice = f"start a new {what} or drop {resume_flag}"
+    advice = (f"start a new {what} or drop {resume_flag}" if resume_flag else
+              f"rerun with the same options to continue it, or start a new {what} (or give --overwrite)")
     for name, old in sorted((record.get("options") or {}).items()):
         if name in options and name not in may_change and options[name] != old:
             raise BertforgeError(f"{_flag(name)} was {_show(old)} in the run being resumed, now "

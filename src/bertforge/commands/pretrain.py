@@ -6,6 +6,7 @@ from pathlib import Path
 
 from bertforge.errors import BertforgeError
 
+ABLATE_OUT = "runs/ablation"
 RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta = MLM, dynamic masks, full "
                "sentences (byte-level BPE); albert = MLM+SOP, E=128, all layers shared (Unigram); spanbert = span "
                "masking + span-boundary objective; electra = replaced-token detection with a 1/4-size generator; "
@@ -78,11 +79,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.set_defaults(func=run_pretrain)
 
     abl = subparsers.add_parser(
-        "ablate", help="run an ablation matrix at equal wall-clock per arm",
-        description="Train each arm (NSP vs SOP vs StructBERT's SSO vs none; static vs dynamic masks; MLM vs "
-                    "ELECTRA vs XLNet's permutation LM; token vs span masking; StructBERT's word-structural "
-                    "objective) for the same wall-clock budget on one corpus and compare held-out MLM accuracy. "
-                    "Writes ablation.md, ablation.json and ablation.png in --out.")
+        "ablate", help="the seeds' ablation tables (--table), or arms compared by held-out MLM (--arms)",
+        description="--table bert|roberta|albert|electra|spanbert|all: pretrain every arm of the paper's table for "
+                    "the same --budget (or the same FLOPs where the paper compared so), fine-tune each on a fixed "
+                    "downstream suite (SST-2, MRPC, RTE, STS-B, CoNLL; SQuAD for spanbert) from --downstream, "
+                    "repeat over --seeds, and write TABLE.md / .json / .png with the seed spread and a verdict per "
+                    "claim (reproduced / not reproduced / inconclusive). The same command again continues a "
+                    "stopped table. Without --table: train each of --arms (NSP vs SOP vs SSO vs none; static vs "
+                    "dynamic; MLM vs ELECTRA vs XLNet; token vs span masking; ...) for the same budget and compare "
+                    "held-out MLM accuracy (ablation.md, .json, .png). --list shows the tables and arms.")
+    abl.add_argument("--table", nargs="+", metavar="NAME",
+                     help="bert, roberta, albert, electra, spanbert or all (several allowed)")
+    abl.add_argument("--steps", type=int, metavar="N",
+                     help="--table: the same number of pretraining steps per arm instead of the same --budget")
+    abl.add_argument("--seeds", type=int, default=2, metavar="N", help="--table: seeds per arm (default: 2)")
+    abl.add_argument("--downstream", default=str(Path("..") / "shared" / "data"), metavar="DIR",
+                     help="--table: folder with glue/SST-2, glue/MRPC, glue/RTE, glue/STS-B, conll2003, squad "
+                          "(default: ../shared/data)")
+    abl.add_argument("--tasks", nargs="+", metavar="TASK",
+                     help="--table: downstream tasks instead of each table's suite (sst2 mrpc rte stsb conll squad)")
+    abl.add_argument("--finetune-epochs", type=float, default=3.0, metavar="N", help="--table: (default: 3)")
+    abl.add_argument("--train-limit", type=int, metavar="N",
+                     help="--table: training examples per task (default: the suite's slice, 2,000 for most)")
+    abl.add_argument("--threads", type=int, metavar="N", help="torch threads (default: all cores)")
+    abl.add_argument("--overwrite", action="store_true", help="--table: start --out over instead of continuing")
     abl.add_argument("--corpus", nargs="+", metavar="PATH", help="corpus (default: stdlib docs)")
     abl.add_argument("--arms", nargs="+", metavar="ARM",
                      help="subset of arms (default: all; see `bertforge ablate --list`)")
@@ -94,7 +114,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     abl.add_argument("--vocab-size", type=int, metavar="N", help="tokenizer vocabulary (default: 8192)")
     abl.add_argument("--precision", choices=("fp32", "bf16"), help="default: bf16 where the CPU/GPU has it")
     abl.add_argument("--seed", type=int, default=0)
-    abl.add_argument("--out", default="runs/ablation", metavar="DIR", help="output directory (default: runs/ablation)")
+    abl.add_argument("--out", default=ABLATE_OUT, metavar="DIR",
+                     help="output directory (default: runs/ablation; with --table: runs/ablation-tables)")
     abl.set_defaults(func=run_ablate)
 
 
@@ -181,10 +202,27 @@ def run_pretrain(args: argparse.Namespace) -> int:
 
 
 def run_ablate(args: argparse.Namespace) -> int:
-    from bertforge.pretrain.ablation import ARMS, run_ablation
+    from bertforge.pretrain.ablation import run_ablation
     if args.list:
-        for name, arm in ARMS.items():
-            print(f"{name:>14}: {arm['describe']}")
+        from bertforge.lab.tables import listing
+        print(listing())
+        return 0
+    if args.table:
+        if args.arms:
+            raise BertforgeError("--arms and --table: a table fixes its arms; give one of them")
+        from bertforge.lab.run import LabOptions, run_lab
+        out = Path(args.out) if args.out != ABLATE_OUT else Path("runs") / "ablation-tables"
+        reports = run_lab(LabOptions(
+            tables=args.table, out=out, data_root=Path(args.downstream), corpus=args.corpus, budget=args.budget,
+            steps=args.steps, seeds=args.seeds, size=args.size, seq_len=args.seq_len, batch_size=args.batch_size,
+            vocab_size=args.vocab_size, precision=args.precision, threads=args.threads, tasks=args.tasks,
+            finetune_epochs=args.finetune_epochs, train_limit=args.train_limit, overwrite=args.overwrite))
+        for name, rep in reports.items():
+            for c in rep["claims"]:
+                why = f" ({c['why']})" if c.get("why") else ""
+                print(f"{name}: {c['claim']}: {c['verdict']}{why}")
+            print(f"wrote {out / (name + '.md')}, {name}.json" + (f", {name}.png" if (out / f"{name}.png").is_file()
+                                                                  else ""))
         return 0
     run_ablation(corpus=args.corpus, out=Path(args.out), arms=args.arms, size=args.size, seq_len=args.seq_len,
                  batch_size=args.batch_size, budget=args.budget, vocab_size=args.vocab_size,

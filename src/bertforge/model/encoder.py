@@ -210,8 +210,15 @@ class Pooler(nn.Module):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden[:, 0]))
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                causal: bool = False) -> torch.Tensor:
+        """tanh(W h + b) of the first token ([CLS]); a left-to-right encoder's first token has seen nothing, so
+        there it is the last real token's (GPT's classification token comes last for the same reason)."""
+        if not causal:
+            return torch.tanh(self.dense(hidden[:, 0]))
+        last = (attention_mask.sum(1) - 1 if attention_mask is not None and attention_mask.dim() == 2
+                else torch.full(hidden.shape[:1], hidden.shape[1] - 1, device=hidden.device))
+        return torch.tanh(self.dense(hidden[torch.arange(hidden.shape[0], device=hidden.device), last.long()]))
 
 
 def _normal(w: torch.Tensor, std: float, cutoff: float | None) -> None:
@@ -290,6 +297,9 @@ class Encoder(nn.Module):
         elif attention_mask is not None and not bool(attention_mask.all()):
             mask = attention_mask[:, None, None, :].bool()
         cfg, length = self.config, input_ids.shape[1]
+        if cfg.causal:  # left-to-right: no query sees a later key (with padding: [B, 1, T, T])
+            earlier = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril()
+            mask = earlier[None, None] if mask is None else mask & earlier
         types = cfg.layer_types
         local = (sliding_window_mask(mask, length, cfg.local_attention // 2, input_ids.device)
                  if SLIDING in types else None)
@@ -307,7 +317,7 @@ class Encoder(nn.Module):
             attentions.append(probs)
         if self.final_norm is not None:  # the last hidden state is the normalised one (as in transformers)
             x = hidden[-1] = self.final_norm(x)
-        pooled = self.pooler(x) if self.pooler is not None else None
+        pooled = self.pooler(x, attention_mask, cfg.causal) if self.pooler is not None else None
         return EncoderOutput(x, pooled, tuple(hidden) if output_hidden_states else None,
                              tuple(attentions) if output_attentions else None)
 

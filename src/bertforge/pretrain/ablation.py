@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+from torch import nn
 
 from bertforge.data import ShardedCorpus
 from bertforge.errors import BertforgeError
 from bertforge.fileio import atomic_write, atomic_write_text
 from bertforge.pretrain.inputs import heldout_batches
 from bertforge.pretrain.metrics import mlm_metrics, most_frequent_token
+from bertforge.pretrain.objectives import LEFT_TO_RIGHT
 from bertforge.pretrain.options import PretrainOptions, default_precision
 from bertforge.pretrain.prepare import prepare_data, prepare_tokenizer
 from bertforge.pretrain.recipes import resolve
@@ -39,6 +42,21 @@ ARMS: dict[str, dict[str, Any]] = {
                                           masking="span"), describe="MLM with span masking, dynamic"),
     "span+sbo": dict(recipe="spanbert", over={}, describe="span masking + span-boundary objective (SpanBERT)"),
     "electra": dict(recipe="electra", over={}, describe="replaced-token detection, 1/4-size generator"),
+    "electra-flops": dict(recipe="electra", over={},
+                          describe="replaced-token detection, trained for the FLOPs of another arm (a table's)"),
+    # BERT's Table 5 and RoBERTa's Tables 1-2 (the input formats), SpanBERT's masking units, ALBERT's sharing.
+    "ltr": dict(recipe="bert", over=dict(objective="ltr", input_format="full-sentences"),
+                describe="left-to-right LM on the same encoder, left-only attention (BERT's LTR & No NSP)"),
+    "nsp-dynamic": dict(recipe="bert", over=dict(dynamic=True), describe="MLM + NSP, segment pairs, dynamic masks"),
+    "sentence-pair": dict(recipe="bert", over=dict(input_format="sentence-pair", dynamic=True),
+                          describe="MLM + NSP, single-sentence pairs, dynamic masks"),
+    "doc-sentences": dict(recipe="bert", over=dict(objective="mlm", input_format="doc-sentences", dynamic=True),
+                          describe="MLM, sentences from one document per row, dynamic masks"),
+    "whole-word": dict(recipe="bert", over=dict(objective="mlm", input_format="full-sentences", dynamic=True,
+                                                masking="whole_word"), describe="MLM with whole-word masking, dynamic"),
+    "albert": dict(recipe="albert", over={}, describe="the ALBERT recipe: MLM + SOP, E=128, all layers shared"),
+    "albert-unshared": dict(recipe="albert", over=dict(share_layers="none"),
+                            describe="ALBERT with no cross-layer sharing"),
     # StructBERT (Wang et al. 2020): each structural objective alone, then both (its recipe).
     "sso": dict(recipe="bert", over=dict(objective="mlm+sso"),
                 describe="MLM + sentence structure (next / previous / random), segment pairs, static masks"),
@@ -56,7 +74,8 @@ ARMS: dict[str, dict[str, Any]] = {
                           describe="modern with warm-up + linear decay"),
 }
 
-OWN_TASKS = ("nsp_acc", "sop_acc", "sso_acc", "wso_acc", "sbo_acc", "rtd_acc", "plm_acc")  # each arm's own task
+# each arm's own task
+OWN_TASKS = ("nsp_acc", "sop_acc", "sso_acc", "wso_acc", "sbo_acc", "rtd_acc", "plm_acc", "lm_acc")
 
 
 @dataclass
@@ -92,9 +111,12 @@ def prepare_shared(corpus: list[str] | None, out: Path, seq_len: int = 128, batc
 
 def run_arm(name: str, shared: Shared, size: str = "bert-mini", seq_len: int = 128, batch_size: int = 32,
             budget: str | None = "2m", precision: str | None = None, seed: int = 0, max_steps: int | None = None,
-            lr: float | None = None, threads: int | None = None, out_name: str | None = None) -> dict[str, Any]:
+            lr: float | None = None, threads: int | None = None, out_name: str | None = None,
+            extra_eval: Callable[[nn.Module], dict[str, float]] | None = None) -> dict[str, Any]:
     """Train arm `name` for `budget` (or `max_steps`, whichever ends first) into OUT/arms/NAME (or OUT/arms/
-    `out_name`) and return its row of the table. `lr` None: the recipe's default for the size."""
+    `out_name`) and return its row of the table. `lr` None: the recipe's default for the size. `extra_eval`: more
+    metrics of the final model, merged into the common held-out ones (a left-to-right arm has only these: it
+    cannot fill a [MASK])."""
     if name not in ARMS:
         raise BertforgeError(f"--arms: unknown {name} (choose from {', '.join(ARMS)})")
     precision = precision or default_precision()
@@ -107,19 +129,21 @@ def run_arm(name: str, shared: Shared, size: str = "bert-mini", seq_len: int = 1
                            precision=precision, seed=seed,
                            heldout_fraction=shared.heldout_fraction, progress=False, log_every=25,
                            fill_mask_examples=0, overwrite=True,
-                           extra_eval=lambda m: mlm_metrics(m, shared.batches, shared.most_frequent,
-                                                            precision=precision))
+                           extra_eval=lambda m: {**({} if recipe.objective in LEFT_TO_RIGHT else
+                                                    mlm_metrics(m, shared.batches, shared.most_frequent,
+                                                                precision=precision)),
+                                                 **(extra_eval(m) if extra_eval else {})})
     res = pretrain(opts)
-    own = res["heldout"]
+    own, common = res["heldout"], res["common"]
     return {"arm": name, "describe": arm["describe"], "recipe": recipe.name, "family": recipe.model_type,
             "objective": recipe.objective, "masking": recipe.masking, "mask_prob": recipe.mask_prob,
             "masks": "dynamic" if recipe.dynamic else f"static x{recipe.dupe_factor}",
             "input_format": recipe.input_format, "schedule": recipe.schedule, "lr": res["lr"],
             "parameters": res["parameters"], "steps": res["steps"],
             "tokens_seen": res["tokens_seen"],  # counted, not estimated
-            "train_seconds": res["seconds"]["train"], "heldout_mlm_acc": res["common"]["mlm_acc"],
-            "heldout_mlm_loss": res["common"]["mlm_loss"], "baseline_acc": res["common"]["baseline_acc"],
-            "own_heldout_mlm_acc": own.get("mlm_acc"),
+            "train_seconds": res["seconds"]["train"], "heldout_mlm_acc": common.get("mlm_acc"),
+            "heldout_mlm_loss": common.get("mlm_loss"), "baseline_acc": common.get("baseline_acc"),
+            "own_heldout_mlm_acc": own.get("mlm_acc"), "common": common,
             **{k: own[k] for k in OWN_TASKS if k in own}}
 
 
@@ -140,6 +164,11 @@ def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = N
     return {"rows": rows}
 
 
+def _num(value: float | None, spec: str) -> str:
+    """A table cell: "-" where an arm has no such number (a left-to-right arm fills no [MASK])."""
+    return "-" if value is None else format(value, spec)
+
+
 def _write(out: Path, rows: list[dict], setup: dict) -> None:
     """ablation.json, ablation.md and ablation.png (rewritten after every arm, so a partial run leaves results)."""
     atomic_write_text(out / "ablation.json", json.dumps({"setup": setup, "rows": rows}, indent=2) + "\n")
@@ -152,7 +181,8 @@ def _write(out: Path, rows: list[dict], setup: dict) -> None:
         own = ", ".join(f"{k.replace('_acc', '').upper()} {r[k]:.3f}" for k in OWN_TASKS if k in r)
         lines.append(f"| {r['arm']} | {r['family']} | {r['objective']} | {r['masking']} {r['mask_prob']:.0%} | "
                      f"{r['masks']} | {r['input_format']} | {r['schedule']} | {r['lr']:g} | {r['steps']} | "
-                     f"{r['heldout_mlm_acc']:.3f} | {r['heldout_mlm_loss']:.2f} | {r['baseline_acc']:.3f} | "
+                     f"{_num(r['heldout_mlm_acc'], '.3f')} | {_num(r['heldout_mlm_loss'], '.2f')} | "
+                     f"{_num(r['baseline_acc'], '.3f')} | "
                      f"{own or '-'} |")
     atomic_write_text(out / "ablation.md", "\n".join(lines) + "\n")
     try:
@@ -162,8 +192,9 @@ def _write(out: Path, rows: list[dict], setup: dict) -> None:
     except ImportError:
         return
     fig, ax = plt.subplots(figsize=(1.1 * len(rows) + 2, 3.5))
-    ax.bar([r["arm"] for r in rows], [r["heldout_mlm_acc"] for r in rows], color="#4a7ab5")
-    ax.axhline(rows[0]["baseline_acc"], color="grey", ls="--", lw=1, label="most-frequent-token baseline")
+    ax.bar([r["arm"] for r in rows], [r["heldout_mlm_acc"] or 0.0 for r in rows], color="#4a7ab5")
+    ax.axhline(max(r["baseline_acc"] or 0.0 for r in rows), color="grey", ls="--", lw=1,
+               label="most-frequent-token baseline")
     ax.set_ylabel("held-out MLM accuracy")
     ax.set_title(f"equal wall-clock ({setup['budget']} per arm, {setup['size']})")
     ax.legend(loc="lower right", fontsize=8)

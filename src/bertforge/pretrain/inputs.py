@@ -10,6 +10,7 @@ import torch
 from bertforge.config import ModelConfig
 from bertforge.data import LMCollator, Masker, PermutationSampler, PretrainingDataset, WordShuffle
 from bertforge.errors import BertforgeError
+from bertforge.pretrain.objectives import LEFT_TO_RIGHT
 from bertforge.pretrain.recipes import Recipe
 
 PAIR_FORMATS = ("segment-pair", "sentence-pair")
@@ -35,7 +36,7 @@ def make_dataset(corpus, recipe: Recipe, seq_len: int, seed: int, static: bool |
                  dupe_factor: int | None = None) -> PretrainingDataset:
     """PretrainingDataset over `corpus` with the recipe's builder, masking mode and static/dynamic choice (a causal
     LM's: no masking; `collator_for` gives it its collator)."""
-    if recipe.objective == "clm":
+    if recipe.objective in LEFT_TO_RIGHT:
         return PretrainingDataset(corpus, builder_name(recipe), masker=None, seq_len=seq_len, masking="dynamic",
                                   seed=seed)
     static = (not recipe.dynamic) if static is None else static
@@ -65,7 +66,7 @@ def heldout_batches(corpus, recipe: Recipe, seq_len: int, batch_size: int, n_bat
 
 def collator_for(ds: PretrainingDataset, recipe: Recipe, one_segment: bool = False) -> Callable[[list], dict]:
     """How the recipe's batches are made from `ds`'s examples (masking them when the masks are dynamic)."""
-    if recipe.objective == "clm":
+    if recipe.objective in LEFT_TO_RIGHT:
         return LMCollator(ds.corpus.pad_id)
     return SingleSegmentCollator(ds.collator()) if one_segment else ds.collator()
 

@@ -9,6 +9,7 @@ Each objective subclasses (or holds) a `bertforge.heads` wrapper, so its paramet
   StructBERTObjective(cfg, word, sentence)       MLM + WSO and/or SSO   -> BertForMaskedLM (+ `sentence_structure.*`)
   PermutationLMObjective(cfg)                    XLNet's permutation LM -> XLNetLMHeadModel
   CausalLMObjective(cfg)                         next-token (GPT)       -> GPT2LMHeadModel
+  LeftToRightObjective(cfg)                      next-token, BERT's LTR -> BertLMHeadModel (is_decoder=True)
 
 `next_token_loss` is the causal LM's loss on its own, for any model with per-position vocabulary logits.
 
@@ -284,16 +285,21 @@ class PermutationLMObjective(XLNetLM):
         return self.lm_loss(hidden.last_hidden_state[valid])
 
 
+def next_token_targets(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, T]: the token each position predicts left to right (t + 1), IGNORE after the last real token."""
+    # The targets move left, not the logits: no copy of the [B, T, V] tensor (the last position has no target).
+    targets = F.pad(input_ids[:, 1:], (0, 1), value=IGNORE)
+    if attention_mask is not None:
+        targets = targets.masked_fill(F.pad(attention_mask[:, 1:], (0, 1)) == 0, IGNORE)
+    return targets
+
+
 def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor,
                     attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The left-to-right LM loss: position t predicts token t + 1. logits [B, T, V] (position t may only have seen
     tokens <= t); targets are the real (unpadded) tokens from the second on. Returns (mean cross-entropy,
     accuracy, number of targets)."""
-    # The targets move left, not the logits: no copy of the [B, T, V] tensor (the last position has no target).
-    targets = F.pad(input_ids[:, 1:], (0, 1), value=IGNORE)
-    if attention_mask is not None:
-        targets = targets.masked_fill(F.pad(attention_mask[:, 1:], (0, 1)) == 0, IGNORE)
-    targets = targets.flatten()
+    targets = next_token_targets(input_ids, attention_mask).flatten()
     keep = targets.ne(IGNORE)
     n = int(keep.sum())
     if n == 0:  # (as masked_lm_loss: the batch still takes part in backward)
@@ -315,8 +321,35 @@ class CausalLMObjective(DecoderLM):
         return {"loss": loss, "lm_loss": loss.detach(), "lm_acc": acc}
 
 
+class LeftToRightObjective(MaskedLM):
+    """The BERT paper's "LTR & No NSP" arm (Devlin et al. 2019, sec. 5.1): the same encoder with left-only attention
+    (`config.causal`), its MLM head predicting each next token; the left-only constraint stays for fine-tuning, as
+    in the paper. Saved as transformers' BertLMHeadModel (is_decoder=True): the same layout and the same logits."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg.replace(causal=True))
+
+    def lm_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, T, V]: position t's prediction of token t + 1."""
+        return self.cls.predictions(self.bert(input_ids, attention_mask).last_hidden_state)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                **_: Any) -> dict[str, torch.Tensor]:
+        hidden = self.bert(input_ids, attention_mask).last_hidden_state
+        targets = next_token_targets(input_ids, attention_mask)
+        positions = targets.ne(IGNORE)  # vocabulary logits only where there is a target
+        loss, acc = masked_lm_loss(self.cls.predictions(hidden, positions), targets[positions])
+        return {"loss": loss, "lm_loss": loss.detach(), "lm_acc": acc}
+
+    def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
+        from bertforge.checkpoint import save_pretrained
+        arch = ARCHITECTURES.get(("ltr", self.config.model_type), ARCHITECTURES[("mlm", self.config.model_type)])
+        save_pretrained(self, path, self.config, architecture=arch, tokenizer=tokenizer)
+
+
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", "electra", "mlm+wso", "mlm+sso", "structbert", "plm",
-              "clm")
+              "clm", "ltr")
+LEFT_TO_RIGHT = ("clm", "ltr")  # unmasked packed rows, next-token targets
 SENTENCE_OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm+sso", "structbert")
 
 
@@ -350,4 +383,6 @@ def build_objective(name: str, cfg: ModelConfig, keep_pooler: bool = False) -> n
         return PermutationLMObjective(cfg)
     if name == "clm":
         return CausalLMObjective(cfg)
+    if name == "ltr":
+        return LeftToRightObjective(cfg)
     raise ValueError(f"unknown objective {name!r} (choose from {', '.join(OBJECTIVES)})")

@@ -11,9 +11,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from bertforge.config import SIZES as SHAPES
-from bertforge.config import FAMILIES, ModelConfig, compose
+from bertforge.config import CAUSAL_ENCODERS, FAMILIES, ModelConfig, compose
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.objectives import OBJECTIVES, SENTENCE_OBJECTIVES
+from bertforge.pretrain.objectives import LEFT_TO_RIGHT, OBJECTIVES, SENTENCE_OBJECTIVES
 from bertforge.training.optim import SCHEDULES
 
 MASKINGS = ("token", "whole_word", "span")
@@ -76,8 +76,11 @@ class Recipe:
         if (self.objective == "clm") != FAMILIES[self.model_type].decoder:
             raise BertforgeError(f"--objective {self.objective} with a {self.model_type} model: the causal LM "
                                  f"objective (clm) and the decoder (--recipe gpt) go together")
-        if self.objective == "clm" and self.input_format not in ("full-sentences", "doc-sentences"):
-            raise BertforgeError(f"--objective clm reads single packed sequences: use --input-format "
+        if self.objective == "ltr" and self.model_type not in CAUSAL_ENCODERS:
+            raise BertforgeError(f"--objective ltr (a left-to-right encoder) needs a {', '.join(CAUSAL_ENCODERS)} "
+                                 f"model, not {self.model_type}")
+        if self.objective in LEFT_TO_RIGHT and self.input_format not in ("full-sentences", "doc-sentences"):
+            raise BertforgeError(f"--objective {self.objective} reads single packed sequences: use --input-format "
                                  f"full-sentences or doc-sentences (got {self.input_format})")
         return self
 

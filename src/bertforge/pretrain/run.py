@@ -32,7 +32,7 @@ from bertforge.pretrain.inputs import (check_model_fits_recipe, collator_for, he
                                        single_segment)
 from bertforge.pretrain.lm_eval import NgramBaselines, lm_metrics, samples
 from bertforge.pretrain.metrics import evaluate, most_frequent_token, stuck_at_baseline
-from bertforge.pretrain.objectives import ELECTRAObjective, build_objective, uses_pooler
+from bertforge.pretrain.objectives import LEFT_TO_RIGHT, ELECTRAObjective, build_objective, uses_pooler
 from bertforge.pretrain.options import PretrainOptions, auto_threads, schedule
 from bertforge.pretrain.outdir import claim_out
 from bertforge.pretrain.prepare import barrier, corpus_paths, prepare_data, prepare_tokenizer
@@ -153,6 +153,7 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
     model = build_model(opts, tok)
     one_segment = single_segment(model.config, opts.recipe)
     decoder = model.config.is_decoder
+    left_to_right = decoder or opts.recipe.objective in LEFT_TO_RIGHT  # scored as a next-token LM
     train_ds = make_dataset(train_corpus, opts.recipe, opts.seq_len, opts.seed)
     collate = collator_for(train_ds, opts.recipe, one_segment)
     loader = ResumableLoader(train_ds, opts.batch_size, collate_fn=collate, shuffle=True,
@@ -163,7 +164,7 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
     if is_main:
         eval_batches = heldout_batches(held_corpus, opts.recipe, opts.seq_len, opts.batch_size, opts.eval_batches,
                                        one_segment)
-        if decoder:  # what a left-to-right LM is compared with: n-gram models of the same training text
+        if left_to_right:  # what a left-to-right LM is compared with: n-gram models of the same training text
             baselines = NgramBaselines.from_corpus(train_corpus).perplexities(eval_batches)
         else:
             most_frequent = most_frequent_token(train_corpus)
@@ -171,7 +172,7 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
     warned: list[int] = []
 
     def eval_fn(m: nn.Module) -> dict[str, float]:
-        if decoder:
+        if left_to_right:
             return {**lm_metrics(m, eval_batches, next(m.parameters()).device, opts.precision), **baselines}
         metrics = evaluate(m, eval_batches, most_frequent, next(m.parameters()).device, opts.precision)
         if not warned and stuck_at_baseline(metrics, trainer.step):  # one warning per run
@@ -204,7 +205,7 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
         metrics = {k: v for k, v in evals[-1].items() if k not in ("step", "split")} if evals else eval_fn(model)
         model.save_pretrained(opts.out, tokenizer=tok)
         # Neither a decoder nor XLNet has a [MASK] to fill (fill-mask refuses XLNet checkpoints); a decoder samples.
-        no_mask = decoder or opts.recipe.objective == "plm"
+        no_mask = left_to_right or opts.recipe.objective == "plm"
         prompts = [] if no_mask else fill_mask_prompts(held_corpus, tok, opts.fill_mask_examples)
         fills = fill_mask(model, tok, [p for p, _ in prompts]) if prompts else []
         for f, (_, answer) in zip(fills, prompts):

@@ -175,7 +175,7 @@ def lab_options(inputs: dict[str, Path], out: Path, **over) -> LabOptions:
                                 precision="fp32", threads=1, tasks=["sst2"], finetune_epochs=1), **over})
 
 
-def test_a_table_runs_reports_and_continues_where_it_stopped(lab_inputs, tmp_path):
+def test_a_table_runs_reports_and_continues_where_it_stopped(lab_inputs, tmp_path, capsys):
     out = tmp_path / "lab"
     reports = run_lab(lab_options(lab_inputs, out))
     rep = reports["bert"]
@@ -210,7 +210,9 @@ def test_a_table_runs_reports_and_continues_where_it_stopped(lab_inputs, tmp_pat
     record_file.write_text(json.dumps(record))
     weights = out / "arms" / "ltr-s1" / "model.safetensors"
     before = weights.stat().st_mtime_ns
+    capsys.readouterr()
     run_lab(lab_options(lab_inputs, out))
+    assert "6 pretraining runs of 4 steps (0 to run)" in capsys.readouterr().out
     assert weights.stat().st_mtime_ns == before
     assert "sst2" in json.loads(record_file.read_text())["tasks"]
 

@@ -114,11 +114,14 @@ def _run(opts: LabOptions, tables: list[Table], out: Path) -> dict[str, Any]:
 
     opts.precision = opts.precision or default_precision()
     work = _work_list(tables, opts)
-    runs = len({(a, s) for a, s, _ in work if a != CONTROL})
-    each = f"{opts.steps} steps" if opts.steps else (
-        f"{opts.budget} (at least {runs * parse_duration(opts.budget) / 60:.0f} min before fine-tuning)")
-    print(f"ablation lab: {', '.join(t.name for t in tables)}; {runs} pretraining runs of {each}, {opts.size}, "
-          f"{opts.seeds} seed(s), and the untrained control", flush=True)
+    runs = {(a, s) for a, s, _ in work if a != CONTROL}
+    done = {key for key, r in _records(out).items() if "pretrain" in r}
+    left = len(runs - done)
+    each = f"{opts.steps} steps" if opts.steps else opts.budget
+    todo = f"{left} to run" + ("" if opts.steps else
+                               f", at least {left * parse_duration(opts.budget) / 60:.0f} min before fine-tuning")
+    print(f"ablation lab: {', '.join(t.name for t in tables)}; {len(runs)} pretraining runs of {each} ({todo}), "
+          f"{opts.size}, {opts.seeds} seed(s), and the untrained control", flush=True)
     shared = prepare_shared(opts.corpus, out, opts.seq_len, opts.batch_size, opts.vocab_size)
     relation_batches = _relation_batches(shared, opts)
     for i, (arm, seed, table) in enumerate(work, 1):

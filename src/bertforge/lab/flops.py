@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bertforge.config import ModelConfig
+from bertforge.pretrain.objectives import LEFT_TO_RIGHT
 
 
 def encoder_forward_flops(cfg: ModelConfig, seq_len: int) -> float:
@@ -35,7 +36,7 @@ def training_flops_per_token(arm: dict[str, Any], seq_len: int) -> float:
         gen = arm["generator"]
         forward += 2 * cfg.hidden_size * cfg.hidden_size  # the discriminator's per-token dense layer
         forward += encoder_forward_flops(gen, seq_len) + arm["mask_prob"] * vocab_head_flops(gen)
-    elif objective in ("clm", "ltr"):
+    elif objective in LEFT_TO_RIGHT:
         forward += vocab_head_flops(cfg)
     else:
         forward += arm["mask_prob"] * vocab_head_flops(cfg)

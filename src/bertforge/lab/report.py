@@ -23,6 +23,7 @@ from typing import Any
 
 from bertforge.fileio import atomic_write, atomic_write_text
 from bertforge.lab.tables import CONTROL, Claim, Table, tasks_of
+from bertforge.pretrain.ablation import OWN_TASKS, table_cell
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, PENDING = "reproduced", "not reproduced", "inconclusive", "pending"
 
@@ -123,7 +124,6 @@ def table_report(table: Table, tasks: list[str], records: dict[tuple[str, int], 
 
 
 def _own_keys(pre: list[dict]) -> list[str]:
-    from bertforge.pretrain.ablation import OWN_TASKS
     return [k for k in OWN_TASKS if pre and all(k in p for p in pre)]
 
 
@@ -162,8 +162,8 @@ def markdown(rep: dict[str, Any]) -> str:
     for arm, a in rep["arms"].items():
         own = ", ".join(f"{k.replace('_acc', '').upper()} {v:.3f}" for k, v in a["own"].items())
         cross = ", ".join(f"on {k.split('_')[1].upper()} {v:.3f}" for k, v in a["cross"].items())
-        lines.append(f"| {arm} | {a['label']} | {a['seeds']} | {_num(a['steps'], '.0f')} | "
-                     f"{_num(a['flops'], '.2e')} | {_num(a['heldout_mlm_acc'], '.3f')} | "
+        lines.append(f"| {arm} | {a['label']} | {a['seeds']} | {table_cell(a['steps'], '.0f')} | "
+                     f"{table_cell(a['flops'], '.2e')} | {table_cell(a['heldout_mlm_acc'], '.3f')} | "
                      f"{'; '.join(x for x in (own, cross) if x) or '-'} | "
                      + " | ".join(_cell(a["tasks"].get(t)) for t in tasks) + f" | {_cell(a['average'])} |")
     lines += ["", "| claim | tasks | ours (a vs b) | verdict | paper |", "|---|---|---|---|---|"]
@@ -178,12 +178,8 @@ def markdown(rep: dict[str, Any]) -> str:
         lines += ["", f"The paper's numbers ({rep['source']}), for direction:", "",
                   "| arm | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
         for arm, scores in rep["paper"].items():
-            lines.append(f"| {arm} | " + " | ".join(_num(scores.get(k), '.1f') for k in cols) + " |")
+            lines.append(f"| {arm} | " + " | ".join(table_cell(scores.get(k), '.1f') for k in cols) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _num(v: float | None, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
 
 
 def figure(rep: dict[str, Any], path: Path) -> None:

@@ -179,20 +179,18 @@ def _pretrain_arm(arm: str, seed: int, table: Table, opts: LabOptions, shared, r
 
     if arm == CONTROL:
         return _untrained_arm(seed, opts, shared, _arm_dir(out, arm, seed))
+    per_token = training_flops_per_token(_arm_configs(arm, opts, shared), opts.seq_len)
     budget, max_steps = (None, opts.steps) if opts.steps else (opts.budget, None)
     ref = table.flops_matched.get(arm)
     if ref is not None:  # equal compute: as many steps as the reference arm's FLOPs pay for
         ref_row = read_json(out / "results" / f"{ref}-s{seed}.json")["pretrain"]
         per_step = ref_row["tokens_seen"] / max(ref_row["steps"], 1)
-        per_token = training_flops_per_token(_arm_configs(_arm_dir(out, arm, seed), arm, opts, shared), opts.seq_len)
         budget, max_steps = None, max(1, math.floor(ref_row["flops"] / (per_token * per_step)))
     row = run_arm(arm, shared, opts.size, opts.seq_len, opts.batch_size, budget, opts.precision, seed,
                   max_steps=max_steps, threads=opts.threads, out_name=f"{arm}-s{seed}",
                   extra_eval=lambda m: relation_accuracies(m, relation_batches, opts.precision))
-    arm_dir = _arm_dir(out, arm, seed)
-    per_token = training_flops_per_token(_arm_configs(arm_dir, arm, opts, shared), opts.seq_len)
     row["flops"] = per_token * row["tokens_seen"]
-    shutil.rmtree(arm_dir / "checkpoints", ignore_errors=True)  # the final model stays; resume points do not
+    shutil.rmtree(_arm_dir(out, arm, seed) / "checkpoints", ignore_errors=True)  # the final model stays
     return row
 
 
@@ -204,7 +202,7 @@ def _untrained_arm(seed: int, opts: LabOptions, shared, arm_dir: Path) -> dict[s
 
     tok = Tokenizer.from_pretrained(shared.out / "tokenizer")
     recipe = resolve("bert", objective="mlm")
-    cfg = recipe.model_config(opts.size, tok.vocab_size, tok.pad_token_id or 0, opts.seq_len)
+    cfg = _model_config(recipe, opts, tok)
     torch.manual_seed(seed)
     model = build_objective(recipe.objective, cfg)
     model.save_pretrained(arm_dir, tokenizer=tok)
@@ -218,25 +216,21 @@ def _arm_dir(out: Path, arm: str, seed: int) -> Path:
     return out / "arms" / f"{arm}-s{seed}"
 
 
-def _arm_configs(arm_dir: Path, arm: str, opts: LabOptions, shared) -> dict[str, Any]:
-    """The configs and objective FLOPs are counted for: the saved ones, or (before training) the recipe's."""
+def _model_config(recipe, opts: LabOptions, tok) -> ModelConfig:
+    """The encoder `bertforge pretrain` builds for `recipe` at the lab's size with the shared tokenizer."""
+    return recipe.model_config(opts.size, tok.vocab_size, tok.pad_token_id or 0, opts.seq_len)
+
+
+def _arm_configs(arm: str, opts: LabOptions, shared) -> dict[str, Any]:
+    """What the arm's training FLOPs are counted for: its objective and the configs its recipe builds."""
     from bertforge.pretrain.ablation import ARMS
     from bertforge.pretrain.objectives import generator_config
     from bertforge.pretrain.recipes import resolve
     from bertforge.tokenization import Tokenizer
 
     recipe = resolve(ARMS[arm]["recipe"], **ARMS[arm]["over"])
-    if (arm_dir / "config.json").is_file() and not (arm_dir / "discriminator").is_dir():
-        main = ModelConfig.from_file(arm_dir)
-    elif (arm_dir / "discriminator").is_dir():
-        main = ModelConfig.from_file(arm_dir / "discriminator")
-    else:
-        tok = Tokenizer.from_pretrained(shared.out / "tokenizer")
-        main = recipe.model_config(opts.size, tok.vocab_size, tok.pad_token_id or 0, opts.seq_len)
-    gen = None
-    if recipe.objective == "electra":
-        gen = (ModelConfig.from_file(arm_dir / "generator") if (arm_dir / "generator").is_dir()
-               else generator_config(main))
+    main = _model_config(recipe, opts, Tokenizer.from_pretrained(shared.out / "tokenizer"))
+    gen = generator_config(main) if recipe.objective == "electra" else None
     return {"objective": recipe.objective, "mask_prob": recipe.mask_prob, "model": main, "generator": gen}
 
 

@@ -164,7 +164,7 @@ def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = N
     return {"rows": rows}
 
 
-def _num(value: float | None, spec: str) -> str:
+def table_cell(value: float | None, spec: str) -> str:
     """A table cell: "-" where an arm has no such number (a left-to-right arm fills no [MASK])."""
     return "-" if value is None else format(value, spec)
 
@@ -181,8 +181,8 @@ def _write(out: Path, rows: list[dict], setup: dict) -> None:
         own = ", ".join(f"{k.replace('_acc', '').upper()} {r[k]:.3f}" for k in OWN_TASKS if k in r)
         lines.append(f"| {r['arm']} | {r['family']} | {r['objective']} | {r['masking']} {r['mask_prob']:.0%} | "
                      f"{r['masks']} | {r['input_format']} | {r['schedule']} | {r['lr']:g} | {r['steps']} | "
-                     f"{_num(r['heldout_mlm_acc'], '.3f')} | {_num(r['heldout_mlm_loss'], '.2f')} | "
-                     f"{_num(r['baseline_acc'], '.3f')} | "
+                     f"{table_cell(r['heldout_mlm_acc'], '.3f')} | {table_cell(r['heldout_mlm_loss'], '.2f')} | "
+                     f"{table_cell(r['baseline_acc'], '.3f')} | "
                      f"{own or '-'} |")
     atomic_write_text(out / "ablation.md", "\n".join(lines) + "\n")
     try:

@@ -343,8 +343,8 @@ class LeftToRightObjective(MaskedLM):
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
         from bertforge.checkpoint import save_pretrained
-        arch = ARCHITECTURES.get(("ltr", self.config.model_type), ARCHITECTURES[("mlm", self.config.model_type)])
-        save_pretrained(self, path, self.config, architecture=arch, tokenizer=tokenizer)
+        save_pretrained(self, path, self.config, architecture=ARCHITECTURES[("ltr", self.config.model_type)],
+                        tokenizer=tokenizer)
 
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", "electra", "mlm+wso", "mlm+sso", "structbert", "plm",

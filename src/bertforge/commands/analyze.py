@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--eval", metavar="PATH", help="held-out file (default: the last 20%% of --data)")
     r.add_argument("--out", required=True, metavar="DIR")
     r.add_argument("--max-sentences", type=int, help="use only the first N sentences of --data")
-    r.add_argument("--max-iter", type=int, default=300)
+    r.add_argument("--epochs", type=int, default=8, help="passes of the probes over the training words (default 8)")
     r.add_argument("--no-control", action="store_true", help="skip the random-init control")
     r.add_argument("--batch-size", type=int, default=32)
     r.set_defaults(func=probe_command)
@@ -147,7 +147,7 @@ def probe_command(args: argparse.Namespace) -> int:
         train, test = items[:cut], items[cut:]
     encoder, tok = load_encoder(args.model)
     start = time.perf_counter()
-    result = probe(encoder, tok, args.task, train, test, args.batch_size, max_iter=args.max_iter,
+    result = probe(encoder, tok, args.task, train, test, args.batch_size, epochs=args.epochs,
                    control=not args.no_control)
     seconds = time.perf_counter() - start
     out = Path(args.out)

@@ -21,17 +21,16 @@ The bert arm is `bertforge ablate`'s `nsp` arm (= `--recipe bert`). Writes bench
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import subprocess
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench_common import bench_lock, save
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
-LOCK = "/tmp/bertforge-bench.lock"
 FINETUNE = {  # task -> (data folder, train_limit, epochs, max_seq_len)
     "sst2": ("glue/SST-2", 8000, 1.0, 64),
     "mrpc": ("glue/MRPC", None, 3.0, 128),
@@ -40,26 +39,6 @@ FINETUNE = {  # task -> (data folder, train_limit, epochs, max_seq_len)
 
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
-@contextmanager
-def bench_lock():
-    """The shared benchmark lock (flock(1) semantics on the same file): wait for it, hold it, release it."""
-    with open(LOCK, "a") as f:
-        t = time.time()
-        fcntl.flock(f, fcntl.LOCK_EX)
-        print(f"benchmark lock taken after {time.time() - t:.0f} s wait", flush=True)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def save(path: Path, result: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def finetune_arm(model_dir: Path, out: Path, task: str, smoke: bool = False) -> dict:

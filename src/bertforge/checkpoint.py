@@ -82,6 +82,16 @@ _RULES: dict[str, list[tuple[str, str]]] = {
         (r"^cls\.predictions\.decoder\.weight$", "vocab_projector.weight"),
         (r"^bert\.", "distilbert."),
     ],
+    # Longformer: RoBERTa's names under `longformer.` (the global Q/K/V keep their names: query_global, ...).
+    "longformer": [
+        (r"^cls\.predictions\.transform\.dense\.", "lm_head.dense."),
+        (r"^cls\.predictions\.transform\.LayerNorm\.", "lm_head.layer_norm."),
+        (r"^cls\.predictions\.bias$", "lm_head.bias"),
+        (r"^cls\.predictions\.decoder\.", "lm_head.decoder."),
+        (r"^bert\.", "longformer."),
+    ],
+    # BigBird: BERT's names, but the pooler is a bare Linear (BigBirdModel.pooler + a separate tanh).
+    "big_bird": [(r"^bert\.pooler\.dense\.", "bert.pooler.")],
     # XLNet's modules already carry transformers' names (bertforge.model.xlnet); its LM head is `lm_loss`.
     "xlnet": [(r"^bert\.", "transformer.")],
     "gpt2": [],  # bertforge's decoder has GPT2LMHeadModel's names

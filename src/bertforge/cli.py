@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "bertforge.commands.generate",   # generate
     "bertforge.commands.embed",      # embed, index
     "bertforge.commands.pretrain",   # prepare, pretrain, ablate
+    "bertforge.commands.longify",    # longify (a Longformer from a bert / roberta checkpoint)
     "bertforge.commands.finetune",   # finetune, evaluate, predict
     "bertforge.commands.analyze",    # analyze attention|heads|probe|importance|explain
     "bertforge.commands.prune",      # prune

@@ -17,6 +17,9 @@ ModernBERT (Warner et al. 2024) is the same encoder with its switches turned the
   - `attention_bias` / `mlp_bias` / `norm_bias` / `head_bias` = False -> no biases (the decoder keeps one)
   - `local_attention` = W, `global_attn_every_n_layers` = N -> every Nth layer (from 0) attends globally, the
                                         others within |i - j| <= W // 2 (Hugging Face's convention)
+Longformer and BigBird are the same encoder with sparse long attention (`Family.sparse`; fields in `config_long`):
+  - `attention_window`                -> Longformer: a window per layer + global tokens of the caller's choice
+  - `attention_type`, `block_size`, `num_random_blocks` -> BigBird: block-sparse window + global + random blocks
 Everything a family fixes lives in `FAMILIES`; shapes live in `SIZES`; a config is size x family (+ overrides):
 `compose("albert", "base")`, or a named preset such as `preset("albert-base")`.
 `to_hf_dict` / `from_hf_dict` translate to and from each family's Hugging Face `config.json` schema.
@@ -29,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertforge.config_families import ACTIVATIONS, FAMILIES, MODEL_TYPES, SIZES, Family, Size
+from bertforge import config_long
+from bertforge.config_families import ACTIVATIONS, FAMILIES, MODEL_TYPES, SIZES, Family, Size  # noqa: F401 (re-exported)
 from bertforge.config_schemas import (TOKEN_IDS, gpt2_from_hf_dict, gpt2_hf_dict, layer_types, modernbert_hf_dict,
                                       modernbert_settings, xlnet_from_hf_dict, xlnet_hf_dict)
 from bertforge.errors import BertforgeError
@@ -85,6 +89,12 @@ class ModelConfig:
     # Left-to-right attention in an encoder: the BERT paper's "LTR & No NSP" arm (Devlin et al. 2019, sec. 5.1).
     # Hugging Face's `is_decoder` on a BERT / RoBERTa / ELECTRA config: the same causal mask.
     causal: bool = False
+    # Sparse long attention (`config_long`): Longformer's window per layer (an int: every layer); BigBird's
+    # "block_sparse" | "original_full", block size and random blocks per query block. None: the family's default.
+    attention_window: list[int] | int | None = None
+    attention_type: str | None = None
+    block_size: int = config_long.BIGBIRD_BLOCK
+    num_random_blocks: int = config_long.BIGBIRD_RANDOM
     # Task metadata carried through config.json (id2label etc.); not used by the encoder itself.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -123,6 +133,7 @@ class ModelConfig:
         if self.causal and self.model_type not in CAUSAL_ENCODERS:
             raise BertforgeError(f"causal (left-to-right) attention is for {', '.join(CAUSAL_ENCODERS)} encoders "
                                  f"(transformers' is_decoder), not {self.model_type}")
+        config_long.normalise(self)
         # Every config must fit its family's Hugging Face layout: the structural switches a family's checkpoint
         # cannot express stay at the family's value (ModernBERT's layout has its bias and window settings).
         fam = self.family
@@ -195,6 +206,7 @@ class ModelConfig:
                 d["inner_group_num"] = 1
             if self.model_type == "roberta":
                 d.update(bos_token_id=0, eos_token_id=2)
+            d.update(config_long.hf_fields(self))
             if self.causal:
                 d["is_decoder"] = True
         d["tie_word_embeddings"] = True
@@ -215,7 +227,7 @@ class ModelConfig:
         ours = d.get("bertforge", {})
         known_extra = ("id2label", "label2id", "problem_type", "num_labels", "architectures",
                        "classifier_dropout", "bertforge_task")
-        if model_type == "modernbert":  # its special-token ids are config fields that no ModelConfig field holds
+        if model_type in ("modernbert", "longformer", "big_bird"):  # special-token ids no ModelConfig field holds
             known_extra += tuple(k for k in TOKEN_IDS if d.get(k) is not None)
         extra = {k: d[k] for k in known_extra if k in d and k != "architectures"}
         try:
@@ -257,7 +269,8 @@ class ModelConfig:
                        share_layers=share,
                        use_pooler=ours.get("use_pooler", FAMILIES[model_type].use_pooler),
                        heads_per_layer=ours.get("heads_per_layer"),
-                       causal=bool(d.get("is_decoder", False)) and model_type in CAUSAL_ENCODERS, extra=extra)
+                       causal=bool(d.get("is_decoder", False)) and model_type in CAUSAL_ENCODERS, extra=extra,
+                       **config_long.settings(d, source))
         except KeyError as err:
             raise BertforgeError(f"{source}: missing field {err.args[0]!r} for model_type {model_type!r}") from None
 

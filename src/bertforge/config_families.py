@@ -43,6 +43,9 @@ class Family:
     rope_theta: float = 10000.0          # global layers
     local_rope_theta: float = 10000.0    # sliding-window layers
     initializer_cutoff_factor: float | None = None  # truncated-normal init at +-factor std
+    # Sparse long attention (`bertforge.model.long_attention`): "longformer" (sliding window + global tokens) or
+    # "big_bird" (block-sparse window + global + random blocks); None: full attention.
+    sparse: str | None = None
     # A gated MLP has two input matrices: 2/3 of the size's intermediate width keeps the parameter count and the
     # FLOPs of the ungated MLP (Shazeer 2020), so a size means the same compute in every family.
     intermediate_scale: float = 1.0
@@ -101,6 +104,15 @@ FAMILIES: dict[str, Family] = {
                          use_pooler=False, norm_position="pre", position_embedding_type="rotary", gated_mlp=True,
                          bias=False, local_attention=128, global_attn_every_n_layers=3, rope_theta=160000.0,
                          initializer_cutoff_factor=2.0, intermediate_scale=2 / 3),
+    # Beltagy et al. 2020 (allenai/longformer-base-4096): RoBERTa's body and vocabulary, 4,096 positions (+2: pad
+    # and the offset), a 512-token window per layer, global attention on chosen tokens with their own Q/K/V.
+    "longformer": Family("longformer", "Longformer", "longformer", vocab_size=50265, pad_token_id=1,
+                         max_position_embeddings=4098, type_vocab_size=1, layer_norm_eps=1e-5,
+                         positions_after_padding=True, sparse="longformer"),
+    # Zaheer et al. 2020 (google/bigbird-roberta-base): BERT's layout, gelu_new, 4,096 positions, block-sparse
+    # attention (blocks of 64: 3-block window, first and last block global, 3 random blocks).
+    "big_bird": Family("big_bird", "BigBird", "bert", vocab_size=50358, max_position_embeddings=4096,
+                       hidden_act="gelu_new", sparse="big_bird"),
 }
 MODEL_TYPES = tuple(FAMILIES)
 

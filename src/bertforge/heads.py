@@ -49,7 +49,8 @@ class LMTransform(nn.Module):
         self.dense = nn.Linear(cfg.hidden_size, cfg.embedding_size, bias=cfg.head_bias)
         # RoBERTa's lm_head and ELECTRA's generator hard-code erf GELU; BERT / ALBERT / DistilBERT / ModernBERT
         # use hidden_act (ModernBERT's classifier_activation, which bertforge keeps equal to it).
-        self.act = activation("gelu" if cfg.model_type in ("roberta", "electra") else cfg.hidden_act)
+        self.act = activation("gelu" if cfg.model_type in ("roberta", "electra", "longformer")
+                              else cfg.hidden_act)
         self.LayerNorm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -114,13 +115,16 @@ class MaskedLM(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        cfg = cfg.replace(use_pooler=False)  # *ForMaskedLM checkpoints carry no pooler
+        if cfg.model_type != "big_bird":  # *ForMaskedLM checkpoints carry no pooler (BigBird's does)
+            cfg = cfg.replace(use_pooler=False)
         self.config = cfg
         self.bert = Encoder(cfg)
         self.cls = PreTrainingHeads(cfg, self.bert.embeddings.word_embeddings, sentence_relation=False)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, positions=None) -> torch.Tensor:
-        hidden = self.bert(input_ids, attention_mask, token_type_ids).last_hidden_state
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, positions=None,
+                global_attention_mask=None) -> torch.Tensor:
+        hidden = self.bert(input_ids, attention_mask, token_type_ids,
+                           global_attention_mask=global_attention_mask).last_hidden_state
         return self.cls.predictions(hidden, positions)
 
     @classmethod
@@ -213,6 +217,7 @@ ARCHITECTURES = {
     ("mlm", "bert"): "BertForMaskedLM", ("mlm", "roberta"): "RobertaForMaskedLM",
     ("mlm", "albert"): "AlbertForMaskedLM", ("mlm", "distilbert"): "DistilBertForMaskedLM",
     ("mlm", "electra"): "ElectraForMaskedLM", ("mlm", "modernbert"): "ModernBertForMaskedLM",
+    ("mlm", "longformer"): "LongformerForMaskedLM", ("mlm", "big_bird"): "BigBirdForMaskedLM",
     ("pretraining", "bert"): "BertForPreTraining", ("pretraining", "albert"): "AlbertForPreTraining",
     ("ltr", "bert"): "BertLMHeadModel", ("ltr", "roberta"): "RobertaForCausalLM",
     ("ltr", "electra"): "ElectraForCausalLM",

@@ -1,4 +1,4 @@
-"""Tokenizers for the BERT family: WordPiece (BERT), byte-level BPE (RoBERTa, GPT-2) and Unigram (ALBERT).
+"""Tokenizers for the BERT family: WordPiece (BERT), byte-level BPE (RoBERTa, GPT-2, BART), Unigram (ALBERT, T5).
 
 All the work is done by the `tokenizers` library; this module only
   * builds the pipelines the reference models use (normaliser, pre-tokenizer, model, post-processor, decoder),
@@ -10,7 +10,8 @@ All the work is done by the `tokenizers` library; this module only
 The pipelines are the ones transformers' BertTokenizerFast / RobertaTokenizerFast / AlbertTokenizerFast /
 GPT2TokenizerFast build, so a saved directory loads in `transformers.AutoTokenizer` and encodes identically. The
 "gpt2" kind is RoBERTa's byte-level BPE with GPT-2's conventions: one special token, <|endoftext|> (document
-separator, bos and eos), nothing added around a text, and no mask token (`mask_token` is None).
+separator, bos and eos), nothing added around a text, and no mask token (`mask_token` is None). The "t5" kind is
+T5's Unigram layout with 100 sentinels (bertforge.tokenizer_pipelines); its cls and sep are both </s>.
 """
 from __future__ import annotations
 
@@ -21,98 +22,18 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, pre_tokenizers, trainers
 from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, Unigram, WordPiece
 
 from bertforge.errors import BertforgeError
 from bertforge.files import read_json
 from bertforge.fileio import atomic_write_text
+from bertforge.tokenizer_pipelines import (ENDOFTEXT, HF_TOKENIZER_CLASS, KINDS, N_SENTINELS, ROLES,  # noqa: F401
+                                          SPECIAL_TOKENS, _albert_pipeline, _bert_pipeline, _json_lowercases,
+                                          _MODEL_KIND, _roberta_pipeline, _sentinel_tokens, _set_post_processor,
+                                          _special_added_tokens, _t5_pipeline, _token_str, sentinel)
 from bertforge.tokenizer_train import canonical_unigram, checked_texts, train_wordpiece
-
-KINDS = ("wordpiece", "bpe", "unigram", "gpt2")
-_MODEL_KIND = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
-ROLES = ("pad", "unk", "cls", "sep", "mask")
-
-# Special tokens per kind, in id order (they get ids 0..4 when training).
-SPECIAL_TOKENS: dict[str, dict[str, str]] = {
-    "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
-    "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
-    "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
-    "gpt2": {"pad": "<|endoftext|>", "unk": "<|endoftext|>", "cls": "<|endoftext|>", "sep": "<|endoftext|>",
-             "mask": None},
-}
-HF_TOKENIZER_CLASS = {"wordpiece": "BertTokenizerFast", "bpe": "RobertaTokenizerFast", "unigram": "AlbertTokenizerFast",
-                      "gpt2": "GPT2TokenizerFast"}
-ENDOFTEXT = "<|endoftext|>"
-
-
-# ----------------------------------------------------------------------------------------------- pipelines
-
-def _bert_pipeline(backend: Backend, lowercase: bool, strip_accents: bool | None = None,
-                   chinese: bool = True) -> None:
-    # strip_accents=None: accents are stripped exactly when lower-casing, as in the original BERT.
-    backend.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=chinese,
-                                                    strip_accents=strip_accents, lowercase=lowercase)
-    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    backend.decoder = decoders.WordPiece(prefix="##")
-
-
-def _roberta_pipeline(backend: Backend) -> None:
-    backend.normalizer = None
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-
-
-def _albert_pipeline(backend: Backend, lowercase: bool) -> None:
-    # The normaliser and pre-tokenizer transformers' AlbertTokenizerFast rebuilds on load (keep_accents=not lowercase).
-    steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
-    if lowercase:
-        steps += [normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase()]
-    backend.normalizer = normalizers.Sequence(steps)
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
-    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-
-
-def _set_post_processor(backend: Backend, kind: str, specials: dict[str, str]) -> None:
-    cls, sep = specials["cls"], specials["sep"]
-    cls_id, sep_id = backend.token_to_id(cls), backend.token_to_id(sep)
-    if kind == "bpe":  # <s> A </s></s> B </s>, all type ids 0
-        backend.post_processor = processors.RobertaProcessing((sep, sep_id), (cls, cls_id),
-                                                              trim_offsets=True, add_prefix_space=False)
-    elif kind == "gpt2":  # GPT-2 adds nothing around a text
-        backend.post_processor = processors.ByteLevel(trim_offsets=False)
-    else:
-        backend.post_processor = processors.TemplateProcessing(
-            single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
-            special_tokens=[(cls, cls_id), (sep, sep_id)])
-
-
-def _special_added_tokens(kind: str) -> list[AddedToken]:
-    # RoBERTa's <mask> swallows the space before it, so "a <mask> b" masks the word " b"-style tokens correctly.
-    unique = dict.fromkeys(t for t in SPECIAL_TOKENS[kind].values() if t is not None)  # GPT-2's one, once
-    return [AddedToken(tok, special=True, normalized=False, lstrip=(kind == "bpe" and tok == "<mask>"))
-            for tok in unique]
-
-
-def _json_lowercases(node: Any) -> bool:
-    """Whether a serialised normaliser lower-cases (BertNormalizer(lowercase=True) or a Lowercase step)."""
-    if isinstance(node, dict):
-        if node.get("type") == "Lowercase" or (node.get("type") == "BertNormalizer" and node.get("lowercase")):
-            return True
-        return any(_json_lowercases(v) for v in node.values())
-    if isinstance(node, list):
-        return any(_json_lowercases(v) for v in node)
-    return False
-
-
-def _token_str(value: Any) -> str | None:
-    """A special token as written in tokenizer_config.json / special_tokens_map.json (string or AddedToken dict)."""
-    if isinstance(value, dict):
-        return value.get("content")
-    return value if isinstance(value, str) else None
-
 
 # ----------------------------------------------------------------------------------------------- Tokenizer
 
@@ -126,6 +47,8 @@ class Tokenizer:
         kind = kind or _MODEL_KIND.get(model_type)
         if kind == "bpe" and ENDOFTEXT in vocab and SPECIAL_TOKENS["bpe"]["cls"] not in vocab:
             kind = "gpt2"  # GPT-2's files: byte-level BPE whose only special token is <|endoftext|>
+        if kind == "unigram" and sentinel(0) in vocab and SPECIAL_TOKENS["unigram"]["cls"] not in vocab:
+            kind = "t5"  # T5's files: Unigram with sentinels and no [CLS]
         if kind not in KINDS:
             raise BertforgeError(f"unsupported tokenizer model {model_type!r} (expected WordPiece, BPE or Unigram)")
         self.kind = kind
@@ -173,7 +96,8 @@ class Tokenizer:
         """Train a tokenizer on texts (documents as strings: read corpus files with
         `bertforge.data.corpus.iter_texts`). The same texts and options always give the same tokenizer.
 
-        `lowercase` applies to WordPiece and Unigram; byte-level BPE is always cased, as RoBERTa is.
+        `lowercase` applies to WordPiece and Unigram; byte-level BPE and T5 are always cased, as RoBERTa and T5
+        are. T5's `vocab_size` counts its 100 sentinels.
         `min_frequency` applies to WordPiece and BPE (the Unigram trainer has none). `workers` > 1 counts the
         words of a large WordPiece corpus in that many processes (see bertforge.tokenizer_train.word_counts).
         """
@@ -182,7 +106,7 @@ class Tokenizer:
         if isinstance(texts, (str, bytes, os.PathLike)):
             raise TypeError("Tokenizer.train takes an iterable of texts, not a single string or path")
         specials = _special_added_tokens(kind)
-        if vocab_size <= len(specials):
+        if vocab_size <= len(specials) + (N_SENTINELS if kind == "t5" else 0):
             raise BertforgeError(f"vocab_size {vocab_size} is too small (the {len(specials)} special tokens alone)")
         seen = [0]
         texts = checked_texts(texts, seen)
@@ -201,12 +125,19 @@ class Tokenizer:
                                           show_progress=show_progress)
             backend.train_from_iterator(texts, trainer=trainer)
         else:
+            t5 = kind == "t5"
+            lowercase = lowercase and not t5
             backend = Backend(Unigram())
-            _albert_pipeline(backend, lowercase)
-            trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>",
-                                              show_progress=show_progress)
+            if t5:
+                _t5_pipeline(backend)
+            else:
+                _albert_pipeline(backend, lowercase)
+            trainer = trainers.UnigramTrainer(vocab_size=vocab_size - (N_SENTINELS if t5 else 0),
+                                              special_tokens=specials, unk_token="<unk>", show_progress=show_progress)
             backend.train_from_iterator(texts, trainer=trainer)
             backend = canonical_unigram(backend, len(specials))
+            if t5:  # after the pieces, as in T5's vocabulary
+                backend.add_special_tokens(_sentinel_tokens())
         if not seen[0]:
             raise BertforgeError("no text to train the tokenizer on")
         _set_post_processor(backend, kind, SPECIAL_TOKENS[kind])
@@ -285,6 +216,9 @@ class Tokenizer:
         special_map: dict[str, Any] = {f"{role}_token": token_entry(s[role]) for role in ROLES if s[role] is not None}
         if self.kind == "gpt2":  # GPT-2's files name bos, eos and unk; no cls / sep / mask
             special_map = {"bos_token": s["cls"], "eos_token": s["sep"], "unk_token": s["unk"], "pad_token": s["pad"]}
+        elif self.kind == "t5":  # T5's files name eos, unk, pad and the sentinels
+            special_map = {"eos_token": s["sep"], "unk_token": s["unk"], "pad_token": s["pad"],
+                           "additional_special_tokens": [sentinel(k) for k in range(N_SENTINELS)]}
         elif self.kind != "wordpiece":
             special_map.update(bos_token=token_entry(s["cls"]), eos_token=token_entry(s["sep"]))
         config: dict[str, Any] = {"tokenizer_class": HF_TOKENIZER_CLASS[self.kind], "do_lower_case": self.do_lower_case,
@@ -295,6 +229,8 @@ class Tokenizer:
             config.update(add_prefix_space=False, trim_offsets=True, errors="replace")
         elif self.kind == "gpt2":
             config.update(add_prefix_space=False, errors="replace")
+        elif self.kind == "t5":
+            config.update(extra_ids=N_SENTINELS)
         else:
             config.update(keep_accents=not self.do_lower_case, add_prefix_space=True, trim_offsets=True,
                           model_input_names=["input_ids", "token_type_ids", "attention_mask"])
@@ -338,6 +274,12 @@ class Tokenizer:
     sep_token_id = property(lambda self: self.backend.token_to_id(self.specials["sep"]))
     mask_token_id = property(lambda self: None if self.specials["mask"] is None
                              else self.backend.token_to_id(self.specials["mask"]))
+
+    @property
+    def sentinel_ids(self) -> list[int]:
+        """T5's sentinels <extra_id_0>, <extra_id_1>, ... (the ids span corruption uses); [] for other kinds."""
+        ids = [self.backend.token_to_id(sentinel(k)) for k in range(N_SENTINELS)]
+        return [i for i in ids if i is not None] if ids[0] is not None else []
 
     @property
     def special_ids(self) -> set[int]:
@@ -422,6 +364,9 @@ class Tokenizer:
             ids = [*ids_a, *(ids_b or [])]
             return ids, [0] * len(ids)
         cls, sep = self.cls_token_id, self.sep_token_id
+        if self.kind == "t5":  # as T5's post-processor: A </s> (B </s>)
+            ids = [*ids_a, sep, *([*ids_b, sep] if ids_b is not None else [])]
+            return ids, [0] * len(ids)
         ids = [cls, *ids_a, sep]
         if ids_b is None:
             return ids, [0] * len(ids)

@@ -71,10 +71,13 @@ def layer_features(encoder: Encoder, tokenizer: Tokenizer, items: list[tuple[lis
     """[L+1, N, H] float32 features (N words, or N sentences for sentence-level) and their N labels. Words cut
     off by truncation are left out."""
     encoder.eval()
-    feats: list[np.ndarray] = []
-    labels: list[str] = []
+    # Batches of similar length (then put back in order): CoNLL sentences run from 1 to 100+ words, and padding
+    # every batch to its longest sentence doubles the encoder's work.
+    order = sorted(range(len(items)), key=lambda i: len(items[i][0]))
+    per_item: list[tuple[np.ndarray, list[str]] | None] = [None] * len(items)
     for start in tqdm(range(0, len(items), batch_size), desc=desc, disable=not progress, leave=False):
-        batch = items[start:start + batch_size]
+        idx = order[start:start + batch_size]
+        batch = [items[i] for i in idx]
         texts = [" ".join(words) for words, _ in batch]
         enc = tokenizer(texts, max_length=max_length, return_offsets=True)
         offsets = enc.pop("offset_mapping")
@@ -83,8 +86,7 @@ def layer_features(encoder: Encoder, tokenizer: Tokenizer, items: list[tuple[lis
         for b, (words, tags) in enumerate(batch):
             mask = enc["attention_mask"][b].bool()
             if sentence_level:
-                feats.append(hidden[:, b][:, mask].mean(1).numpy()[:, None])
-                labels.append(tags[0])
+                per_item[idx[b]] = (hidden[:, b][:, mask].mean(1).float().numpy()[:, None], [tags[0]])
                 continue
             starts, pos = {}, 0
             for w, word in enumerate(words):  # character start of every word in the joined text
@@ -95,8 +97,10 @@ def layer_features(encoder: Encoder, tokenizer: Tokenizer, items: list[tuple[lis
             seen: set[int] = set()
             keep = [(t, w) for t, w in first if not (w in seen or seen.add(w))]  # the first sub-token per word
             if keep:
-                feats.append(hidden[:, b, [t for t, _ in keep]].numpy())
-                labels.extend(tags[w] for _, w in keep)
+                per_item[idx[b]] = (hidden[:, b, [t for t, _ in keep]].float().numpy(), [tags[w] for _, w in keep])
+    kept = [x for x in per_item if x is not None]
+    feats = [f for f, _ in kept]
+    labels = [label for _, labels_ in kept for label in labels_]
     return np.concatenate(feats, axis=1).astype(np.float32), labels
 
 
@@ -163,6 +167,7 @@ def probe(encoder: Encoder, tokenizer: Tokenizer, task: str, train: list, test: 
                                         f"{name} features (test)")
         results.append(fit_probes(x_train, y_train, x_test, y_test, epochs, seed=seed, progress=progress,
                                   desc=f"{name} probes ({len(x_train)} layers)"))
+        del x_train, x_test  # [L+1, N, H] each: gone before the next model's features are computed
     majority_label = Counter(y_train).most_common(1)[0][0]
     majority = float(np.mean([y == majority_label for y in y_test]))
     return ProbeResult(task, results[0], results[1] if control else [], majority, len(y_train), len(y_test))

@@ -9,7 +9,8 @@ from bertforge.errors import BertforgeError
 
 TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
              "v1.1/v2.0), swag (multiple choice); generic: classify regress (csv/tsv/jsonl with --text-col/"
-             "--text-pair-col/--label-col), tag (CoNLL format), qa (SQuAD json), choice (SWAG csv or jsonl)")
+             "--text-pair-col/--label-col), tag (CoNLL format), qa (SQuAD json), choice (SWAG csv or jsonl), "
+             "seq2seq (source -> target text with a T5/BART model: jsonl/tsv/csv with --source-col/--target-col)")
 
 
 def _task_choices() -> tuple[str, ...]:
@@ -30,7 +31,14 @@ def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
     p.add_argument("--text-col", default="text", metavar="COL", help="classify/regress: text column (default: text)")
     p.add_argument("--text-pair-col", metavar="COL", help="classify/regress: second text column for pairs")
     p.add_argument("--label-col", default="label", metavar="COL", help="classify/regress: label column (default: label)")
-    p.add_argument("--max-seq-len", type=int, metavar="N", help="tokens per input (default: 128; SQuAD 384)")
+    p.add_argument("--max-seq-len", type=int, metavar="N",
+                   help="tokens per input (default: 128; SQuAD 384; seq2seq sources 512)")
+    p.add_argument("--source-col", default="source", metavar="COL", help="seq2seq: source column (default: source)")
+    p.add_argument("--target-col", default="target", metavar="COL", help="seq2seq: target column (default: target)")
+    p.add_argument("--max-target-len", type=int, default=128, metavar="N",
+                   help="seq2seq: target tokens, and the most tokens evaluation generates (default: 128)")
+    p.add_argument("--num-beams", type=int, default=1, metavar="N",
+                   help="seq2seq: beam search width for evaluation (default: 1, greedy)")
     p.add_argument("--eval-batch-size", type=int, default=64, metavar="N", help="evaluation batch size (default: 64)")
     p.add_argument("--limit", type=int, metavar="N", help="use only the first N evaluation examples")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
@@ -58,7 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     length = ft.add_mutually_exclusive_group()
     length.add_argument("--epochs", type=float, default=3.0, metavar="N", help="epochs (default: 3)")
     length.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps instead of epochs")
-    ft.add_argument("--lr", type=float, default=3e-5, help="peak learning rate (default: 3e-5; try 2e-5..5e-5)")
+    ft.add_argument("--lr", type=float, help="peak learning rate (default: 3e-5, try 2e-5..5e-5; seq2seq with a T5 "
+                    "model: 1e-4)")
     ft.add_argument("--batch-size", type=int, default=32, metavar="N", help="training batch size (default: 32)")
     ft.add_argument("--warmup-ratio", type=float, default=0.1, metavar="R", help="warm-up fraction (default: 0.1)")
     ft.add_argument("--weight-decay", type=float, default=0.01, metavar="W", help="AdamW weight decay (default: 0.01)")
@@ -123,12 +132,14 @@ def _config(args: argparse.Namespace, model: str, out: str):
     from bertforge.tasks.finetune import FinetuneConfig
 
     for name in ("max_seq_len", "eval_batch_size", "limit", "epochs", "max_steps", "batch_size", "lr", "runs",
-                 "train_limit"):
+                 "train_limit", "max_target_len", "num_beams"):
         _positive("--" + name.replace("_", "-"), getattr(args, name, None))
     kw = dict(task=args.task, model=model, out=out, data=args.data, train=getattr(args, "train", None),
               eval=args.eval, max_seq_len=args.max_seq_len, eval_batch_size=args.eval_batch_size,
               eval_limit=args.limit, text_col=args.text_col, text_pair_col=args.text_pair_col,
-              label_col=args.label_col, device=args.device, compile=args.compile, progress=args.progress)
+              label_col=args.label_col, device=args.device, compile=args.compile, progress=args.progress,
+              source_col=args.source_col, target_col=args.target_col, max_target_len=args.max_target_len,
+              num_beams=args.num_beams)
     if args.func is run_evaluate:
         kw.update(precision=args.precision)
     if args.func is run_finetune:

@@ -1,4 +1,5 @@
-"""`bertforge generate --model DIR --prompt "..."`: continue a text with a decoder, streaming to the terminal."""
+"""`bertforge generate --model DIR --prompt "..."`: continue a text with a decoder, or answer a source text with an
+encoder-decoder (T5, BART), streaming to the terminal."""
 from __future__ import annotations
 
 import argparse
@@ -8,12 +9,16 @@ import time
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "generate", help="continue a prompt with a decoder (GPT-2 layout), streaming the text",
+        "generate", help="continue a prompt with a decoder (GPT-2 layout) or an encoder-decoder (T5, BART)",
         description="Continue a prompt with a decoder checkpoint (bertforge pretrain --recipe gpt, or a "
-                    "transformers GPT-2 directory). Samples with nucleus top-p 0.9 unless told otherwise; the "
-                    "prompt is printed, then each new piece of text as soon as it is generated.",
-        epilog="A prompt longer than the model's context (minus --max-new-tokens) keeps its last tokens, and says so.")
-    p.add_argument("--model", required=True, metavar="DIR", help="decoder checkpoint directory (model_type gpt2)")
+                    "transformers GPT-2 directory), or generate the output for a source text with an "
+                    "encoder-decoder (T5, BART: the prompt is the encoder's input). Samples with nucleus top-p 0.9 "
+                    "unless told otherwise; a decoder's prompt is printed, then each new piece of text as soon as "
+                    "it is generated.",
+        epilog="A decoder's prompt longer than its context (minus --max-new-tokens) keeps its last tokens; an "
+               "encoder-decoder's source keeps its first tokens; both say so.")
+    p.add_argument("--model", required=True, metavar="DIR",
+                   help="decoder (model_type gpt2) or encoder-decoder (t5, bart) checkpoint directory")
     p.add_argument("--prompt", default="", help='text to continue (default: "", a new document)')
     p.add_argument("--max-new-tokens", type=int, default=50, metavar="N", help="tokens to generate (default: 50)")
     p.add_argument("--greedy", action="store_true", help="always the most likely token (no sampling)")
@@ -41,7 +46,8 @@ def run_generate(args: argparse.Namespace) -> int:
     cfg = cfg.resolved()  # bad flags: one line, before the model is read
     model, tokenizer = load(args.model)
     t0, pieces = time.perf_counter(), []
-    print(args.prompt, end="", flush=True)
+    if getattr(model, "prompt_padding", "left") == "left":  # a decoder continues the prompt: show it first
+        print(args.prompt, end="", flush=True)
     for piece in stream(model, tokenizer, args.prompt, cfg):
         pieces.append(piece)
         if not args.no_stream:

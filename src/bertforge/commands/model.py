@@ -34,7 +34,19 @@ def _blocks(cfg) -> str:
     return (f"{cfg.norm_position}-norm, {cfg.position_embedding_type} positions, "
             f"{'GeGLU' if cfg.gated_mlp else cfg.hidden_act} MLP"
             + (f", window {cfg.local_attention} with global attention every "
-               f"{cfg.global_attn_every_n_layers} layers" if cfg.local_attention else ""))
+               f"{cfg.global_attn_every_n_layers} layers" if cfg.local_attention else "")
+            + _sparse(cfg))
+
+
+def _sparse(cfg) -> str:
+    """Longformer's / BigBird's attention in words ("" for full attention)."""
+    if cfg.family.sparse == "longformer":
+        windows = sorted(set(cfg.attention_window))
+        return f", Longformer attention (window {'/'.join(map(str, windows))} + global tokens)"
+    if cfg.family.sparse == "big_bird" and cfg.attention_type == "block_sparse":
+        return (f", BigBird block-sparse attention (blocks of {cfg.block_size}: 3 window + 2 global + "
+                f"{cfg.num_random_blocks} random)")
+    return ""
 
 
 def describe(path: str | Path) -> dict:

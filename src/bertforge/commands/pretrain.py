@@ -133,7 +133,8 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules)
     p.add_argument("--plm-k", type=int, metavar="K",
                    help="xlnet: predict the last 1/K of each factorisation order (default: 6)")
     p.add_argument("--mask-prob", type=float, metavar="P",
-                   help="share of tokens to predict (default: the recipe's; 0.15, modern 0.3)")
+                   help="share of tokens to predict (default: the recipe's; 0.15, modern 0.3); t5 / bart: the share "
+                        "of noise (0.15 / 0.3)")
     p.add_argument("--schedule", choices=schedules,
                    help="learning-rate schedule: linear = warm-up + linear decay (default), wsd = warm-up, stable, "
                         "1-sqrt decay over the last 20%% (modern)")

@@ -25,9 +25,10 @@ NEG = -1.0e9  # "impossible" for a beam score (transformers' value, so ties brea
 
 
 def _ends(model, cfg: GenerationConfig) -> tuple[int | None, int]:
-    """(eos id or None when generation never stops early, the id that fills ended rows)."""
+    """(eos id or None when generation never stops early, the id that fills ended rows: transformers' rule, the
+    pad token, else eos)."""
     eos = model.config.eos_token_id if cfg.stop_at_eos else None
-    pad = eos if eos is not None else model.config.pad_token_id
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else eos
     return eos, int(pad if pad is not None else 0)
 
 

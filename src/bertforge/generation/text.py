@@ -15,30 +15,39 @@ from pathlib import Path
 import torch
 
 from bertforge.config import ModelConfig
+from bertforge.config_seq2seq import is_seq2seq_dir
 from bertforge.errors import BertforgeError
 from bertforge.generation.config import GenerationConfig
 from bertforge.generation.search import TokenSteps, beam_search, generate_ids
-from bertforge.model import DecoderLM
+from bertforge.model import DecoderLM, Seq2SeqLM
 from bertforge.tokenization import Tokenizer
 
 
-def load(path: str | Path) -> tuple[DecoderLM, Tokenizer]:
-    """The decoder and tokenizer of a checkpoint directory (bertforge's or transformers' GPT-2 layout)."""
+def load(path: str | Path) -> tuple[DecoderLM | Seq2SeqLM, Tokenizer]:
+    """The model and tokenizer of a checkpoint directory: a decoder (GPT-2 layout) or an encoder-decoder (T5,
+    BART), bertforge's or transformers'."""
     path = Path(path)
+    if is_seq2seq_dir(path):
+        model = Seq2SeqLM.from_pretrained(path)
+        return model, Tokenizer.from_pretrained(path)
     cfg = ModelConfig.from_file(path)
     if not cfg.is_decoder:
         arch = ", ".join(cfg.extra.get("architectures", [])) or cfg.family.base_architecture
         raise BertforgeError(f"{path}: a {cfg.model_type} encoder checkpoint ({arch}) cannot generate text; "
                              "give a decoder (GPT-2 layout, model_type gpt2, e.g. from `bertforge pretrain "
-                             "--recipe gpt`)")
+                             "--recipe gpt`) or an encoder-decoder (T5, BART)")
     tokenizer = Tokenizer.from_pretrained(path)
     return DecoderLM.from_pretrained(path), tokenizer
 
 
 def encode_prompts(model, tokenizer, prompts: Sequence[str],
                    max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(input_ids, attention_mask or None) for the prompts: each as `model.prompt_ids` makes it, cut from the left
-    to `model.max_prompt_tokens` (with a warning saying so), left-padded so every row ends at its last token."""
+    """(input_ids, attention_mask or None) for the prompts: each as `model.prompt_ids` makes it, cut to
+    `model.max_prompt_tokens` (with a warning saying so) and padded to one width. A decoder continues its prompt:
+    it keeps the prompt's last tokens and pads on the left, so every row ends at its last token. An
+    encoder-decoder (`model.prompt_padding == "right"`) reads its prompt as a source: it keeps the first tokens
+    (and the eos that ends a source) and pads on the right, as it was trained."""
+    source = getattr(model, "prompt_padding", "left") == "right"
     room = model.max_prompt_tokens(max_new_tokens)
     if room < 1:
         raise BertforgeError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt: the model's context "
@@ -48,20 +57,33 @@ def encode_prompts(model, tokenizer, prompts: Sequence[str],
         ids = model.prompt_ids(tokenizer, text)
         if len(ids) > room:
             which = "the prompt" if len(prompts) == 1 else f"prompt {i + 1}"
-            warnings.warn(f"{which} has {len(ids)} tokens; with --max-new-tokens {max_new_tokens} the model's "
-                          f"context of {model.config.max_position_embeddings} leaves room for {room}: kept its "
-                          f"last {room} tokens", stacklevel=2)
-            ids = ids[-room:]
+            if source:
+                warnings.warn(f"{which} has {len(ids)} tokens; the encoder reads {room}: kept its first "
+                              f"{room - 1} tokens and the end of text", stacklevel=2)
+                ids = ids[:room - 1] + ids[-1:]
+            else:
+                warnings.warn(f"{which} has {len(ids)} tokens; with --max-new-tokens {max_new_tokens} the model's "
+                              f"context of {model.config.max_position_embeddings} leaves room for {room}: kept its "
+                              f"last {room} tokens", stacklevel=2)
+                ids = ids[-room:]
         rows.append(ids)
     if any(not ids for ids in rows):
         raise BertforgeError("an empty prompt for a model without a bos token: give some text to continue")
     width = max(len(ids) for ids in rows)
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in rows], dtype=torch.long)
+    fill = [[pad] * (width - len(ids)) for ids in rows]
+    input_ids = torch.tensor([ids + f if source else f + ids for ids, f in zip(rows, fill)], dtype=torch.long)
     if all(len(ids) == width for ids in rows):
         return input_ids, None
-    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in rows], dtype=torch.long)
+    mask = torch.tensor([[1] * len(ids) + [0] * len(f) if source else [0] * len(f) + [1] * len(ids)
+                         for ids, f in zip(rows, fill)], dtype=torch.long)
     return input_ids, mask
+
+
+def _prefix_length(model, input_ids: torch.Tensor) -> int:
+    """How many leading ids of a generated sequence are not new: a decoder's prompt, or an encoder-decoder's
+    decoder start token (its prompt went to the encoder)."""
+    return 1 if getattr(model, "prompt_padding", "left") == "right" else input_ids.shape[1]
 
 
 class TextStream:
@@ -110,7 +132,7 @@ def generate(model, tokenizer, prompt: str | Sequence[str], config: GenerationCo
     prompts = [prompt] if isinstance(prompt, str) else list(prompt)
     input_ids, mask = encode_prompts(model, tokenizer, prompts, cfg.max_new_tokens)
     ids = generate_ids(model, input_ids, mask, cfg)
-    texts = _continuations(model, tokenizer, ids, input_ids.shape[1])
+    texts = _continuations(model, tokenizer, ids, _prefix_length(model, input_ids))
     return texts[0] if isinstance(prompt, str) else texts
 
 
@@ -120,7 +142,8 @@ def stream(model, tokenizer, prompt: str, config: GenerationConfig | None = None
     cfg = _config(config, options)
     input_ids, mask = encode_prompts(model, tokenizer, [prompt], cfg.max_new_tokens)
     if cfg.mode == "beam":
-        yield _continuations(model, tokenizer, beam_search(model, input_ids, mask, cfg), input_ids.shape[1])[0]
+        yield _continuations(model, tokenizer, beam_search(model, input_ids, mask, cfg),
+                             _prefix_length(model, input_ids))[0]
         return
     text = TextStream(tokenizer)
     eos = model.config.eos_token_id if cfg.stop_at_eos else None

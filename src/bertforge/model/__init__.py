@@ -15,8 +15,9 @@ from bertforge.model.attention import (
     segment_mask,
     sliding_window_mask,
 )
-from bertforge.model.cache import KVCache
+from bertforge.model.cache import KVCache, Seq2SeqCache
 from bertforge.model.decoder import Decoder, DecoderLM
+from bertforge.model.seq2seq import Seq2SeqLM
 from bertforge.model.encoder import (
     PRECISIONS,
     AddNorm,
@@ -40,10 +41,16 @@ from bertforge.model.xlnet import (
     target_mapping_of,
 )
 from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8, save_int8
+from bertforge.model.block_sparse import BigBirdSelfAttention
+from bertforge.model.long_attention import LongformerSelfAttention
+from bertforge.model.sparse import SparseLayout, global_mask_from_indices, task_global_mask
 
 __all__ = ["ATTN_IMPLEMENTATIONS", "INT8_WEIGHTS", "PRECISIONS", "QUANT_FIELD", "AddNorm", "Attention", "Decoder",
            "DecoderLM", "Embeddings", "Encoder", "EncoderOutput", "KVCache",
            "FusedSelfAttention", "Intermediate", "Layer", "LayerStack", "MultiHeadAttention", "Pooler",
-           "SelfAttention", "XLNetEncoder", "XLNetOutput", "activation", "apply_rotary", "attend", "for_inference",
+           "SelfAttention", "Seq2SeqCache", "Seq2SeqLM", "XLNetEncoder", "XLNetOutput", "activation", "apply_rotary", "attend", "for_inference",
            "is_quantised", "layer_norm", "load_int8", "permutation_mask", "rotary_cos_sin", "save_int8",
            "segment_mask", "sliding_window_mask", "target_mapping_of"]
+# Sparse long attention (Longformer, BigBird): docs/long.md
+__all__ += ["BigBirdSelfAttention", "LongformerSelfAttention", "SparseLayout", "global_mask_from_indices",
+            "task_global_mask"]

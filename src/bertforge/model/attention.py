@@ -21,7 +21,8 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float = 0.0,
            eager: bool = False, head_mask: torch.Tensor | None = None,
-           causal: bool = False, bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+           causal: bool = False, bias: torch.Tensor | None = None,
+           scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(q k^T / sqrt(d) + bias + mask) v for q, k, v [B, heads, T, d]; `mask` bool, broadcastable to
     [B, heads, Tq, Tk], True where a key may be attended to, or None. Returns (context [B, heads, Tq, d],
     probabilities or None). `eager` materialises the probabilities (the reference maths); otherwise torch's fused
@@ -30,7 +31,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     `causal`: query i (the (Tk - Tq + i)-th token) also never sees a later key; with a `mask` as well, each query
     keeps at least its own key, so a padding query's row is never empty (an empty row would give NaN).
     `bias`: extra scores, already scaled, broadcastable to [B, heads, Tq, Tk] (XLNet's relative-position and
-    segment terms); a masked key gets the dtype's lowest value, so a row with no key left is uniform, not NaN."""
+    segment terms); a masked key gets the dtype's lowest value, so a row with no key left is uniform, not NaN.
+    `scale`: what q k^T is multiplied by (default 1/sqrt(d); T5 uses 1.0)."""
     per_head = None if head_mask is None else head_mask.to(q.dtype).view(1, -1, 1, 1)
     is_causal = False
     if causal:
@@ -45,7 +47,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         bias = bias.to(q.dtype)
         mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
     if eager:
-        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        scores = q @ k.transpose(-1, -2)
+        scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
         if mask is not None and mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         elif mask is not None:
@@ -55,7 +58,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
             probs = probs * per_head
         ctx = F.dropout(probs, dropout_p, dropout_p > 0) @ v
         return ctx, probs
-    ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+    ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
+                                         scale=scale)
     if per_head is not None:
         ctx = ctx * per_head
     return ctx, None

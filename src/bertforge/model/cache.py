@@ -75,3 +75,31 @@ class KVCache:
         if self.key_mask is not None:
             self.key_mask = self.key_mask[index]
         return self
+
+
+class Seq2SeqCache:
+    """An encoder-decoder's decoding state: the decoder's self-attention `KVCache`, and per layer the keys and
+    values of the encoder's output for cross-attention (projected once, in prefill), with the encoder's padding
+    mask. `reorder` keeps / repeats rows of all of them (beam search), as `KVCache.reorder` does."""
+
+    def __init__(self, self_attn: KVCache, cross: list[tuple[torch.Tensor, torch.Tensor]],
+                 cross_mask: torch.Tensor | None, max_new_tokens: int):
+        self.self_attn, self.cross, self.cross_mask = self_attn, cross, cross_mask
+        self.max_new_tokens = max_new_tokens  # the step that must end in a forced eos (BART), if any
+        self.sources = torch.arange(self_attn.batch_size, device=self_attn.keys.device)  # row -> its source
+
+    @property
+    def length(self) -> int:
+        """Decoder positions so far (the start token included)."""
+        return self.self_attn.length
+
+    def reorder(self, index: torch.Tensor) -> "Seq2SeqCache":
+        self.self_attn.reorder(index)
+        sources = self.sources[index]
+        if len(sources) == len(self.sources) and bool((sources == self.sources).all()):
+            return self  # beams moved within their source (every step of beam search): the cross rows stay
+        self.sources = sources
+        self.cross = [(k[index], v[index]) for k, v in self.cross]
+        if self.cross_mask is not None:
+            self.cross_mask = self.cross_mask[index]
+        return self

@@ -6,6 +6,9 @@ translated in `bertforge.checkpoint`. Post-LN blocks (BERT): x = LN(x + Attn(x))
 (ModernBERT, `norm_position="pre"`): x = x + Attn(attn_norm(x)); x = x + FFN(mlp_norm(x)), and a final norm. The
 modern switches (rotary positions, GeGLU, no biases, sliding-window layers) are fields of `ModelConfig`; the
 layers below read them, so every family runs the same code.
+Longformer and BigBird (`Family.sparse`) are the same encoder too: `model.sparse.prepare` turns a batch into a
+`SparseLayout` that the layers get in place of the mask, and their self-attention is `long_attention` /
+`block_sparse` (chosen per layer in `Attention`).
 
 There is one forward pass. Its variants are chosen when a model is built, as transformers chooses attention
 classes: `attn_implementation` "sdpa" (torch's fused kernel) or "eager" (probabilities materialised; forced when
@@ -32,6 +35,8 @@ from bertforge.files import read_json
 from bertforge.model.attention import (FusedSelfAttention, MultiHeadAttention, SelfAttention, rotary_cos_sin,
                                        sliding_window_mask)
 from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8
+from bertforge.model.long_attention import sparse_self_attention
+from bertforge.model.sparse import prepare as prepare_sparse
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -115,9 +120,12 @@ class AddNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None):
+    def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None,
+                 index: int = 0):
         super().__init__()
-        self.self: MultiHeadAttention = SelfAttention(cfg, attn_implementation, n_heads)
+        # Longformer / BigBird layers (`index`: the layer, for per-layer windows) or the ordinary attention
+        self.self: MultiHeadAttention = (sparse_self_attention(cfg, attn_implementation, n_heads, index)
+                                         or SelfAttention(cfg, attn_implementation, n_heads))
         self.output = AddNorm(self.self.n_heads * cfg.head_dim, cfg, cfg.attention_bias)
 
     def forward(self, x, mask, eager=False, head_mask=None, rotary=None, residual=None):
@@ -136,7 +144,9 @@ class Attention(nn.Module):
             raise BertforgeError("cannot prune every head of a layer (keep at least one)")
         idx = torch.cat([torch.arange(h * d, (h + 1) * d) for h in keep])
         with torch.no_grad():
-            for name in ("query", "key", "value"):
+            for name in ("query", "key", "value", "query_global", "key_global", "value_global"):
+                if not hasattr(attn, name):  # the global projections: Longformer only
+                    continue
                 old = getattr(attn, name)
                 new = nn.Linear(old.in_features, len(idx), bias=old.bias is not None).to(old.weight)
                 new.weight.copy_(old.weight[idx])
@@ -174,7 +184,7 @@ class Layer(nn.Module):
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None,
                  index: int = 0):
         super().__init__()
-        self.attention = Attention(cfg, attn_implementation, n_heads)
+        self.attention = Attention(cfg, attn_implementation, n_heads, index)
         self.intermediate = Intermediate(cfg)
         self.output = AddNorm(cfg.intermediate_size, cfg, cfg.mlp_bias)
         # Pre-norm: a norm before each sub-block. Layer 0's input is already the embedding norm's output, so it
@@ -281,10 +291,23 @@ class Encoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
-                head_mask: torch.Tensor | list[torch.Tensor] | None = None) -> EncoderOutput:
+                head_mask: torch.Tensor | list[torch.Tensor] | None = None,
+                global_attention_mask: torch.Tensor | None = None) -> EncoderOutput:
         """`head_mask`: per layer, one weight per head ([L, heads], or a list when pruned layers differ); when
-        None, `self.head_mask` is used, which lets analysis mask the encoder inside any task model."""
+        None, `self.head_mask` is used, which lets analysis mask the encoder inside any task model.
+        `global_attention_mask` [B, T] (1 = global): Longformer's global tokens. Sparse families (Longformer,
+        BigBird) pass a `sparse.SparseLayout` to their layers instead of the mask (no attention maps then)."""
         head_mask = self.head_mask if head_mask is None else head_mask
+        layout = None
+        if self.config.family.sparse:
+            input_ids, token_type_ids, position_ids, layout = prepare_sparse(
+                self.config, input_ids, attention_mask, token_type_ids, position_ids, global_attention_mask)
+            if layout is not None and output_attentions:
+                raise BertforgeError(f"a {self.config.model_type} model's sparse attention has no [T, T] attention "
+                                     "maps (output_attentions); analyse a full-attention model")
+        elif global_attention_mask is not None:
+            raise BertforgeError(f"global_attention_mask is a Longformer input; a {self.config.model_type} model "
+                                 "attends to every token already")
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
@@ -300,6 +323,8 @@ class Encoder(nn.Module):
         if cfg.causal:  # left-to-right: no query sees a later key (with padding: [B, 1, T, T])
             earlier = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril()
             mask = earlier[None, None] if mask is None else mask & earlier
+        if layout is not None:
+            mask = layout
         types = cfg.layer_types
         local = (sliding_window_mask(mask, length, cfg.local_attention // 2, input_ids.device)
                  if SLIDING in types else None)
@@ -318,6 +343,8 @@ class Encoder(nn.Module):
         if self.final_norm is not None:  # the last hidden state is the normalised one (as in transformers)
             x = hidden[-1] = self.final_norm(x)
         pooled = self.pooler(x, attention_mask, cfg.causal) if self.pooler is not None else None
+        if layout is not None and layout.pad_len:  # BigBird's block padding (the pooler read token 0 already)
+            x, hidden = layout.unpad(x), [layout.unpad(t) for t in hidden]
         return EncoderOutput(x, pooled, tuple(hidden) if output_hidden_states else None,
                              tuple(attentions) if output_attentions else None)
 
@@ -371,7 +398,7 @@ def for_inference(encoder: Encoder, precision: str = "fp32") -> Encoder:
         raise BertforgeError(f"unknown precision {precision!r} (expected {', '.join(PRECISIONS)})")
     fast = copy.deepcopy(encoder)
     for layer in fast.encoder.layer:
-        if isinstance(layer.attention.self, SelfAttention):  # a shared (ALBERT) attention is fused once
+        if type(layer.attention.self) is SelfAttention:  # a shared (ALBERT) one is fused once; sparse ones stay
             layer.attention.self = FusedSelfAttention(layer.attention.self)
     fast.eval().requires_grad_(False)  # after the swap: new modules start in training mode (dropout on)
     if precision == "bf16":

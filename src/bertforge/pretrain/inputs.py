@@ -75,7 +75,7 @@ def single_segment(cfg: ModelConfig, recipe: Recipe) -> bool:
     """Pair inputs fed to a RoBERTa encoder (type_vocab_size 1) use one segment id for both segments, as RoBERTa
     itself does; the [SEP] between them still marks the boundary. ModernBERT has no token types at all."""
     return (recipe.input_format in PAIR_FORMATS and cfg.type_vocab_size < 2
-            and cfg.model_type in ("roberta", "modernbert"))
+            and cfg.model_type in ("roberta", "modernbert", "longformer"))
 
 
 def check_model_fits_recipe(cfg: ModelConfig, recipe: Recipe, source: str) -> None:

@@ -31,6 +31,7 @@ from bertforge.config import ModelConfig
 from bertforge.heads import (ARCHITECTURES, MaskedLM, PreTrainingModel, ReplacedTokenDetector,
                              SentenceRelationHead, XLNetLM)
 from bertforge.model import DecoderLM, activation, permutation_mask, target_mapping_of
+from bertforge.model.sparse import task_global_mask
 
 IGNORE = -100
 RELATIONS = (None, "nsp", "sop")
@@ -66,7 +67,9 @@ class MLMObjective(PreTrainingModel):
         self.relation = relation
 
     def encode(self, input_ids, attention_mask=None, token_type_ids=None):
-        return self.bert(input_ids, attention_mask, token_type_ids)
+        # Longformer: [CLS] attends globally (as the fine-tuning models set it), so it sees the whole document
+        glob = task_global_mask(input_ids, "mlm", 0) if self.config.family.sparse == "longformer" else None
+        return self.bert(input_ids, attention_mask, token_type_ids, global_attention_mask=glob)
 
     def forward(self, input_ids: torch.Tensor, mlm_labels: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, sentence_label: torch.Tensor | None = None,

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from bertforge.config import SIZES as SHAPES
 from bertforge.config import CAUSAL_ENCODERS, FAMILIES, ModelConfig, compose
+from bertforge.config_seq2seq import SEQ2SEQ_FAMILIES
 from bertforge.errors import BertforgeError
 from bertforge.pretrain.objectives import LEFT_TO_RIGHT, OBJECTIVES, SENTENCE_OBJECTIVES
+from bertforge.pretrain.seq2seq import SEQ2SEQ_OBJECTIVES
 from bertforge.training.optim import SCHEDULES
 
 MASKINGS = ("token", "whole_word", "span")
@@ -37,13 +39,15 @@ class Recipe:
     lr_scale: float = 1.0      # x the size's default learning rate (ELECTRA trains at twice BERT's rate)
     plm_k: int = 6             # XLNet: predict the last 1/K of each factorisation order (K = 6, Yang et al. 2019)
     schedule: str = "linear"   # linear: warm-up + linear decay (BERT); wsd: warm-up, stable, 1-sqrt decay
+    span_mean: float = 3.0     # T5: mean noise span length; BART: the Poisson mean of its span lengths
 
     def with_(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def validate(self) -> "Recipe":
-        if self.objective not in OBJECTIVES:
-            raise BertforgeError(f"--objective: unknown {self.objective!r} (choose from {', '.join(OBJECTIVES)})")
+        if self.objective not in OBJECTIVES + tuple(SEQ2SEQ_OBJECTIVES):
+            raise BertforgeError(f"--objective: unknown {self.objective!r} "
+                                 f"(choose from {', '.join(OBJECTIVES + tuple(SEQ2SEQ_OBJECTIVES))})")
         if self.masking not in MASKINGS:
             raise BertforgeError(f"--masking: unknown {self.masking!r} (choose from {', '.join(MASKINGS)})")
         if not 0.0 < self.mask_prob < 1.0:
@@ -53,6 +57,18 @@ class Recipe:
         if self.input_format not in INPUT_FORMATS:
             raise BertforgeError(f"--input-format: unknown {self.input_format!r} "
                                  f"(choose from {', '.join(INPUT_FORMATS)})")
+        if (self.objective in SEQ2SEQ_OBJECTIVES) != (self.model_type in SEQ2SEQ_FAMILIES):
+            raise BertforgeError(f"--objective {self.objective} with a {self.model_type} model: the denoising "
+                                 f"objectives ({', '.join(SEQ2SEQ_OBJECTIVES)}) train the encoder-decoders "
+                                 f"(--recipe t5, bart), and only they do")
+        if self.model_type in SEQ2SEQ_FAMILIES:
+            # the example shape is the noise's (data.seq2seq): t5 packs across documents, bart keeps to one
+            want = {"t5": "span-corruption", "bart": "denoising"}[self.model_type]
+            if self.objective != want:
+                raise BertforgeError(f"--objective {self.objective}: a {self.model_type} model trains {want}")
+            if self.span_mean < 1.0:
+                raise BertforgeError(f"the mean noise span length must be at least 1, got {self.span_mean}")
+            return self
         if self.objective in SENTENCE_OBJECTIVES and self.input_format not in ("segment-pair", "sentence-pair"):
             raise BertforgeError(f"--objective {self.objective} needs sentence pairs: use --input-format "
                                  f"segment-pair{'' if self.sentence_task == 'sso' else ' or sentence-pair'} "
@@ -93,6 +109,8 @@ class Recipe:
         """Model config: the size's shape x the recipe's family, the tokenizer's vocabulary and padding id, this
         recipe's ablation knobs, and positions enough for seq_len (encoders: at least the 512 of the published
         models, for fine-tuning on longer inputs; a decoder's context is what it trained on, as GPT-2's is)."""
+        if self.model_type in SEQ2SEQ_FAMILIES:
+            raise BertforgeError(f"--recipe {self.name}: an encoder-decoder's config is pretrain.seq2seq.model_config")
         knobs = {k: v for k, v in (("embedding_size", self.embedding_size), ("share_layers", self.share_layers))
                  if v is not None}
         cfg = compose(self.model_type, shape_name(size), vocab_size=vocab_size, pad_token_id=pad_token_id, **knobs)
@@ -117,7 +135,8 @@ def size_of(cfg: ModelConfig) -> str:
     wide and as deep, else the largest. Its defaults are the conservative choice for a model between sizes."""
     by_cost = sorted(SHAPES.items(), key=lambda kv: kv[1].layers * kv[1].hidden ** 2)  # the table is not in order
     for name, shape in by_cost:
-        if shape.hidden >= cfg.hidden_size and shape.layers >= cfg.num_hidden_layers:
+        layers = getattr(cfg, "num_hidden_layers", None) or max(cfg.encoder_layers, cfg.decoder_layers)  # (T5 / BART)
+        if shape.hidden >= cfg.hidden_size and shape.layers >= layers:
             return f"bert-{name}"
     return f"bert-{by_cost[-1][0]}"
 
@@ -157,6 +176,14 @@ RECIPES: dict[str, Recipe] = {
     # 1-sqrt-decay schedule. Pre-norm stays stable at rates that make post-LN BERT collapse (see `lr_scale`).
     "modern": Recipe("modern", "mlm", "token", dynamic=True, input_format="full-sentences", tokenizer_kind="bpe",
                      model_type="modernbert", mask_prob=0.3, lr_scale=2.0, schedule="wsd"),
+    # Raffel et al. 2020: span corruption (15% noise in spans of mean length 3, each span one sentinel; the target
+    # is the sentinels and the spans), text packed across documents, SentencePiece Unigram with 100 sentinels.
+    "t5": Recipe("t5", "span-corruption", "token", dynamic=True, input_format="full-sentences", tokenizer_kind="t5",
+                 model_type="t5", mask_prob=0.15, span_mean=3.0),
+    # Lewis et al. 2020: text infilling (30% of the tokens in Poisson(3) spans, each span one <mask>) after
+    # sentence permutation, the target the original text; GPT-2's byte-level BPE with RoBERTa's specials.
+    "bart": Recipe("bart", "denoising", "token", dynamic=True, input_format="doc-sentences", tokenizer_kind="bpe",
+                   model_type="bart", mask_prob=0.3, span_mean=3.0),
 }
 
 

@@ -50,7 +50,10 @@ def print_summary(result: dict[str, Any], out: Path, curves: str) -> None:
     if "mlm_acc" in m:
         print(f"  MLM accuracy {m['mlm_acc']:.3f}   (most-frequent-token baseline {m['baseline_acc']:.3f})   "
               f"loss {m.get('mlm_loss', float('nan')):.3f}   perplexity {m.get('mlm_ppl', float('nan')):.1f}")
-    if "lm_ppl" in m:
+    if "lm_ppl" in m and "bigram_ppl" not in m:  # an encoder-decoder's targets (pretrain.seq2seq)
+        print(f"  target perplexity {m['lm_ppl']:.1f}   (unigram {m['unigram_ppl']:.1f})   loss {m['lm_loss']:.3f}   "
+              f"accuracy {m['lm_acc']:.3f}   (unigram {m['unigram_acc']:.3f})")
+    elif "lm_ppl" in m:
         print(f"  next-token perplexity {m['lm_ppl']:.1f}   (bigram {m['bigram_ppl']:.1f}, unigram "
               f"{m['unigram_ppl']:.1f})   loss {m['lm_loss']:.3f}   accuracy {m['lm_acc']:.3f}")
     for key, label in (("nsp_acc", "NSP accuracy"), ("sop_acc", "SOP accuracy"), ("sbo_acc", "SBO accuracy"),
@@ -60,6 +63,8 @@ def print_summary(result: dict[str, Any], out: Path, curves: str) -> None:
     for f in result["fill_mask"]:
         preds = ", ".join(f"{p['token']} ({p['score']:.2f})" for p in f["predictions"])
         print(f"  fill-mask: {f['text'][:90]!r}\n     answer {f['answer']!r} -> {preds}")
+    for d in result.get("denoising", []):
+        print(f"  denoise: {d['input'][:90]!r}\n     target {d['target'][:90]!r}\n     output {d['output'][:90]!r}")
     for sample in result.get("samples", []):
         print(f"  sample: {sample['prompt']!r} -> {sample['continuation'][:160]!r}")
     print(f"saved the model and tokenizer to {out} (eval_results.json, metrics.jsonl)")

@@ -38,6 +38,7 @@ from bertforge.pretrain.outdir import claim_out
 from bertforge.pretrain.prepare import barrier, corpus_paths, prepare_data, prepare_tokenizer
 from bertforge.pretrain.prompts import fill_mask, fill_mask_prompts
 from bertforge.pretrain.report import curves_line, print_summary, setup_line, stuck_warning
+from bertforge.pretrain import seq2seq as s2s
 from bertforge.rundir import is_locked
 from bertforge.training import ResumableLoader, TrainConfig, Trainer, distributed_context, resolve_device
 from bertforge.training.distributed import init_distributed, is_distributed
@@ -46,6 +47,8 @@ from bertforge.training.distributed import init_distributed, is_distributed
 # ---- the model ----------------------------------------------------------------------------------------------------
 def build_model(opts: PretrainOptions, tok) -> nn.Module:
     """The objective module; with --init-from the encoder shape comes from that checkpoint and its weights load."""
+    if s2s.is_seq2seq(opts.recipe):  # T5 / BART: bertforge.model.Seq2SeqLM
+        return s2s.build_seq2seq(opts.recipe, opts.size, tok, opts.seq_len, opts.init_from)
     if opts.init_from is not None:
         src = opts.init_from
         cfg = ModelConfig.from_file(src / "discriminator" if (src / "discriminator").is_dir() else src)
@@ -78,6 +81,9 @@ def save_fn_for(tok):
 def load_objective(model: nn.Module, directory: Path) -> None:
     """Load a bertforge/HF pretraining dir into an objective (ELECTRA: discriminator/ and generator/)."""
     directory = Path(directory)
+    if isinstance(model, s2s.Seq2SeqObjective):
+        s2s.load_seq2seq(model, directory)
+        return
     if isinstance(model, ELECTRAObjective):
         if (directory / "discriminator").is_dir():
             load_pretrained(model.discriminator, directory / "discriminator")
@@ -97,7 +103,8 @@ def _check_options(opts: PretrainOptions) -> None:
         if not (opts.init_from / "config.json").is_file():
             raise BertforgeError(f"--init-from {opts.init_from}: not a checkpoint directory (no config.json)")
         # a model that cannot take the recipe's batches (XLNet vs MLM, no pooler for NSP) is refused before any work
-        check_model_fits_recipe(ModelConfig.from_file(opts.init_from), opts.recipe, f"--init-from {opts.init_from}")
+        if not s2s.is_seq2seq(opts.recipe):
+            check_model_fits_recipe(ModelConfig.from_file(opts.init_from), opts.recipe, f"--init-from {opts.init_from}")
     if opts.max_steps is None and opts.time_budget is None:
         raise BertforgeError("give --max-steps or --time-budget")
     if opts.data is not None and is_locked(opts.data):
@@ -151,17 +158,25 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
                              f"(corpus of {len(train_corpus)} documents); raise --heldout-fraction")
     torch.manual_seed(opts.seed)
     model = build_model(opts, tok)
-    one_segment = single_segment(model.config, opts.recipe)
+    seq2seq = s2s.is_seq2seq(opts.recipe)  # scored by its decoder's loss on held-out noise (pretrain.seq2seq)
+    one_segment = not seq2seq and single_segment(model.config, opts.recipe)
     decoder = model.config.is_decoder
     left_to_right = decoder or opts.recipe.objective in LEFT_TO_RIGHT  # scored as a next-token LM
-    train_ds = make_dataset(train_corpus, opts.recipe, opts.seq_len, opts.seed)
-    collate = collator_for(train_ds, opts.recipe, one_segment)
+    if seq2seq:
+        train_ds, collate = s2s.data(train_corpus, opts.recipe, tok, opts.seq_len, opts.seed)
+    else:
+        train_ds = make_dataset(train_corpus, opts.recipe, opts.seq_len, opts.seed)
+        collate = collator_for(train_ds, opts.recipe, one_segment)
     loader = ResumableLoader(train_ds, opts.batch_size, collate_fn=collate, shuffle=True,
                              seed=opts.seed, drop_last=True, rank=rank, world_size=world)
 
     eval_batches: list[dict] = []
     most_frequent, baselines = -1, {}
-    if is_main:
+    if is_main and seq2seq:
+        eval_batches = s2s.heldout_batches(held_corpus, opts.recipe, tok, opts.seq_len, opts.batch_size,
+                                           opts.eval_batches)
+        baselines = s2s.unigram_baseline(train_corpus, eval_batches)
+    elif is_main:
         eval_batches = heldout_batches(held_corpus, opts.recipe, opts.seq_len, opts.batch_size, opts.eval_batches,
                                        one_segment)
         if left_to_right:  # what a left-to-right LM is compared with: n-gram models of the same training text
@@ -172,6 +187,8 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
     warned: list[int] = []
 
     def eval_fn(m: nn.Module) -> dict[str, float]:
+        if seq2seq:
+            return {**s2s.metrics(m, eval_batches, next(m.parameters()).device, opts.precision), **baselines}
         if left_to_right:
             return {**lm_metrics(m, eval_batches, next(m.parameters()).device, opts.precision), **baselines}
         metrics = evaluate(m, eval_batches, most_frequent, next(m.parameters()).device, opts.precision)
@@ -205,7 +222,7 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
         metrics = {k: v for k, v in evals[-1].items() if k not in ("step", "split")} if evals else eval_fn(model)
         model.save_pretrained(opts.out, tokenizer=tok)
         # Neither a decoder nor XLNet has a [MASK] to fill (fill-mask refuses XLNet checkpoints); a decoder samples.
-        no_mask = left_to_right or opts.recipe.objective == "plm"
+        no_mask = left_to_right or opts.recipe.objective == "plm" or seq2seq
         prompts = [] if no_mask else fill_mask_prompts(held_corpus, tok, opts.fill_mask_examples)
         fills = fill_mask(model, tok, [p for p, _ in prompts]) if prompts else []
         for f, (_, answer) in zip(fills, prompts):
@@ -215,6 +232,7 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
             "recipe": asdict(opts.recipe), "size": opts.size, "seq_len": opts.seq_len, "batch_size": opts.batch_size,
             "steps": trainer.step, "parameters": n_params, "precision": opts.precision, "lr": lr,
             "warmup_ratio": warmup, "heldout": metrics, "fill_mask": fills, **({"samples": texts} if decoder else {}),
+            **({"denoising": s2s.denoise_examples(model, tok, eval_batches, opts.fill_mask_examples)} if seq2seq else {}),
             # a resumed run: train counts every segment; total is this invocation plus earlier segments' training
             "seconds": {"prepare": round(t_prepared - t_start, 2), "train": round(trainer.train_seconds, 2),
                         "total": round(time.perf_counter() - t_start + max(earlier, 0.0), 2)},

@@ -13,14 +13,15 @@ from bertforge.errors import BertforgeError
 TASK_KINDS = {"sst2": "classify", "cola": "classify", "mrpc": "classify", "stsb": "regress", "rte": "classify",
               "qnli": "classify", "mnli": "classify", "snli": "classify", "conll": "tag", "squad": "qa",
               "squad2": "qa", "swag": "choice", "classify": "classify", "regress": "regress", "tag": "tag",
-              "qa": "qa", "choice": "choice"}
+              "qa": "qa", "choice": "choice", "seq2seq": "seq2seq"}
 TASKS = tuple(TASK_KINDS)
 FREEZE_KINDS = ("classify", "regress", "tag")  # what the feature-based mode (a head on frozen features) supports
 
 
 def default_max_len(kind: str) -> int:
-    """Tokens per input when none is given: SQuAD's 384 (question + context window), else BERT's 128."""
-    return 384 if kind == "qa" else 128
+    """Tokens per input when none is given: SQuAD's 384 (question + context window), an encoder-decoder's source
+    512 (T5's), else BERT's 128."""
+    return {"qa": 384, "seq2seq": 512}.get(kind, 128)
 
 
 @dataclass
@@ -35,7 +36,7 @@ class FinetuneConfig:
     eval: str | Path | None = None
     epochs: float = 3.0
     max_steps: int | None = None
-    lr: float = 3e-5
+    lr: float | None = None  # None: `default_lr` (the task's and the model family's usual rate)
     batch_size: int = 32
     eval_batch_size: int = 64
     max_seq_len: int | None = None  # None: 128, or 384 for SQuAD
@@ -59,6 +60,11 @@ class FinetuneConfig:
     device: str = "auto"
     compile: bool = False  # torch.compile the model (training and evaluation; eager fallback with one line)
     progress: bool = True
+    # seq2seq: the source / target columns, the target length, and the search that evaluation generates with
+    source_col: str = "source"
+    target_col: str = "target"
+    max_target_len: int = 128
+    num_beams: int = 1
     save_checkpoints: bool = True  # per-epoch trainer checkpoints (needed for --resume)
 
     def __post_init__(self) -> None:

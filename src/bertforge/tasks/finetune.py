@@ -30,9 +30,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from bertforge.checkpoint import load_pretrained
 from bertforge.errors import BertforgeError
 from bertforge.fileio import atomic_write_text
+from bertforge.files import read_json
 from bertforge.rundir import claim_output_dir
 from bertforge.tasks.batching import TRAIN_KEYS, make_collate, row_length, unpad  # noqa: F401 (re-exported)
 from bertforge.tasks.config import TASK_KINDS, TASKS, FinetuneConfig  # noqa: F401 (re-exported)
@@ -167,6 +167,8 @@ def run_options(cfg: FinetuneConfig, model_dir: Path, train_file: Path | None,
         "task": cfg.task, "model": absolute(model_dir), "train": absolute(train_file), "eval": absolute(eval_file),
         "text_col": cfg.text_col, "text_pair_col": cfg.text_pair_col, "label_col": cfg.label_col,
         "max_seq_len": cfg.max_seq_len, "doc_stride": cfg.doc_stride, "max_query_length": cfg.max_query_length,
+        "source_col": cfg.source_col, "target_col": cfg.target_col, "max_target_len": cfg.max_target_len,
+        "num_beams": cfg.num_beams,
         "train_limit": cfg.train_limit, "limit": cfg.eval_limit, "batch_size": cfg.batch_size, "lr": cfg.lr,
         "warmup_ratio": cfg.warmup_ratio, "weight_decay": cfg.weight_decay, "seed": cfg.seed, "runs": cfg.runs,
         "freeze": cfg.freeze, "features": cfg.features if cfg.freeze else None,
@@ -183,6 +185,16 @@ def run_options(cfg: FinetuneConfig, model_dir: Path, train_file: Path | None,
     return options, fingerprint
 
 
+def default_lr(task: str, model_dir: Path) -> float:
+    """The peak learning rate when --lr is not given: the BERT paper's 3e-5 for the encoders' tasks and BART
+    (fairseq's BART fine-tuning rate); 1e-4 for T5, whose usual AdamW fine-tuning rates run 1e-4..3e-4 (its paper
+    used Adafactor at 1e-3) and which barely moves at 3e-5."""
+    config = Path(model_dir) / "config.json"
+    if task == "seq2seq" and config.is_file() and read_json(config).get("model_type") == "t5":
+        return 1e-4
+    return 3e-5
+
+
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> FinetuneResult:
     """Fine-tune `cfg.runs` times (seeds seed, seed+1, ...); the best run's best checkpoint ends in `cfg.out`.
 
@@ -190,6 +202,8 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> FinetuneResult:
     restarts); the reported summary is still the median and spread over all runs. OUT must be new or empty
     unless `cfg.resume` (continue it) or `overwrite` (delete the earlier run first); see the module docstring."""
     model_dir = load_model_dir(cfg.model)
+    if cfg.lr is None:
+        cfg = dataclasses.replace(cfg, lr=default_lr(cfg.task, model_dir))
     kind = kind_for(cfg)
     files = resolve_files(cfg, kind)
     options, fingerprint = run_options(cfg, model_dir, *files)
@@ -239,7 +253,6 @@ def _finetune_claimed(cfg: FinetuneConfig, model_dir: Path, kind: TaskKind,
 def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, run_dir: Path,
               seed: int) -> dict[str, Any]:
     """One fine-tuning run into `run_dir` (its model ends in run_dir itself); returns its record."""
-    from bertforge.tasks.models import save_task_model
     from bertforge.training import ResumableLoader, Trainer, TrainConfig, set_seed
 
     kind = data.task
@@ -249,13 +262,13 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
     model, missing = kind.build(model_dir, freeze)
     before = {k: v.clone() for k, v in model.bert.state_dict().items()} if cfg.freeze else None
     lengths = [row_length(r) for r in data.train_rows] if cfg.group_by_length else None
-    loader = ResumableLoader(data.train_rows, cfg.batch_size, collate_fn=make_collate(tokenizer.pad_token_id),
+    loader = ResumableLoader(data.train_rows, cfg.batch_size, collate_fn=kind.collate(tokenizer.pad_token_id),
                              shuffle=True, seed=seed, group_by_length=lengths)
     per_epoch = len(loader)
     every = per_epoch if cfg.max_steps is None else min(per_epoch, cfg.max_steps)
 
     def save_fn(m: nn.Module, d: Path) -> None:  # kind.info() now: SQuAD's threshold is the latest evaluation's
-        save_task_model(m, d, kind.labels, kind.info(), tokenizer=tokenizer)
+        kind.save(m, d, tokenizer)
 
     tc = TrainConfig(out_dir=run_dir, lr=cfg.lr, weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio,
                      max_steps=cfg.max_steps, num_epochs=None if cfg.max_steps else cfg.epochs,
@@ -264,7 +277,7 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
                      device=cfg.device, compile=cfg.compile, progress=cfg.progress, plot=False, resume=cfg.resume, overwrite=False,
                      best_metric=data.main_metric if data.evaluate else None, log_every=max(1, min(50, every)),
                      extra={"task": cfg.task})
-    trainer = Trainer(model, loader, tc, eval_fn=data.evaluate, save_fn=save_fn, load_fn=load_pretrained)
+    trainer = Trainer(model, loader, tc, eval_fn=data.evaluate, save_fn=save_fn, load_fn=kind.load_into)
     history = trainer.train()
     # the Trainer keeps the best model in run_dir/best while it trains; the finished run's model is run_dir itself
     if data.evaluate is None:  # nothing to choose by: the final model is the one kept
@@ -294,7 +307,6 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
 def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "dev") -> dict[str, float]:
     """Metrics of a fine-tuned directory on the task's `split` (dev, or test where a folder has one)."""
     from bertforge.runtime import onnx_file
-    from bertforge.tasks.models import load_task_model
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
     from bertforge.training.accel import autocast, check_precision, compile_module
@@ -309,7 +321,7 @@ def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "de
     kind = kind_for(cfg, task, labels)
     _, evaluation = read_examples(cfg, kind, split, need_train=False)  # checked before the model is loaded
     data = encode_data(cfg, kind, [], evaluation, Tokenizer.from_pretrained(path))
-    model, _, _ = load_task_model(onnx_file(model_path) or path)
+    model = kind.load(onnx_file(model_path) or path)
     compile_module(model.to(device), cfg.compile)
     with autocast(device, cfg.precision):
         return data.evaluate(model)  # type: ignore[misc]

@@ -1,6 +1,6 @@
 """Task kinds as objects: each knows how to read its data, encode it, score a model on it and format predictions.
 
-    kind = kind_for(cfg)                      # ClassifyKind, RegressKind, TagKind, QAKind or ChoiceKind
+    kind = kind_for(cfg)                      # ClassifyKind, RegressKind, TagKind, QAKind, ChoiceKind, Seq2SeqKind
     examples = kind.read(path)                # labelled examples (the first labelled file fixes the label list)
     kind.check(examples, path)                # at least one example, every one labelled
     enc = kind.encode(examples, tokenizer)    # Encoded: the examples and their model rows
@@ -10,12 +10,12 @@
 
 `tasks.finetune` and `tasks.predict` are one loop over these methods, without branching on the kind. A kind's
 state is what a fine-tuned model stores in config.json (`info()`: label list, columns, SQuAD settings and the
-tuned no-answer threshold); `kind_for(cfg, saved, labels)` rebuilds it for a saved model.
+tuned no-answer threshold); `kind_for(cfg, saved, labels)` rebuilds it for a saved model. The base class and its
+defaults (batching, saving, loading) are in `tasks.kind_base`; the encoder-decoder kind is `tasks.seq2seq`.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,106 +27,16 @@ from bertforge.tasks import features as F
 from bertforge.tasks import inputs
 from bertforge.tasks import metrics as M
 from bertforge.tasks import squad as S
-from bertforge.tasks.batching import forward_rows, qa_logits, unpad
-from bertforge.tasks.config import TASK_KINDS, FinetuneConfig, default_max_len
+from bertforge.tasks.batching import qa_logits, unpad
+from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
 from bertforge.tasks.conll import read_conll, tag_list
+from bertforge.tasks.kind_base import DEV_STEMS, Encoded, TaskKind  # noqa: F401 (re-exported)
 from bertforge.tasks.registry import TASKS
+from bertforge.tasks.seq2seq import Seq2SeqKind
 from bertforge.tasks.swag import read_swag
 from bertforge.tasks.table import read_table
 
 log = logging.getLogger(__name__)
-
-DEV_STEMS = ("dev", "dev_matched", "valid", "validation", "val", "eval")
-
-
-@dataclass
-class Encoded:
-    """Examples and their model rows (tensors trimmed to their length; SQuAD: one row per window, `windows`
-    maps them back to the examples). `pad_id` is the tokenizer's, for batching the rows."""
-
-    examples: list
-    rows: list[dict[str, torch.Tensor]]
-    pad_id: int
-    windows: S.SquadFeatures | None = None
-
-
-class TaskKind:
-    """The behaviour shared by every kind; subclasses fill in reading, encoding, scoring and predictions."""
-
-    name = ""  # the model kind bertforge.tasks.models builds (and config.json's bertforge_task.kind)
-    extensions: tuple[str, ...] = ()  # data files looked for in a --data folder, in this order
-    main_metric = "accuracy"
-    label_column = "'label' column"  # named when a file has no labels
-    splits_eval_file = False  # QA: with only an eval file, train on its first half (by article)
-
-    def __init__(self, cfg: FinetuneConfig, saved: dict[str, Any], labels: list[str] | None):
-        self.task = cfg.task
-        self.labels = list(labels) if labels else None
-        # a saved model encodes as it was trained unless the user chose a length
-        given = cfg.max_seq_len != default_max_len(self.name)
-        self.max_len = int(cfg.max_seq_len if given or not saved.get("max_seq_len") else saved["max_seq_len"])
-
-    # ---- data ----------------------------------------------------------------------------------------------------
-    def data_files(self, split: str) -> list[str]:
-        """Glob patterns of a split's file in a --data folder, most preferred first."""
-        stems = ("train",) if split == "train" else DEV_STEMS if split == "dev" else (split,)
-        return [stem + ext for stem in stems for ext in self.extensions]
-
-    def read(self, path: Path) -> list:
-        raise NotImplementedError
-
-    def read_inputs(self, path: Path) -> list:
-        """Unlabelled examples for `predict` (bertforge.tasks.inputs lists the formats)."""
-        raise NotImplementedError
-
-    def has_label(self, example: Any) -> bool:
-        return getattr(example, "label", None) is not None
-
-    def check(self, examples: list, path: Path, labelled: bool = True) -> None:
-        """At least one example and, for training and evaluation, a label on every one."""
-        if not examples:
-            raise BertforgeError(f"{path}: no examples (an empty file, or only a header)")
-        if not labelled:
-            return
-        unlabelled = [i for i, ex in enumerate(examples) if not self.has_label(ex)]
-        if len(unlabelled) == len(examples):
-            raise BertforgeError(f"{path}: no {self.label_column}; training and evaluation need labels")
-        if unlabelled:
-            raise BertforgeError(f"{path}: example {unlabelled[0] + 1} has no label ({self.label_column})")
-
-    def split(self, train: list, evaluation: list, eval_file: Path | None, training: bool) -> tuple[list, list]:
-        """The (train, eval) examples to use; only QA changes them (a dev file split by article)."""
-        return train, evaluation
-
-    def encode(self, examples: list, tokenizer) -> Encoded:
-        raise NotImplementedError
-
-    # ---- model ---------------------------------------------------------------------------------------------------
-    @property
-    def num_labels(self) -> int:
-        return len(self.labels) if self.labels else 1
-
-    def build(self, model_dir: Path, freeze: dict[str, Any] | None = None) -> tuple[nn.Module, list[str]]:
-        """The task model (tasks.models class for `name`) whose encoder comes from `model_dir`; (model, missing)."""
-        from bertforge.tasks.models import init_from_pretrained
-
-        return init_from_pretrained(model_dir, self.name, self.num_labels, freeze)
-
-    def info(self) -> dict[str, Any]:
-        """What config.json's bertforge_task keeps, so that evaluate and predict rebuild this kind."""
-        return {"name": self.task, "max_seq_len": self.max_len}
-
-    def logits(self, model: nn.Module, enc: Encoded, batch_size: int, progress: bool,
-               desc: str) -> list[torch.Tensor]:
-        outs = forward_rows(model, enc.rows, enc.pad_id, batch_size, ("logits",), desc, progress)
-        return [o["logits"] for o in outs]
-
-    def evaluate(self, model: nn.Module, enc: Encoded, batch_size: int = 64,
-                 progress: bool = False) -> dict[str, float]:
-        raise NotImplementedError
-
-    def predict(self, model: nn.Module, enc: Encoded, batch_size: int = 64, progress: bool = False) -> list[dict]:
-        raise NotImplementedError
 
 
 # ---- sentence (pair) classification and regression -------------------------------------------------------------------
@@ -397,7 +307,8 @@ class QAKind(TaskKind):
         return out
 
 
-KINDS: dict[str, type[TaskKind]] = {k.name: k for k in (ClassifyKind, RegressKind, TagKind, QAKind, ChoiceKind)}
+KINDS: dict[str, type[TaskKind]] = {k.name: k for k in (ClassifyKind, RegressKind, TagKind, QAKind, ChoiceKind,
+                                                          Seq2SeqKind)}
 
 
 def kind_for(cfg: FinetuneConfig, saved: dict[str, Any] | None = None, labels: list[str] | None = None) -> TaskKind:

@@ -34,12 +34,14 @@ from bertforge.config import FAMILIES, ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.heads import mean_pool, task_loss
 from bertforge.model import INT8_WEIGHTS, Encoder, for_inference, is_quantised, load_int8
+from bertforge.model.sparse import task_global_mask
 from bertforge.runtime import OnnxModel, model_folder, onnx_file
 
 KINDS = ("classify", "regress", "tag", "qa", "choice")
 HF_PREFIX = {name: family.hf_prefix for name, family in FAMILIES.items()}  # "Bert", "Roberta", ...
 HF_SUFFIX = {"classify": "ForSequenceClassification", "regress": "ForSequenceClassification",
              "tag": "ForTokenClassification", "qa": "ForQuestionAnswering", "choice": "ForMultipleChoice"}
+ROBERTA_HEAD = ("roberta", "longformer")  # sequence classifiers with RobertaClassificationHead's layout
 FEATURE_MODES = ("last", "second_last", "sum_last4", "concat_last4", "weighted")
 HEADS = ("linear", "bilstm")
 
@@ -47,7 +49,7 @@ HEADS = ("linear", "bilstm")
 def encoder_config(cfg: ModelConfig, kind: str) -> ModelConfig:
     """`cfg` as HF builds the encoder for `kind`: no pooler (add_pooling_layer=False) for tagging, QA and RoBERTa
     sequence classification, whose heads do not read it."""
-    no_pooler = kind in ("tag", "qa") or (kind in ("classify", "regress") and cfg.model_type == "roberta")
+    no_pooler = kind in ("tag", "qa") or (kind in ("classify", "regress") and cfg.model_type in ROBERTA_HEAD)
     return cfg.replace(use_pooler=False) if no_pooler and cfg.use_pooler else cfg
 
 
@@ -68,7 +70,12 @@ class _TaskModel(nn.Module):
             # one segment (RoBERTa): a pair's second segment is marked by its separator alone, whatever type ids
             # the tokenizer gave it (a WordPiece tokenizer gives 1, which indexes past a 1-row table)
             token_type_ids = None
-        return self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        # Longformer: the global tokens transformers' Longformer task classes set when given none ([CLS]; the
+        # question for QA; the endings for multiple choice; none for tagging: `sparse.task_global_mask`)
+        glob = (task_global_mask(input_ids, self.kind, self.config.extra.get("sep_token_id", 2))
+                if self.config.family.sparse == "longformer" else None)
+        return self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                         global_attention_mask=glob)
 
     def pooled(self, out, attention_mask) -> torch.Tensor:
         """BERT's pooler when the encoder has one, else mean pooling (see the module docstring)."""
@@ -79,7 +86,8 @@ class _TaskModel(nn.Module):
     @property
     def architecture(self) -> str:
         """The HF class name when HF's class has exactly our layout, else a bertforge-only name (see the docstring)."""
-        if self.config.model_type in ("distilbert", "electra") and self.kind not in ("tag", "qa"):
+        # (BigBird's classification head is dense-act(gelu_new)-out_proj, not our pooler + linear)
+        if self.config.model_type in ("distilbert", "electra", "big_bird") and self.kind not in ("tag", "qa"):
             return "Bertforge" + type(self).__name__
         if self.config.model_type == "modernbert":  # every ModernBertFor<Task> puts a dense-act-norm head first
             return "Bertforge" + type(self).__name__
@@ -118,7 +126,7 @@ class SequenceClassifier(_TaskModel):
             raise BertforgeError(f"regression needs num_labels=1, got {num_labels}")
         self.kind = "regress" if regression else "classify"
         self.num_labels = num_labels
-        self.roberta_head = cfg.model_type == "roberta"
+        self.roberta_head = cfg.model_type in ROBERTA_HEAD
         if self.roberta_head:
             self.classifier: nn.Module = RobertaClassificationHead(cfg.hidden_size, num_labels, self.dropout)
             self._init_head(self.classifier.dense, self.classifier.out_proj)

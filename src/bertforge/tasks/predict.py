@@ -21,7 +21,6 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
     from bertforge.tasks.folders import load_model_dir, saved_task
     from bertforge.tasks.kinds import kind_from_saved
     from bertforge.runtime import onnx_file
-    from bertforge.tasks.models import load_task_model
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
     from bertforge.training.accel import autocast, check_precision, compile_module
@@ -33,7 +32,7 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
     examples = kind.read_inputs(Path(input_path))
     kind.check(examples, Path(input_path), labelled=False)  # before the model is loaded
     enc = kind.encode(examples, Tokenizer.from_pretrained(path))
-    model, _, _ = load_task_model(onnx_file(model_dir) or path)
+    model = kind.load(onnx_file(model_dir) or path)
     compile_module(model.to(run_on), compile)
     with autocast(run_on, precision):
         return kind.predict(model, enc, batch_size, progress)

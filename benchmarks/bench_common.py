@@ -1,0 +1,35 @@
+"""What several benchmark scripts share: the machine-wide benchmark lock and the atomic JSON write.
+
+Scripts run as `python benchmarks/NAME.py`, so this module imports as `bench_common`."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LOCK = "/tmp/bertforge-bench.lock"  # timed sections of different benchmarks never overlap (flock(1) semantics)
+
+
+@contextmanager
+def bench_lock() -> Iterator[None]:
+    """The shared benchmark lock: wait for it, hold it, release it."""
+    with open(LOCK, "a") as f:
+        t = time.time()
+        fcntl.flock(f, fcntl.LOCK_EX)
+        print(f"benchmark lock taken after {time.time() - t:.0f} s wait", flush=True)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def save(path: Path, result: dict) -> None:
+    """Write `result` as JSON through a temporary file, so an interrupted run never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,80 @@
+"""The long-attention settings of `ModelConfig` (Longformer and BigBird) and their `config.json` fields.
+
+Longformer (`LongformerConfig`): `attention_window`, one even window per layer (an int means every layer); a token
+attends to the keys within window / 2 positions of it, plus the global tokens. BigBird (`BigBirdConfig`):
+`attention_type` ("block_sparse" or "original_full"), `block_size` and `num_random_blocks`. `config.ModelConfig`
+calls `normalise` from `__post_init__` and the two translations from `to_hf_dict` / `from_hf_dict`; this module
+does not import `config` (which imports it).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from bertforge.errors import BertforgeError
+
+ATTENTION_TYPES = ("block_sparse", "original_full")  # BigBird's, as transformers names them
+LONGFORMER_WINDOW = 512          # allenai/longformer-base-4096
+BIGBIRD_BLOCK, BIGBIRD_RANDOM = 64, 3  # google/bigbird-roberta-base
+
+
+def normalise(cfg: Any) -> None:
+    """Fill the family defaults into `cfg` (a ModelConfig) and check the long-attention fields; one line each."""
+    sparse = cfg.family.sparse
+    if sparse != "longformer" and cfg.attention_window is not None:
+        raise BertforgeError(f"attention_window is a Longformer setting; model_type {cfg.model_type!r} has none "
+                             "(use model_type 'longformer')")
+    if sparse != "big_bird" and cfg.attention_type is not None:
+        raise BertforgeError(f"attention_type is a BigBird setting; model_type {cfg.model_type!r} has none "
+                             "(use model_type 'big_bird')")
+    if sparse == "longformer":
+        window = LONGFORMER_WINDOW if cfg.attention_window is None else cfg.attention_window
+        windows = [int(window)] * cfg.num_hidden_layers if isinstance(window, int) else [int(w) for w in window]
+        if len(windows) != cfg.num_hidden_layers:
+            raise BertforgeError(f"attention_window has {len(windows)} entries for {cfg.num_hidden_layers} layers "
+                                 "(give one int, or one window per layer)")
+        bad = [w for w in windows if w <= 0 or w % 2]
+        if bad:
+            raise BertforgeError(f"attention_window {bad[0]} must be a positive even number of tokens")
+        cfg.attention_window = windows
+    if sparse == "big_bird":
+        cfg.attention_type = cfg.attention_type or "block_sparse"
+        if cfg.attention_type not in ATTENTION_TYPES:
+            raise BertforgeError(f"unknown attention_type {cfg.attention_type!r} (expected "
+                                 f"{', '.join(ATTENTION_TYPES)})")
+        if cfg.block_size < 1 or cfg.num_random_blocks < 0:
+            raise BertforgeError(f"block_size {cfg.block_size} must be >= 1 and num_random_blocks "
+                                 f"{cfg.num_random_blocks} >= 0")
+
+
+def block_sparse_min_length(cfg: Any) -> int:
+    """BigBird's block-sparse attention needs more than (5 + 2 r) blocks (2 global + 3 window + r random, + r spare,
+    transformers' `max_tokens_to_attend`); a batch this long or shorter runs full attention instead."""
+    return (5 + 2 * cfg.num_random_blocks) * cfg.block_size
+
+
+def hf_fields(cfg: Any) -> dict[str, Any]:
+    """The extra `config.json` fields of a Longformer / BigBird config (added to BERT's schema)."""
+    if cfg.family.sparse == "longformer":
+        return dict(attention_window=list(cfg.attention_window), bos_token_id=0, eos_token_id=2, sep_token_id=2,
+                    onnx_export=False)
+    if cfg.family.sparse == "big_bird":
+        return dict(attention_type=cfg.attention_type, block_size=cfg.block_size,
+                    num_random_blocks=cfg.num_random_blocks, use_bias=True, rescale_embeddings=False,
+                    bos_token_id=1, eos_token_id=2, sep_token_id=66)
+    return {}
+
+
+def settings(d: dict[str, Any], source: str) -> dict[str, Any]:
+    """ModelConfig keyword arguments from a Longformer / BigBird `config.json` dict `d` ({} for other families);
+    the BigBird variants bertforge does not compute are refused by name."""
+    model_type = d.get("model_type")
+    if model_type == "longformer":
+        return dict(attention_window=d.get("attention_window", LONGFORMER_WINDOW))
+    if model_type == "big_bird":
+        for key, ok in (("use_bias", True), ("rescale_embeddings", False), ("is_decoder", False)):
+            if key in d and bool(d[key]) != ok:
+                raise BertforgeError(f"{source}: BigBird with {key}={d[key]} is not supported")
+        return dict(attention_type=d.get("attention_type", "block_sparse"),
+                    block_size=d.get("block_size", BIGBIRD_BLOCK),
+                    num_random_blocks=d.get("num_random_blocks", BIGBIRD_RANDOM))
+    return {}

@@ -1,0 +1,367 @@
+"""The encoder-decoders' configuration: one `Seq2SeqConfig` for T5 (Raffel et al. 2020) and BART (Lewis et al. 2020).
+
+`bertforge.model.Seq2SeqLM` is one encoder-decoder; what differs between the two families is a handful of
+structural switches, fixed per family here (`SEQ2SEQ_FAMILIES`) and read by the model as config properties:
+
+    switch             T5                                  BART
+    norm               RMSNorm (no mean, no bias)          LayerNorm
+    norm_position      pre (x + f(norm(x)); a final norm)  post (norm(x + f(x)))
+    positions          bucketed relative bias, computed    learned absolute table, offset 2,
+                       in layer 0 and shared by the rest   + layernorm_embedding
+    bias               none (no Linear bias)               every Linear
+    attention_scale    none (q k^T, the init absorbs it)   1/sqrt(head_dim)
+    output             tied, hidden * d_model**-0.5        tied, + final_logits_bias
+    decoder start      pad (0)                             eos (2)
+
+Shapes come from the one size table (`config_families.SIZES`): `compose_seq2seq("t5", "tiny")` has tiny's
+layers (in the encoder and in the decoder), width, heads and FFN width; `seq2seq_preset("t5-small")` and
+`seq2seq_preset("bart-base")` are the published shapes. `to_hf_dict` / `from_hf_dict` translate to and from
+transformers' `T5Config` / `BartConfig`; a field bertforge does not know, or a value it cannot compute, is refused
+with one line naming the field.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertforge.config_families import ACTIVATIONS, SIZES
+from bertforge.errors import BertforgeError
+from bertforge.files import read_json
+
+
+@dataclass(frozen=True)
+class Seq2SeqFamily:
+    model_type: str
+    architecture: str                # the config.json `architectures` entry (the HF class with the LM head)
+    # structure (see the module docstring)
+    norm: str                        # "rms" | "layer"
+    norm_position: str               # "pre" | "post"
+    positions: str                   # "relative" | "learned"
+    bias: bool
+    attention_scale: bool            # scores divided by sqrt(head_dim)
+    position_offset: int = 0         # BART's learned table starts 2 rows in (fairseq's padding_idx + 1)
+    # defaults (transformers' T5Config / BartConfig)
+    vocab_size: int = 32128
+    pad_token_id: int = 0
+    eos_token_id: int = 1
+    bos_token_id: int | None = None
+    decoder_start_token_id: int = 0
+    activation: str = "relu"
+    layer_norm_eps: float = 1e-6
+    dropout: float = 0.1
+    max_position_embeddings: int = 512
+
+    @property
+    def rms_norm(self) -> bool:
+        return self.norm == "rms"
+
+    @property
+    def pre_norm(self) -> bool:
+        return self.norm_position == "pre"
+
+    @property
+    def relative_positions(self) -> bool:
+        return self.positions == "relative"
+
+
+SEQ2SEQ_FAMILIES: dict[str, Seq2SeqFamily] = {
+    # Raffel et al. 2020: a 32k SentencePiece (+100 sentinels = 32128) with <pad>=0 (also the decoder's start),
+    # </s>=1; no absolute positions (max_position_embeddings only bounds prompts: T5's n_positions, 512).
+    "t5": Seq2SeqFamily("t5", "T5ForConditionalGeneration", norm="rms", norm_position="pre", positions="relative",
+                        bias=False, attention_scale=False),
+    # Lewis et al. 2020: GPT-2's byte-level BPE (50265) with <s>=0 <pad>=1 </s>=2 (the decoder starts from </s>),
+    # 1024 learned positions, GELU, LayerNorm eps 1e-5 (nn.LayerNorm's default).
+    "bart": Seq2SeqFamily("bart", "BartForConditionalGeneration", norm="layer", norm_position="post",
+                          positions="learned", bias=True, attention_scale=True, position_offset=2, vocab_size=50265,
+                          pad_token_id=1, eos_token_id=2, bos_token_id=0, decoder_start_token_id=2,
+                          activation="gelu", layer_norm_eps=1e-5, max_position_embeddings=1024),
+}
+SEQ2SEQ_TYPES = tuple(SEQ2SEQ_FAMILIES)
+
+
+@dataclass
+class Seq2SeqConfig:
+    model_type: str = "t5"
+    vocab_size: int = 32128
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    d_kv: int | None = None                # per-head width; None: d_model // heads (T5 may differ, BART may not)
+    encoder_ffn_dim: int = 2048
+    decoder_ffn_dim: int = 2048
+    activation: str = "relu"               # T5: feed_forward_proj's activation; BART: activation_function
+    gated_ffn: bool = False                # T5 v1.1 "gated-gelu": act(x wi_0) * (x wi_1)
+    dropout: float = 0.1
+    attention_dropout: float = 0.1         # T5 has one rate (dropout_rate) for all three
+    activation_dropout: float = 0.1
+    layer_norm_eps: float = 1e-6
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    max_position_embeddings: int = 512     # BART: the position table; T5: the longest prompt read (n_positions)
+    scale_embedding: bool = False          # BART: token embeddings * sqrt(d_model)
+    scale_decoder_outputs: bool = True     # T5: hidden * d_model**-0.5 before the tied output (v1.1: False)
+    initializer_range: float = 0.02        # BART's init_std
+    initializer_factor: float = 1.0        # T5's init scale (1.0 = the paper's)
+    pad_token_id: int = 0
+    eos_token_id: int = 1
+    bos_token_id: int | None = None
+    decoder_start_token_id: int = 0
+    forced_bos_token_id: int | None = None  # BART generation: the first / last token forced (HF's processors)
+    forced_eos_token_id: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.model_type not in SEQ2SEQ_FAMILIES:
+            raise BertforgeError(f"unknown encoder-decoder model_type {self.model_type!r} "
+                                 f"(expected one of {', '.join(SEQ2SEQ_TYPES)})")
+        if self.activation.lower() not in ACTIVATIONS:
+            raise BertforgeError(f"unsupported activation {self.activation!r} "
+                                 f"(expected one of {', '.join(ACTIVATIONS)})")
+        for side in ("encoder", "decoder"):
+            heads = getattr(self, f"{side}_attention_heads")
+            if self.d_kv is None and self.d_model % heads:
+                raise BertforgeError(f"d_model {self.d_model} is not a multiple of {side}_attention_heads {heads}")
+            if getattr(self, f"{side}_layers") < 1:
+                raise BertforgeError(f"{side}_layers must be at least 1")
+        if self.d_kv is None or self.model_type == "bart":  # BART: d_model // heads, per stack (head_dim_for)
+            self.d_kv = self.d_model // self.encoder_attention_heads
+        if self.model_type == "t5":
+            # T5Config has one head count, one FFN width and one dropout rate: anything else has no checkpoint.
+            for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
+                         ("encoder_ffn_dim", "decoder_ffn_dim"), ("dropout", "attention_dropout"),
+                         ("dropout", "activation_dropout")):
+                if getattr(self, a) != getattr(self, b):
+                    raise BertforgeError(f"a t5 model has one {a} and {b} ({getattr(self, a)} != "
+                                         f"{getattr(self, b)}): T5Config cannot store two")
+        else:
+            if self.gated_ffn:
+                raise BertforgeError("a bart model cannot have gated_ffn=True (BartConfig has no gated FFN)")
+
+    # ---- the family's switches (what Seq2SeqLM reads) ------------------------------------------------------------
+    @property
+    def family(self) -> Seq2SeqFamily:
+        return SEQ2SEQ_FAMILIES[self.model_type]
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return True
+
+    @property
+    def is_decoder(self) -> bool:
+        """Not a decoder-only model (the GPT-2 layout's flag in `ModelConfig`)."""
+        return False
+
+    def head_dim_for(self, n_heads: int) -> int:
+        """The per-head width of a stack with n_heads heads: T5's d_kv, BART's d_model // n_heads."""
+        return int(self.d_kv) if self.model_type == "t5" else self.d_model // n_heads
+
+    @property
+    def hidden_size(self) -> int:
+        return self.d_model
+
+    def replace(self, **changes: Any) -> "Seq2SeqConfig":
+        return dataclasses.replace(self, **changes)
+
+    # ---- Hugging Face config.json ------------------------------------------------------------------------------
+    def to_hf_dict(self) -> dict[str, Any]:
+        ids = dict(pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id,
+                   decoder_start_token_id=self.decoder_start_token_id)
+        if self.model_type == "t5":
+            act = self.activation.lower()
+            proj = ("gated-gelu" if act == "gelu_new" else f"gated-{act}") if self.gated_ffn else act
+            d = dict(model_type="t5", vocab_size=self.vocab_size, d_model=self.d_model, d_kv=self.d_kv,
+                     d_ff=self.encoder_ffn_dim, num_layers=self.encoder_layers,
+                     num_decoder_layers=self.decoder_layers, num_heads=self.encoder_attention_heads,
+                     relative_attention_num_buckets=self.relative_attention_num_buckets,
+                     relative_attention_max_distance=self.relative_attention_max_distance,
+                     dropout_rate=self.dropout, layer_norm_epsilon=self.layer_norm_eps,
+                     initializer_factor=self.initializer_factor, feed_forward_proj=proj,
+                     scale_decoder_outputs=self.scale_decoder_outputs, n_positions=self.max_position_embeddings,
+                     **ids)
+        else:
+            d = dict(model_type="bart", vocab_size=self.vocab_size, d_model=self.d_model,
+                     max_position_embeddings=self.max_position_embeddings, encoder_layers=self.encoder_layers,
+                     decoder_layers=self.decoder_layers, encoder_attention_heads=self.encoder_attention_heads,
+                     decoder_attention_heads=self.decoder_attention_heads, encoder_ffn_dim=self.encoder_ffn_dim,
+                     decoder_ffn_dim=self.decoder_ffn_dim, activation_function=self.activation,
+                     dropout=self.dropout, attention_dropout=self.attention_dropout,
+                     activation_dropout=self.activation_dropout, init_std=self.initializer_range,
+                     scale_embedding=self.scale_embedding, encoder_layerdrop=0.0, decoder_layerdrop=0.0,
+                     bos_token_id=self.bos_token_id, forced_bos_token_id=self.forced_bos_token_id,
+                     forced_eos_token_id=self.forced_eos_token_id, **ids)
+        d.update(architectures=[self.family.architecture], is_encoder_decoder=True, tie_word_embeddings=True)
+        d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> "Seq2SeqConfig":
+        model_type = d.get("model_type")
+        if model_type not in SEQ2SEQ_FAMILIES:
+            raise BertforgeError(f"{source}: model_type {model_type!r} is not an encoder-decoder bertforge reads "
+                                 f"({', '.join(SEQ2SEQ_TYPES)})")
+        known = _T5_FIELDS if model_type == "t5" else _BART_FIELDS
+        for key in d:
+            if key not in known and key not in _GENERIC_FIELDS:
+                raise BertforgeError(f"{source}: unknown {model_type} config field {key!r}")
+        fixed = dict(_GENERIC_FIXED, **(_T5_FIXED if model_type == "t5" else _BART_FIXED))
+        for key, ok in fixed.items():
+            if key in d and d[key] != ok:
+                raise BertforgeError(f"{source}: {model_type} with {key}={d[key]!r} is not supported "
+                                     f"(bertforge computes {key}={ok!r})")
+        extra = {k: d[k] for k in _KEPT if k in d}
+        try:
+            return _t5_from_hf(cls, d, extra) if model_type == "t5" else _bart_from_hf(cls, d, extra)
+        except KeyError as err:
+            raise BertforgeError(f"{source}: missing field {err.args[0]!r} for model_type {model_type!r}") from None
+        except BertforgeError as err:
+            raise BertforgeError(f"{source}: {err}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Seq2SeqConfig":
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        return cls.from_hf_dict(read_json(path), source=str(path))
+
+
+def _t5_from_hf(cls: Any, d: dict[str, Any], extra: dict[str, Any]) -> Seq2SeqConfig:
+    proj = d.get("feed_forward_proj", "relu")
+    parts = proj.split("-")
+    if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
+        raise BertforgeError(f"feed_forward_proj {proj!r} is not 'ACT' or 'gated-ACT'")
+    act = "gelu_new" if proj == "gated-gelu" else parts[-1]  # transformers' backward-compatible spelling
+    rate = d.get("dropout_rate", 0.1)
+    # transformers 5 always ties the output to `shared`; the d_model**-0.5 rescale is `scale_decoder_outputs`,
+    # which older files (T5 v1.1) spell tie_word_embeddings=False.
+    scale = d.get("scale_decoder_outputs", d.get("tie_word_embeddings", True) is not False)
+    return cls(model_type="t5", vocab_size=d["vocab_size"], d_model=d["d_model"], d_kv=d["d_kv"],
+               encoder_layers=d["num_layers"], decoder_layers=d.get("num_decoder_layers") or d["num_layers"],
+               encoder_attention_heads=d["num_heads"], decoder_attention_heads=d["num_heads"],
+               encoder_ffn_dim=d["d_ff"], decoder_ffn_dim=d["d_ff"], activation=act, gated_ffn=len(parts) == 2,
+               dropout=rate, attention_dropout=rate, activation_dropout=rate,
+               layer_norm_eps=d.get("layer_norm_epsilon", 1e-6),
+               relative_attention_num_buckets=d.get("relative_attention_num_buckets", 32),
+               relative_attention_max_distance=d.get("relative_attention_max_distance", 128),
+               max_position_embeddings=d.get("n_positions") or 512, scale_decoder_outputs=bool(scale),
+               initializer_factor=d.get("initializer_factor", 1.0), pad_token_id=_id(d, "pad_token_id", 0),
+               eos_token_id=_id(d, "eos_token_id", 1),
+               decoder_start_token_id=_id(d, "decoder_start_token_id", _id(d, "pad_token_id", 0)), extra=extra)
+
+
+def _bart_from_hf(cls: Any, d: dict[str, Any], extra: dict[str, Any]) -> Seq2SeqConfig:
+    d_model = d.get("d_model", 1024)
+    return cls(model_type="bart", vocab_size=d["vocab_size"], d_model=d_model,
+               encoder_layers=d.get("encoder_layers", 12), decoder_layers=d.get("decoder_layers", 12),
+               encoder_attention_heads=d.get("encoder_attention_heads", 16),
+               decoder_attention_heads=d.get("decoder_attention_heads", 16),
+               d_kv=d_model // d.get("encoder_attention_heads", 16),
+               encoder_ffn_dim=d.get("encoder_ffn_dim", 4096), decoder_ffn_dim=d.get("decoder_ffn_dim", 4096),
+               activation=d.get("activation_function", "gelu"), dropout=d.get("dropout", 0.1),
+               attention_dropout=d.get("attention_dropout", 0.0), activation_dropout=d.get("activation_dropout", 0.0),
+               layer_norm_eps=1e-5, max_position_embeddings=d.get("max_position_embeddings", 1024),
+               scale_embedding=bool(d.get("scale_embedding", False)), initializer_range=d.get("init_std", 0.02),
+               pad_token_id=_id(d, "pad_token_id", 1), eos_token_id=_id(d, "eos_token_id", 2),
+               bos_token_id=d.get("bos_token_id", 0), decoder_start_token_id=_id(d, "decoder_start_token_id", 2),
+               forced_bos_token_id=d.get("forced_bos_token_id"), forced_eos_token_id=d.get("forced_eos_token_id", 2),
+               extra=extra)
+
+
+def _id(d: dict[str, Any], key: str, default: int) -> int:
+    value = d.get(key, default)
+    if isinstance(value, list):  # transformers allows several eos ids; bertforge stops at one
+        if len(value) != 1:
+            raise BertforgeError(f"{key} {value}: bertforge generation stops at one token id")
+        value = value[0]
+    return default if value is None else int(value)
+
+
+# config.json fields: what each family's schema holds, what any PretrainedConfig dump holds (read and dropped:
+# they describe the run or generation defaults, not the network), and values bertforge cannot compute.
+_T5_FIELDS = {"model_type", "vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
+              "relative_attention_num_buckets", "relative_attention_max_distance", "dropout_rate",
+              "layer_norm_epsilon", "initializer_factor", "feed_forward_proj", "dense_act_fn", "is_gated_act",
+              "scale_decoder_outputs", "tie_word_embeddings", "n_positions", "pad_token_id", "eos_token_id",
+              "bos_token_id", "decoder_start_token_id", "classifier_dropout"}
+_BART_FIELDS = {"model_type", "vocab_size", "d_model", "max_position_embeddings", "encoder_layers", "decoder_layers",
+                "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
+                "activation_function", "dropout", "attention_dropout", "activation_dropout", "init_std",
+                "scale_embedding", "encoder_layerdrop", "decoder_layerdrop", "bos_token_id", "eos_token_id",
+                "pad_token_id", "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id",
+                "classifier_dropout", "tie_word_embeddings", "num_hidden_layers",
+                # fairseq-era fields of the published BART configs, accepted at BART's values (_BART_FIXED)
+                "normalize_before", "add_final_layer_norm", "normalize_embedding", "static_position_embeddings",
+                "add_bias_logits", "extra_pos_embeddings"}
+_GENERIC_FIELDS = {"architectures", "transformers_version", "dtype", "torch_dtype", "_name_or_path", "use_cache",
+                   "is_encoder_decoder", "is_decoder", "return_dict", "output_hidden_states", "output_attentions",
+                   "output_past", "torchscript", "chunk_size_feed_forward", "id2label", "label2id", "num_labels",
+                   "problem_type", "task_specific_params", "tokenizer_class", "prefix", "gradient_checkpointing",
+                   "finetuning_task", "bertforge", "bertforge_task",
+                   # generation defaults of transformers 4 dumps (generation reads its own flags)
+                   "max_length", "min_length", "num_beams", "no_repeat_ngram_size", "length_penalty",
+                   "early_stopping", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty",
+                   "num_return_sequences", "bad_words_ids", "diversity_penalty", "num_beam_groups"}
+_GENERIC_FIXED = {"is_encoder_decoder": True, "is_decoder": False}
+_T5_FIXED: dict[str, Any] = {}  # T5's output is always tied; tie_word_embeddings only says whether to rescale
+_BART_FIXED = {"encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "tie_word_embeddings": True,
+               "normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": True,
+               "static_position_embeddings": False, "add_bias_logits": False, "extra_pos_embeddings": 2}
+_KEPT = ("id2label", "label2id", "problem_type", "task_specific_params", "bertforge", "bertforge_task")
+
+
+# ---- composing from the shared sizes -----------------------------------------------------------------------------
+SEQ2SEQ_PRESETS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    # Raffel et al. 2020, Table 14 (t5-small: 6 + 6 layers of 512, 8 heads of 64, d_ff 2048)
+    "t5-small": ("t5", "small", dict(encoder_layers=6, decoder_layers=6)),
+    "t5-base": ("t5", "base", {}),
+    "t5-large": ("t5", "large", {}),
+    # T5 v1.1 (gated-GELU, untied-output scale off): base is 12 + 12 x 768, 12 heads, d_ff 2048
+    "t5-v1_1-base": ("t5", "base", dict(gated_ffn=True, activation="gelu_new", encoder_ffn_dim=2048,
+                                        decoder_ffn_dim=2048, scale_decoder_outputs=False, dropout=0.0,
+                                        attention_dropout=0.0, activation_dropout=0.0)),
+    # Lewis et al. 2020: bart-base 6 + 6 x 768 (12 heads, FFN 3072), bart-large 12 + 12 x 1024 (16, 4096)
+    "bart-base": ("bart", "base", dict(encoder_layers=6, decoder_layers=6)),
+    "bart-large": ("bart", "large", dict(encoder_layers=12, decoder_layers=12)),
+}
+
+
+def compose_seq2seq(family: str, size: str, **overrides: Any) -> Seq2SeqConfig:
+    """Family x size (+ overrides): the size's layers in both stacks, its width, heads and FFN width."""
+    if family not in SEQ2SEQ_FAMILIES:
+        raise BertforgeError(f"unknown encoder-decoder family {family!r} (choose from {', '.join(SEQ2SEQ_TYPES)})")
+    if size not in SIZES:
+        raise BertforgeError(f"unknown model size {size!r} (choose from {', '.join(SIZES)})")
+    fam, s = SEQ2SEQ_FAMILIES[family], SIZES[size]
+    drop = fam.dropout
+    settings = dict(model_type=family, vocab_size=fam.vocab_size, d_model=s.hidden, encoder_layers=s.layers,
+                    decoder_layers=s.layers, encoder_attention_heads=s.heads, decoder_attention_heads=s.heads,
+                    encoder_ffn_dim=s.intermediate, decoder_ffn_dim=s.intermediate, activation=fam.activation,
+                    dropout=drop, attention_dropout=drop if family == "t5" else 0.0,
+                    activation_dropout=drop if family == "t5" else 0.0, layer_norm_eps=fam.layer_norm_eps,
+                    max_position_embeddings=fam.max_position_embeddings, pad_token_id=fam.pad_token_id,
+                    eos_token_id=fam.eos_token_id, bos_token_id=fam.bos_token_id,
+                    decoder_start_token_id=fam.decoder_start_token_id,
+                    forced_eos_token_id=fam.eos_token_id if family == "bart" else None)
+    return Seq2SeqConfig(**{**settings, **overrides})
+
+
+def seq2seq_preset(name: str, **overrides: Any) -> Seq2SeqConfig:
+    """A named shape: t5-small, t5-base, t5-large, t5-v1_1-base, bart-base, bart-large (+ overrides); or
+    "FAMILY-SIZE" with any shared size (t5-tiny, bart-mini, ...)."""
+    if name in SEQ2SEQ_PRESETS:
+        family, size, fixed = SEQ2SEQ_PRESETS[name]
+        return compose_seq2seq(family, size, **{**fixed, **overrides})
+    family, _, size = name.partition("-")
+    if family in SEQ2SEQ_FAMILIES and size in SIZES:
+        return compose_seq2seq(family, size, **overrides)
+    raise BertforgeError(f"unknown encoder-decoder preset {name!r} (choose from {', '.join(SEQ2SEQ_PRESETS)}, "
+                         f"or t5-SIZE / bart-SIZE with SIZE one of {', '.join(SIZES)})")
+
+
+def is_seq2seq_dir(path: str | Path) -> bool:
+    """Whether a checkpoint directory's config.json is a T5 / BART one (read without judging the rest)."""
+    cfg = Path(path) / "config.json"
+    return cfg.is_file() and read_json(cfg).get("model_type") in SEQ2SEQ_FAMILIES

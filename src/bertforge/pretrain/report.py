@@ -10,14 +10,15 @@ CURVES = "curves.png"
 
 
 def setup_line(opts: PretrainOptions, model_type: str, n_params: int, world: int, lr: float, warmup: float, threads: int,
-               n_examples: int) -> str:
-    """The one line that says what is about to train."""
+               n_examples: int, size: str | None = None) -> str:
+    """The one line that says what is about to train; `size` is the model's (with --init-from, the checkpoint's
+    shape, not the --size default)."""
     r = opts.recipe
     masks = "dynamic" if r.dynamic else f"static x{r.dupe_factor}"
     masking = ("next token, nothing masked" if r.objective == "clm"
                else f"masking {r.masking} {r.mask_prob:.0%} ({masks})")
     return (f"pretraining {r.name}: objective {r.objective}, {masking}, input {r.input_format}, "
-            f"{opts.size} ({model_type}, {n_params / 1e6:.1f}M parameters), seq {opts.seq_len}, "
+            f"{size or opts.size} ({model_type}, {n_params / 1e6:.1f}M parameters), seq {opts.seq_len}, "
             f"batch {opts.batch_size}x{world}, lr {lr:g} (warm-up {warmup:.0%}, {r.schedule} schedule), "
             f"{opts.precision}, "
             f"{threads} thread(s), {n_examples:,} training examples")

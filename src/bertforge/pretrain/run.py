@@ -205,11 +205,11 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
                       ddp_find_unused_parameters=(getattr(model.config, "use_pooler", False)
                                                   and not uses_pooler(opts.recipe.objective)),
                       device=str(device), compile=opts.compile,
-                      extra={"recipe": asdict(opts.recipe), "size": opts.size, "seq_len": opts.seq_len})
+                      extra={"recipe": asdict(opts.recipe), "size": size, "seq_len": opts.seq_len})
     trainer = Trainer(model, loader, cfg, eval_fn=eval_fn, save_fn=save_fn_for(tok), load_fn=load_objective)
     n_params = sum(p.numel() for p in model.parameters())
     if is_main:
-        print(setup_line(opts, model.config.model_type, n_params, world, lr, warmup, threads, len(train_ds)),
+        print(setup_line(opts, model.config.model_type, n_params, world, lr, warmup, threads, len(train_ds), size),
               flush=True)
     t_train = time.perf_counter()
     history = trainer.train()
@@ -229,7 +229,7 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
             f["answer"] = answer
         texts = samples(model, tok, held_corpus, opts.fill_mask_examples, seed=opts.seed) if decoder else []
         result = {
-            "recipe": asdict(opts.recipe), "size": opts.size, "seq_len": opts.seq_len, "batch_size": opts.batch_size,
+            "recipe": asdict(opts.recipe), "size": size, "seq_len": opts.seq_len, "batch_size": opts.batch_size,
             "steps": trainer.step, "parameters": n_params, "precision": opts.precision, "lr": lr,
             "warmup_ratio": warmup, "heldout": metrics, "fill_mask": fills, **({"samples": texts} if decoder else {}),
             **({"denoising": s2s.denoise_examples(model, tok, eval_batches, opts.fill_mask_examples)} if seq2seq else {}),

@@ -157,6 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         if t not in TASKS:
             p.error(f"unknown task {t!r} (choose from {', '.join(TASKS)})")
     libs = [x.strip() for x in args.libs.split(",")]
+    if "transformers" in libs:  # before any work: the Trainer needs accelerate, which transformers does not pull in
+        try:
+            import accelerate  # noqa: F401
+            import transformers  # noqa: F401
+        except ImportError as err:
+            print(f"error: transformers' Trainer cannot run here ({err.msg}); pip install 'bertforge[bench]' "
+                  f"(transformers, accelerate) or pass --libs bertforge", file=sys.stderr)
+            return 2
     results = []
     with tempfile.TemporaryDirectory(prefix="bf-bench-") as tmp:
         for task in tasks:

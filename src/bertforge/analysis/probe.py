@@ -101,7 +101,7 @@ def layer_features(encoder: Encoder, tokenizer: Tokenizer, items: list[tuple[lis
     kept = [x for x in per_item if x is not None]
     feats = [f for f, _ in kept]
     labels = [label for _, labels_ in kept for label in labels_]
-    return np.concatenate(feats, axis=1).astype(np.float32), labels
+    return np.concatenate(feats, axis=1).astype(np.float32, copy=False), labels
 
 
 def fit_probes(x_train: np.ndarray, y_train: list[str], x_test: np.ndarray, y_test: list[str], epochs: int = 8,

@@ -27,7 +27,33 @@ _PAD_VALUES = {"input_ids": None, "token_type_ids": 0, "attention_mask": 0, "mlm
 _OPTIONAL = ("sbo_left", "sbo_right", "sbo_pos", "wso_labels", "perm_rank")
 
 
-class PretrainingDataset(Dataset):
+class PlannedDataset(Dataset):
+    """What every pretraining dataset over an `ExamplePlan` shares (the encoders' and the encoder-decoders'): one
+    example per plan row, the epoch that dynamic noise is drawn from (the loader sets it), and lengths read off the
+    plan for length grouping. Subclasses set `self.plan` and write `__getitem__`."""
+
+    plan: ExamplePlan
+    epoch: int = 0
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def lengths(self) -> np.ndarray:
+        """Every example's sequence length (for length grouping), computed from the plan."""
+        return self.plan.lengths()
+
+    def checked(self, index: int) -> int:
+        """`index` as an int, or IndexError when it is outside the plan."""
+        index = int(index)
+        if not 0 <= index < len(self.plan):
+            raise IndexError(f"example {index} out of range [0, {len(self.plan)})")
+        return index
+
+
+class PretrainingDataset(PlannedDataset):
     """Examples of `builder` over `corpus`, masked by `masker` (statically or dynamically). `masker` is a `Masker`
     or anything with its call (input_ids, word_start, rng) -> dict: `WordShuffle`, `PermutationSampler`."""
 
@@ -48,20 +74,8 @@ class PretrainingDataset(Dataset):
         if len(self.plan) == 0:
             raise BertforgeError(f"{self.builder.name}: the corpus gives no examples ({corpus!r})")
 
-    def __len__(self) -> int:
-        return len(self.plan)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def lengths(self) -> np.ndarray:
-        """Every example's sequence length (for length grouping), computed from the plan."""
-        return self.plan.lengths()
-
     def __getitem__(self, index: int) -> dict[str, Any]:
-        index = int(index)
-        if not 0 <= index < len(self.plan):
-            raise IndexError(f"example {index} out of range [0, {len(self.plan)})")
+        index = self.checked(index)
         ex: dict[str, Any] = self.builder.materialize(self.corpus, self.plan, index)
         ex["index"] = index
         if self.masking == "static":

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
+from bertforge.data.dataset import PlannedDataset
 from bertforge.data.examples import ExamplePlan, FullSentences, plan_rng
 from bertforge.data.masking import IGNORE_INDEX, mask_rng
 from bertforge.data.noising import BartNoise, SpanCorruption, t5_lengths
@@ -27,7 +27,7 @@ from bertforge.errors import BertforgeError
 SEQ2SEQ_NOISES = ("t5", "bart")
 
 
-class Seq2SeqPretrainingDataset(Dataset):
+class Seq2SeqPretrainingDataset(PlannedDataset):
     """Clean examples (`ids`, the text's token ids; `sentence_starts`, where its sentences begin) of a corpus."""
 
     def __init__(self, corpus, noise: str, seq_len: int, seed: int = 0):
@@ -48,19 +48,8 @@ class Seq2SeqPretrainingDataset(Dataset):
         _, starts, _ = corpus.sentence_spans()
         self._sentence_starts = np.asarray(starts, np.int64)
 
-    def __len__(self) -> int:
-        return len(self.plan)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def lengths(self) -> np.ndarray:
-        return self.plan.lengths()
-
     def __getitem__(self, index: int) -> dict[str, Any]:
-        index = int(index)
-        if not 0 <= index < len(self.plan):
-            raise IndexError(f"example {index} out of range [0, {len(self.plan)})")
+        index = self.checked(index)
         pieces, starts, pos = [], [0], 0
         for s, e, _, sep_before in self.plan.ranges(index):
             if sep_before:  # a document join (t5's packing): </s> ends the document before

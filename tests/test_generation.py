@@ -165,6 +165,25 @@ def test_generate_cli_streams_and_refuses_an_encoder(text_model, tmp_path, capsy
     assert err.count("\n") == 0 and "a bert encoder checkpoint (BertModel) cannot generate text" in err
 
 
+def test_generate_cli_bf16_weights_and_device_lines(text_model, capsys):
+    import copy
+
+    lm, tok = load(text_model)
+    ids = torch.tensor([lm.prompt_ids(tok, "Once upon")])
+    half = copy.deepcopy(lm).to(torch.bfloat16)
+    with torch.inference_mode():
+        full_logits, half_logits = lm.lm_logits(ids, last_only=True), half.lm_logits(ids, last_only=True)
+    assert float(torch.nn.functional.cosine_similarity(half_logits.float(), full_logits, dim=-1).min()) > 0.97
+    assert main(["generate", "--model", str(text_model), "--prompt", "Once upon", "--max-new-tokens", "6",
+                 "--greedy", "--precision", "bf16", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Once upon") and out.endswith("\n")
+    assert main(["generate", "--model", str(text_model), "--prompt", "hi", "--precision", "fp16",
+                 "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "fp16 needs a GPU" in err
+
+
 def test_config_defaults_per_mode():
     assert GenerationConfig().resolved() == GenerationConfig(temperature=1.0, top_k=0, top_p=0.9)
     assert GenerationConfig(greedy=True).resolved().top_p is None

@@ -167,6 +167,20 @@ def test_check_precision_lines():
 
 
 @NO_GPU
+def test_default_precision_is_bf16_only_where_the_cpu_has_it(monkeypatch):
+    from bertforge.tasks.config import FinetuneConfig
+
+    monkeypatch.setattr(accel, "cpu_info", lambda: "flags\t: fpu avx2 avx512f avx512_bf16")
+    assert accel.default_precision() == accel.default_precision("cpu") == "bf16"
+    assert FinetuneConfig(task="sst2", model="m", out="o").precision == "bf16"
+    assert FinetuneConfig(task="sst2", model="m", out="o", precision="fp32").precision == "fp32"
+    monkeypatch.setattr(accel, "cpu_info", lambda: "flags\t: fpu avx2 avx512f")  # emulated bf16: many times slower
+    assert accel.default_precision("cpu") == "fp32"
+    assert FinetuneConfig(task="sst2", model="m", out="o").precision == "fp32"
+    assert accel.default_precision("not-a-device") == "fp32"  # resolve_device names a bad --device, not this
+
+
+@NO_GPU
 @pytest.mark.parametrize("argv", [
     ["embed", "--model", "M", "--input", "I.txt", "--out", "o.npy", "--device", "cuda"],
     ["embed-eval", "--model", "M", "--sts", "s.tsv", "--device", "cuda"],

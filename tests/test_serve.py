@@ -103,7 +103,7 @@ def _stop(proc: subprocess.Popen) -> None:
 def server(dirs):
     proc, url = _start("--model", f"mlm={dirs['mlm']}", "--model", f"clf={dirs['clf']}", "--model",
                        f"ce={dirs['ce']}", "--model", f"minilm={dirs['minilm']}", "--max-inputs", "16",
-                       "--max-wait-ms", "20", "--api-key", KEY)
+                       "--max-wait-ms", "20", "--api-key", KEY, "--max-body-bytes", "65536")
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as client:
         yield client
     _stop(proc)
@@ -118,6 +118,7 @@ def test_embed_matches_offline_encode(server, dirs):
         want = SentenceEncoder.from_pretrained(dirs[name]).encode(texts, progress=False)
         assert np.abs(np.array(r.json(), dtype=np.float32) - want).max() < 1e-6
         assert float(r.headers["X-Compute-Time-Ms"]) > 0 and "X-Queue-Time-Ms" in r.headers
+        assert float(r.headers["X-Total-Time-Ms"]) >= float(r.headers["X-Compute-Time-Ms"])
     one = server.post("/embed", json={"inputs": texts[0], "model": "mlm", "normalize": True}).json()
     assert len(one) == 1 and abs(np.linalg.norm(one[0]) - 1) < 1e-5  # the model does not normalise; asked to
 
@@ -203,6 +204,8 @@ def test_error_statuses_name_the_field(server):
     assert long["field"] == "inputs[1]" and "truncate" in long["error"]
     assert server.post("/embed", json={"inputs": ["cat " * 60], "model": "mlm", "truncate": True}).status_code == 200
     assert err(422, "/embed", content=b'{"inputs": [')["type"] == "invalid_json"
+    big = err(413, "/embed", content=b'{"inputs": "' + b"a" * 70000 + b'"}')
+    assert big["type"] == "too_large" and big["field"] == "body"
     assert err(422, "/embed", json={"inputs": ["a", 5]})["field"] == "inputs[1]"
     assert err(422, "/embed", json={"inputs": "a", "normalize": "yes"})["field"] == "normalize"
     assert err(422, "/rerank", json={"query": "q"})["field"] == "texts"
@@ -212,7 +215,7 @@ def test_error_statuses_name_the_field(server):
     assert server.get("/no-such-route").status_code == 404
     for headers in ({}, {"Authorization": "Bearer wrong"}):
         r = httpx.post(str(server.base_url) + "/embed", json={"inputs": "a"}, headers=headers)
-        assert r.status_code == 401 and r.json()["field"] == "Authorization"
+        assert r.status_code == 401 and r.json()["field"] == "Authorization" and "X-Total-Time-Ms" in r.headers
 
 
 def test_missing_extra_and_bad_model_dir(monkeypatch, capsys, tmp_path):

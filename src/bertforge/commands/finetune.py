@@ -83,7 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="with --freeze: which hidden states feed the head (default: concat_last4; weighted = learned "
                          "softmax mix of all layers)")
     ft.add_argument("--head", default="linear", choices=("linear", "bilstm"), help="with --freeze: head (default: linear)")
-    ft.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="bf16 autocast or fp32 (default)")
+    ft.add_argument("--precision", choices=("fp32", "bf16"),
+                    help="bf16 autocast or fp32 (default: bf16 where the CPU / GPU has native bf16, else fp32)")
     ft.add_argument("--no-group-by-length", dest="group_by_length", action="store_false",
                     help="random batches instead of length-grouped ones (more padding)")
     ft.add_argument("--resume", action="store_true",
@@ -157,13 +158,17 @@ def run_finetune(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.data is None and args.train is None:
         raise BertforgeError("give --data DIR (or --train FILE [--eval FILE])")
-    result = finetune(_config(args, args.model, args.out), overwrite=args.overwrite)
+    cfg = _config(args, args.model, args.out)
+    result = finetune(cfg, overwrite=args.overwrite)
     s = result.summary
+    # the precision says itself: without --precision it is bf16 on hardware that computes bf16 natively
+    how = f"{cfg.precision}{'' if args.precision else ', the default here'}"
     if s:
         spread = f" (min {s['min']:.4f}, max {s['max']:.4f}, std {s['std']:.4f}, {s['n']} runs)" if s["n"] > 1 else ""
-        print(f"{args.task}: best {result.main_metric} median {s['median']:.4f}{spread} -> {result.model_dir}")
+        print(f"{args.task}: best {result.main_metric} median {s['median']:.4f}{spread} -> {result.model_dir} "
+              f"({how})")
     else:
-        print(f"{args.task}: trained (no evaluation data) -> {result.model_dir}")
+        print(f"{args.task}: trained (no evaluation data) -> {result.model_dir} ({how})")
     return 0
 
 

@@ -174,7 +174,8 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 def run_pretrain(args: argparse.Namespace) -> int:
     from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.options import PretrainOptions, default_precision
+    from bertforge.pretrain.options import PretrainOptions
+    from bertforge.training.accel import default_precision
     from bertforge.pretrain.run import pretrain
     recipe = resolve(args.recipe, objective=args.objective, masking=args.masking, dynamic=args.dynamic,
                      input_format=args.input_format, dupe_factor=args.dupe_factor, plm_k=args.plm_k,
@@ -193,7 +194,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
         tokenizer=Path(args.tokenizer) if args.tokenizer else None, vocab_size=args.vocab_size,
         size=args.size or ("bert-tiny" if embedded else "bert-mini"),
         seq_len=args.seq_len or (64 if embedded else 128), batch_size=args.batch_size, max_steps=args.max_steps, time_budget=time_budget, lr=args.lr,
-        precision=args.precision or default_precision(), seed=args.seed, resume=args.resume, overwrite=args.overwrite,
+        precision=args.precision or default_precision(args.device), seed=args.seed, resume=args.resume, overwrite=args.overwrite,
         init_from=Path(args.init_from) if args.init_from else None, heldout_fraction=args.heldout_fraction,
         eval_batches=args.eval_batches, log_every=args.log_every, save_every=args.save_every,
         workers=args.workers, threads=args.threads, progress=not args.no_progress, device=args.device,

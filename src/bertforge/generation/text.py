@@ -78,11 +78,13 @@ def encode_prompts(model, tokenizer, prompts: Sequence[str],
     width = max(len(ids) for ids in rows)
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     fill = [[pad] * (width - len(ids)) for ids in rows]
-    input_ids = torch.tensor([ids + f if source else f + ids for ids, f in zip(rows, fill)], dtype=torch.long)
+    device = next(model.parameters()).device  # the model's, so a GPU model gets GPU inputs
+    input_ids = torch.tensor([ids + f if source else f + ids for ids, f in zip(rows, fill)], dtype=torch.long,
+                             device=device)
     if all(len(ids) == width for ids in rows):
         return input_ids, None
     mask = torch.tensor([[1] * len(ids) + [0] * len(f) if source else [0] * len(f) + [1] * len(ids)
-                         for ids, f in zip(rows, fill)], dtype=torch.long)
+                         for ids, f in zip(rows, fill)], dtype=torch.long, device=device)
     return input_ids, mask
 
 

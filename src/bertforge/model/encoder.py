@@ -288,6 +288,22 @@ class Encoder(nn.Module):
             _normal(module.dense.weight, cfg.initializer_range / (2 * cfg.num_hidden_layers) ** 0.5,
                     cfg.initializer_cutoff_factor)
 
+    def dense_mask(self, attention_mask: torch.Tensor | None, length: int,
+                   device: torch.device) -> torch.Tensor | None:
+        """The one mask rule: bool [B, 1, 1, T], True where a key may be attended to; None when nothing is padded
+        (SDPA then takes its unmasked, fastest kernel, which length-sorted inference batches mostly hit). A
+        [B, T, T] mask (query x key, e.g. `segment_mask` for packed rows) is used as given. Causal models add
+        "no query sees a later key" ([B, 1, T, T] with padding)."""
+        mask = None
+        if attention_mask is not None and attention_mask.dim() == 3:
+            mask = attention_mask[:, None].bool()
+        elif attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
+            mask = attention_mask[:, None, None, :].bool()  # (compiled: no data-dependent branch to split the graph)
+        if self.config.causal:
+            earlier = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+            mask = earlier[None, None] if mask is None else mask & earlier
+        return mask
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
@@ -311,20 +327,9 @@ class Encoder(nn.Module):
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        # The one mask rule: bool [B, 1, 1, T], True where a key may be attended to; None when nothing is padded
-        # (SDPA then takes its unmasked, fastest kernel, which length-sorted inference batches mostly hit). A
-        # [B, T, T] mask (query x key, e.g. `segment_mask` for packed rows) is used as given.
-        mask = None
-        if attention_mask is not None and attention_mask.dim() == 3:
-            mask = attention_mask[:, None].bool()
-        elif attention_mask is not None and not bool(attention_mask.all()):
-            mask = attention_mask[:, None, None, :].bool()
         cfg, length = self.config, input_ids.shape[1]
-        if cfg.causal:  # left-to-right: no query sees a later key (with padding: [B, 1, T, T])
-            earlier = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril()
-            mask = earlier[None, None] if mask is None else mask & earlier
-        if layout is not None:
-            mask = layout
+        # a sparse layout replaces the mask (Longformer / BigBird layers read their own plan; no dense mask is built)
+        mask = layout if layout is not None else self.dense_mask(attention_mask, length, input_ids.device)
         types = cfg.layer_types
         local = (sliding_window_mask(mask, length, cfg.local_attention // 2, input_ids.device)
                  if SLIDING in types else None)

@@ -1,5 +1,5 @@
 """What one pretraining run is asked to do (`PretrainOptions`) and the defaults that depend on the machine or on
-the model size: precision, threads, learning rate and warm-up."""
+the model size: threads, learning rate and warm-up (the precision's is `training.accel.default_precision`)."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import torch
 from torch import nn
 
 from bertforge.config import SIZES as SHAPES
@@ -59,17 +58,6 @@ def schedule(opts: PretrainOptions, cfg: ModelConfig) -> tuple[float, float, str
     lr = opts.lr if opts.lr is not None else opts.recipe.default_lr(size)
     warmup = opts.warmup_ratio if opts.warmup_ratio is not None else SHAPES[shape_name(size)].pretrain_warmup
     return lr, warmup, size
-
-
-def default_precision() -> str:
-    """bf16 autocast where the hardware does bf16 matmuls natively (AVX512-BF16 / AMX CPUs, recent GPUs)."""
-    if torch.cuda.is_available():
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    try:
-        flags = Path("/proc/cpuinfo").read_text(errors="ignore")
-    except OSError:
-        return "fp32"
-    return "bf16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "fp32"
 
 
 def auto_threads(world_size: int = 1) -> int:

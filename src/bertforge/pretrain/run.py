@@ -28,17 +28,15 @@ from bertforge.config import ModelConfig
 from bertforge.data import ShardedCorpus
 from bertforge.errors import BertforgeError
 from bertforge.fileio import atomic_write_text
-from bertforge.pretrain.inputs import (check_model_fits_recipe, collator_for, heldout_batches, make_dataset,
-                                       single_segment)
-from bertforge.pretrain.lm_eval import NgramBaselines, lm_metrics, samples
-from bertforge.pretrain.metrics import evaluate, most_frequent_token, stuck_at_baseline
-from bertforge.pretrain.objectives import LEFT_TO_RIGHT, ELECTRAObjective, build_objective, uses_pooler
+from bertforge.pretrain.inputs import check_model_fits_recipe
+from bertforge.pretrain.metrics import stuck_at_baseline
+from bertforge.pretrain.objectives import ELECTRAObjective, build_objective, uses_pooler
 from bertforge.pretrain.options import PretrainOptions, auto_threads, schedule
 from bertforge.pretrain.outdir import claim_out
 from bertforge.pretrain.prepare import barrier, corpus_paths, prepare_data, prepare_tokenizer
-from bertforge.pretrain.prompts import fill_mask, fill_mask_prompts
 from bertforge.pretrain.report import curves_line, print_summary, setup_line, stuck_warning
 from bertforge.pretrain import seq2seq as s2s
+from bertforge.pretrain.scoring import kind_for
 from bertforge.rundir import is_locked
 from bertforge.training import ResumableLoader, TrainConfig, Trainer, distributed_context, resolve_device
 from bertforge.training.distributed import init_distributed, is_distributed
@@ -158,40 +156,17 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
                              f"(corpus of {len(train_corpus)} documents); raise --heldout-fraction")
     torch.manual_seed(opts.seed)
     model = build_model(opts, tok)
-    seq2seq = s2s.is_seq2seq(opts.recipe)  # scored by its decoder's loss on held-out noise (pretrain.seq2seq)
-    one_segment = not seq2seq and single_segment(model.config, opts.recipe)
-    decoder = model.config.is_decoder
-    left_to_right = decoder or opts.recipe.objective in LEFT_TO_RIGHT  # scored as a next-token LM
-    if seq2seq:
-        train_ds, collate = s2s.data(train_corpus, opts.recipe, tok, opts.seq_len, opts.seed)
-    else:
-        train_ds = make_dataset(train_corpus, opts.recipe, opts.seq_len, opts.seed)
-        collate = collator_for(train_ds, opts.recipe, one_segment)
+    kind = kind_for(opts, model, tok)  # what it trains on and how it is scored (pretrain.scoring)
+    train_ds, collate = kind.data(train_corpus)
     loader = ResumableLoader(train_ds, opts.batch_size, collate_fn=collate, shuffle=True,
                              seed=opts.seed, drop_last=True, rank=rank, world_size=world)
-
-    eval_batches: list[dict] = []
-    most_frequent, baselines = -1, {}
-    if is_main and seq2seq:
-        eval_batches = s2s.heldout_batches(held_corpus, opts.recipe, tok, opts.seq_len, opts.batch_size,
-                                           opts.eval_batches)
-        baselines = s2s.unigram_baseline(train_corpus, eval_batches)
-    elif is_main:
-        eval_batches = heldout_batches(held_corpus, opts.recipe, opts.seq_len, opts.batch_size, opts.eval_batches,
-                                       one_segment)
-        if left_to_right:  # what a left-to-right LM is compared with: n-gram models of the same training text
-            baselines = NgramBaselines.from_corpus(train_corpus).perplexities(eval_batches)
-        else:
-            most_frequent = most_frequent_token(train_corpus)
+    if is_main:
+        kind.heldout(held_corpus, train_corpus)
     lr, warmup, size = schedule(opts, model.config)
     warned: list[int] = []
 
     def eval_fn(m: nn.Module) -> dict[str, float]:
-        if seq2seq:
-            return {**s2s.metrics(m, eval_batches, next(m.parameters()).device, opts.precision), **baselines}
-        if left_to_right:
-            return {**lm_metrics(m, eval_batches, next(m.parameters()).device, opts.precision), **baselines}
-        metrics = evaluate(m, eval_batches, most_frequent, next(m.parameters()).device, opts.precision)
+        metrics = kind.metrics(m)
         if not warned and stuck_at_baseline(metrics, trainer.step):  # one warning per run
             warned.append(trainer.step)
             trainer.pbar.write(stuck_warning(metrics, trainer.step, lr, opts.recipe.default_lr(size), size))
@@ -221,18 +196,10 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
         evals = [h for h in history if h.get("split") == "eval"]
         metrics = {k: v for k, v in evals[-1].items() if k not in ("step", "split")} if evals else eval_fn(model)
         model.save_pretrained(opts.out, tokenizer=tok)
-        # Neither a decoder nor XLNet has a [MASK] to fill (fill-mask refuses XLNet checkpoints); a decoder samples.
-        no_mask = left_to_right or opts.recipe.objective == "plm" or seq2seq
-        prompts = [] if no_mask else fill_mask_prompts(held_corpus, tok, opts.fill_mask_examples)
-        fills = fill_mask(model, tok, [p for p, _ in prompts]) if prompts else []
-        for f, (_, answer) in zip(fills, prompts):
-            f["answer"] = answer
-        texts = samples(model, tok, held_corpus, opts.fill_mask_examples, seed=opts.seed) if decoder else []
         result = {
             "recipe": asdict(opts.recipe), "size": size, "seq_len": opts.seq_len, "batch_size": opts.batch_size,
             "steps": trainer.step, "parameters": n_params, "precision": opts.precision, "lr": lr,
-            "warmup_ratio": warmup, "heldout": metrics, "fill_mask": fills, **({"samples": texts} if decoder else {}),
-            **({"denoising": s2s.denoise_examples(model, tok, eval_batches, opts.fill_mask_examples)} if seq2seq else {}),
+            "warmup_ratio": warmup, "heldout": metrics, **kind.examples(model, held_corpus),
             # a resumed run: train counts every segment; total is this invocation plus earlier segments' training
             "seconds": {"prepare": round(t_prepared - t_start, 2), "train": round(trainer.train_seconds, 2),
                         "total": round(time.perf_counter() - t_start + max(earlier, 0.0), 2)},

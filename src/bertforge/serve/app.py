@@ -64,6 +64,58 @@ def _field_name(loc: tuple) -> str:
     return out or "body"
 
 
+class Around:
+    """Around every HTTP request: the bearer token (401), the body limit (413), JSON as the body's type, the
+    in-flight gauge, the X-Total-Time-Ms header and the request metrics."""
+
+    def __init__(self, app: Any, opts: ServeOptions, metrics: Metrics) -> None:
+        self.app, self.opts, self.metrics = app, opts, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        path, headers = scope["path"], dict(scope["headers"])
+        route = path if path in ROUTES else "other"  # bounded label values
+        status = 500  # what the client gets if the app fails before it answers
+        opts = self.opts
+        size = headers.get(b"content-length", b"").decode("latin-1")
+        given = headers.get(b"authorization", b"")
+        refusal: Response | None = None
+        if opts.api_key and path != "/health" and not hmac.compare_digest(given, f"Bearer {opts.api_key}".encode()):
+            refusal = _error(401, "missing or wrong API key (send 'Authorization: Bearer KEY')", "Authorization",
+                             "unauthorized", {"WWW-Authenticate": "Bearer"})
+        elif size.isdigit() and int(size) > opts.max_body_bytes:
+            refusal = _error(413, f"request body of {size} bytes is over the limit of {opts.max_body_bytes}",
+                             "body", "too_large")
+        if refusal is not None:
+            status = refusal.status_code
+            refusal.headers["X-Total-Time-Ms"] = f"{(time.perf_counter() - start) * 1000:.2f}"
+            await refusal(scope, receive, send)
+        else:
+            if scope["method"] == "POST" and b"json" not in headers.get(b"content-type", b""):
+                # every body is JSON: accept `curl -d '{...}'` (which says x-www-form-urlencoded) as such
+                scope["headers"] = [(k, v) for k, v in scope["headers"] if k != b"content-type"] \
+                    + [(b"content-type", b"application/json")]
+
+            async def timed_send(message: dict) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                    elapsed_ms = f"{(time.perf_counter() - start) * 1000:.2f}".encode()
+                    message["headers"] = [*message.get("headers", ()), (b"x-total-time-ms", elapsed_ms)]
+                await send(message)
+
+            counted = path != "/metrics"
+            self.metrics.in_flight += counted  # one event loop: no lock needed
+            try:
+                await self.app(scope, receive, timed_send)
+            finally:
+                self.metrics.in_flight -= counted
+        self.metrics.request(route, status, time.perf_counter() - start)
+
+
 def create_app(models: dict[str, ServedModel], options: ServeOptions | None = None) -> FastAPI:
     """The FastAPI app serving `models` (the first is the default); the batcher runs while the app lives."""
     opts = options or ServeOptions()
@@ -104,38 +156,9 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
     async def _http(_request: Request, err: StarletteHTTPException) -> JSONResponse:
         return _error(err.status_code, str(err.detail), None, "not_found" if err.status_code == 404 else "http")
 
-    # ---- auth, body limit, timing, metrics -------------------------------------------------------------------------
-    @app.middleware("http")
-    async def _around(request: Request, call_next) -> Response:
-        start = time.perf_counter()
-        path = request.url.path
-        route = path if path in ROUTES else "other"  # bounded label values
-        if opts.api_key and path != "/health":
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {opts.api_key}".encode()):
-                response: Response = _error(401, "missing or wrong API key (send 'Authorization: Bearer KEY')",
-                                            "Authorization", "unauthorized", {"WWW-Authenticate": "Bearer"})
-                metrics.request(route, 401, time.perf_counter() - start)
-                return response
-        size = request.headers.get("content-length")
-        if size is not None and size.isdigit() and int(size) > opts.max_body_bytes:
-            response = _error(413, f"request body of {size} bytes is over the limit of {opts.max_body_bytes}",
-                              "body", "too_large")
-        else:
-            if request.method == "POST" and b"json" not in request.headers.get("content-type", "").encode():
-                # every body is JSON: accept `curl -d '{...}'` (which says x-www-form-urlencoded) as such
-                request.scope["headers"] = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"] \
-                    + [(b"content-type", b"application/json")]
-            counted = path != "/metrics"
-            metrics.in_flight += counted  # one event loop: no lock needed
-            try:
-                response = await call_next(request)
-            finally:
-                metrics.in_flight -= counted
-        elapsed = time.perf_counter() - start
-        response.headers["X-Total-Time-Ms"] = f"{elapsed * 1000:.2f}"
-        metrics.request(route, response.status_code, elapsed)
-        return response
+    # ---- auth, body limit, timing, metrics: a plain ASGI middleware (Starlette's BaseHTTPMiddleware, which
+    # @app.middleware("http") builds, runs every request through an extra task and memory streams) ---------------
+    app.add_middleware(Around, opts=opts, metrics=metrics)
 
     # ---- helpers ---------------------------------------------------------------------------------------------------
     def pick(name: str | None, task: str) -> ServedModel:

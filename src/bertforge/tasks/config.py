@@ -51,7 +51,7 @@ class FinetuneConfig:
     text_pair_col: str | None = None
     label_col: str = "label"
     resume: bool = False
-    precision: str = "fp32"
+    precision: str | None = None  # None: bf16 where the CPU / GPU has native bf16, else fp32 (default_precision)
     group_by_length: bool = True
     train_limit: int | None = None  # first N training examples (quick runs, benchmarks)
     eval_limit: int | None = None
@@ -75,6 +75,10 @@ class FinetuneConfig:
             raise BertforgeError(f"--runs must be at least 1, got {self.runs}")
         if self.max_seq_len is None:
             self.max_seq_len = default_max_len(self.kind)
+        if self.precision is None:
+            from bertforge.training.accel import default_precision
+
+            self.precision = default_precision(self.device)
         if self.freeze and self.kind not in FREEZE_KINDS:
             raise BertforgeError(f"--freeze (feature-based mode) supports classification, regression and tagging, "
                                  f"not {self.task}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,6 +27,36 @@ def check_precision(precision: str, device: torch.device, flag: str = "--precisi
         raise BertforgeError(f"{flag} fp16 needs a GPU (--device cuda); on the CPU use bf16 or fp32")
     if precision == "int8" and device.type != "cpu":
         raise BertforgeError(f"{flag} int8 (dynamic quantisation) runs on the CPU only; on a GPU use bf16 or fp16")
+
+
+def default_precision(device: str | torch.device | None = None) -> str:
+    """bf16 autocast where the hardware does bf16 matmuls natively (AVX512-BF16 / AMX CPUs, recent GPUs), else
+    fp32: on those CPUs bf16 trains ~1.6x faster at unchanged fine-tuning scores (docs/benchmarks.md), elsewhere it
+    is emulated and many times slower. `device` None or "auto" means the GPU when there is one."""
+    if device in (None, "auto"):
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    else:
+        try:
+            kind = torch.device(device).type
+        except (RuntimeError, TypeError):  # a bad --device: resolve_device says so in one line
+            kind = "cpu"
+    if kind == "cuda":
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+    flags = cpu_info()
+    return "bf16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "fp32"
+
+
+def cpu_info() -> str:
+    """/proc/cpuinfo's text ("" where there is none): the CPU's model name and instruction-set flags."""
+    try:
+        return Path("/proc/cpuinfo").read_text(errors="ignore")
+    except OSError:
+        return ""
+
+
+def weight_dtype(precision: str) -> torch.dtype:
+    """The dtype weights are stored in for `precision` (fp32 for fp32 and int8)."""
+    return _DTYPES.get(precision, torch.float32)
 
 
 def autocast(device: torch.device, precision: str):

@@ -293,7 +293,7 @@ def test_cli_finetune_predict_evaluate_round_trip(base, tmp_path, cli, capsys):
     from bertforge.training.accel import default_precision
 
     said = capsys.readouterr().out
-    assert "best accuracy median" in said and f"({default_precision('cpu')}, the default here)" in said
+    assert "best accuracy median" in said and f", {default_precision('cpu')}, the default here -> " in said
     inputs = tmp_path / "in.jsonl"
     inputs.write_text('{"text": "a great film"}\n{"text": "the plot was awful"}\n{"text": "superb actor"}\n')
     preds = tmp_path / "preds.jsonl"

@@ -172,11 +172,12 @@ def test_default_precision_is_bf16_only_where_the_cpu_has_it(monkeypatch):
 
     monkeypatch.setattr(accel, "cpu_info", lambda: "flags\t: fpu avx2 avx512f avx512_bf16")
     assert accel.default_precision() == accel.default_precision("cpu") == "bf16"
-    assert FinetuneConfig(task="sst2", model="m", out="o").precision == "bf16"
-    assert FinetuneConfig(task="sst2", model="m", out="o", precision="fp32").precision == "fp32"
+    assert FinetuneConfig(task="sst2", model="m", out="o").training_precision == "bf16"
+    assert FinetuneConfig(task="sst2", model="m", out="o", precision="fp32").training_precision == "fp32"
+    assert FinetuneConfig(task="sst2", model="m", out="o").precision is None  # evaluation: fp32 unless asked
     monkeypatch.setattr(accel, "cpu_info", lambda: "flags\t: fpu avx2 avx512f")  # emulated bf16: many times slower
     assert accel.default_precision("cpu") == "fp32"
-    assert FinetuneConfig(task="sst2", model="m", out="o").precision == "fp32"
+    assert FinetuneConfig(task="sst2", model="m", out="o").training_precision == "fp32"
     assert accel.default_precision("not-a-device") == "fp32"  # resolve_device names a bad --device, not this
 
 

@@ -162,13 +162,12 @@ def run_finetune(args: argparse.Namespace) -> int:
     result = finetune(cfg, overwrite=args.overwrite)
     s = result.summary
     # the precision says itself: without --precision it is bf16 on hardware that computes bf16 natively
-    how = f"{cfg.precision}{'' if args.precision else ', the default here'}"
+    how = f"{cfg.training_precision}{'' if args.precision else ', the default here'}"
     if s:
         spread = f" (min {s['min']:.4f}, max {s['max']:.4f}, std {s['std']:.4f}, {s['n']} runs)" if s["n"] > 1 else ""
-        print(f"{args.task}: best {result.main_metric} median {s['median']:.4f}{spread} -> {result.model_dir} "
-              f"({how})")
+        print(f"{args.task}: best {result.main_metric} median {s['median']:.4f}{spread}, {how} -> {result.model_dir}")
     else:
-        print(f"{args.task}: trained (no evaluation data) -> {result.model_dir} ({how})")
+        print(f"{args.task}: trained (no evaluation data), {how} -> {result.model_dir}")
     return 0
 
 

@@ -51,7 +51,7 @@ class FinetuneConfig:
     text_pair_col: str | None = None
     label_col: str = "label"
     resume: bool = False
-    precision: str | None = None  # None: bf16 where the CPU / GPU has native bf16, else fp32 (default_precision)
+    precision: str | None = None  # None: training in `training_precision`, evaluation in fp32
     group_by_length: bool = True
     train_limit: int | None = None  # first N training examples (quick runs, benchmarks)
     eval_limit: int | None = None
@@ -75,13 +75,17 @@ class FinetuneConfig:
             raise BertforgeError(f"--runs must be at least 1, got {self.runs}")
         if self.max_seq_len is None:
             self.max_seq_len = default_max_len(self.kind)
-        if self.precision is None:
-            from bertforge.training.accel import default_precision
-
-            self.precision = default_precision(self.device)
         if self.freeze and self.kind not in FREEZE_KINDS:
             raise BertforgeError(f"--freeze (feature-based mode) supports classification, regression and tagging, "
                                  f"not {self.task}")
+
+    @property
+    def training_precision(self) -> str:
+        """`precision`, or where none was asked for: bf16 autocast where the CPU / GPU computes bf16 natively, else
+        fp32 (`training.accel.default_precision`; ~1.6x faster at the same scores on such CPUs)."""
+        from bertforge.training.accel import default_precision
+
+        return self.precision or default_precision(self.device)
 
     @property
     def kind(self) -> str:

@@ -204,6 +204,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> FinetuneResult:
     model_dir = load_model_dir(cfg.model)
     if cfg.lr is None:
         cfg = dataclasses.replace(cfg, lr=default_lr(cfg.task, model_dir))
+    cfg = dataclasses.replace(cfg, precision=cfg.training_precision)
     kind = kind_for(cfg)
     files = resolve_files(cfg, kind)
     options, fingerprint = run_options(cfg, model_dir, *files)
@@ -312,7 +313,8 @@ def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "de
     from bertforge.training.accel import autocast, check_precision, compile_module
 
     device = resolve_device(cfg.device)  # a missing GPU or an impossible precision: before any reading
-    check_precision(cfg.precision, device, allowed=("fp32", "bf16", "fp16"))
+    precision = cfg.precision or "fp32"  # evaluation is exact unless asked otherwise
+    check_precision(precision, device, allowed=("fp32", "bf16", "fp16"))
     path = load_model_dir(model_path)
     task, labels = saved_task(path)
     if task.get("kind") != cfg.kind:
@@ -323,5 +325,5 @@ def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "de
     data = encode_data(cfg, kind, [], evaluation, Tokenizer.from_pretrained(path))
     model = kind.load(onnx_file(model_path) or path)
     compile_module(model.to(device), cfg.compile)
-    with autocast(device, cfg.precision):
+    with autocast(device, precision):
         return data.evaluate(model)  # type: ignore[misc]

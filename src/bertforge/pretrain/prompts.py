@@ -71,7 +71,7 @@ def mask_one_word(text: str, tok) -> tuple[str, str] | None:
 
 def fill_mask_prompts(corpus, tok, n: int) -> list[tuple[str, str]]:
     """Up to n (masked text, answer) pairs: the first sentence of 8-40 tokens of each held-out document, with one
-    whole word masked (see `mask_one_word`); one sentence per document, for variety."""
+    whole word masked (see `mask_one_word`); one sentence per document and no prompt twice, for variety."""
     prompts: list[tuple[str, str]] = []
     for d in range(len(corpus) if n > 0 else 0):
         for sent in corpus.document(d):
@@ -79,7 +79,7 @@ def fill_mask_prompts(corpus, tok, n: int) -> list[tuple[str, str]]:
             if not 8 <= len(ids) <= 40:
                 continue
             prompt = mask_one_word(tok.decode(ids).strip(), tok)
-            if prompt is not None:
+            if prompt is not None and prompt not in prompts:  # documents can open alike: show each prompt once
                 prompts.append(prompt)
             break
         if len(prompts) >= n:

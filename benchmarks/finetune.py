@@ -6,7 +6,10 @@ feature builders) in the same batches in the same order (the Trainer is handed b
 epoch, through a batch sampler), with the same hyper-parameters (AdamW lr, eps 1e-6, weight decay 0.01, 10 %
 linear warm-up then linear decay, clip 1.0, batch size, seed, number of optimizer steps) and are scored by the same
 evaluation code. Batches are length-grouped by default (bertforge's loader), random with `--no-group-by-length`;
-both pad to the longest in the batch. What still differs: the dropout masks (each library's own RNG use).
+both pad to the longest in the batch. The dropout masks are the same too: torch's generator is seeded where
+bertforge's Trainer seeds it (at the start of training) and the Trainer's loader draws nothing from it, so both
+consume the same random stream in the same order; `--own-dropout` lets each library draw its own (what a user
+gets), which shows how far the dropout draws alone move the scores.
 Throughput is training examples per second over optimizer steps only (the first step of each run excluded, no
 evaluation or checkpoint time), measured the same way for both.
 
@@ -37,7 +40,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 
 from bertforge.checkpoint import atomic_write_text  # noqa: E402
-from bertforge.tasks.finetune import FinetuneConfig, finetune, make_collate, prepare  # noqa: E402
+from bertforge.tasks.finetune import FinetuneConfig, finetune, make_collate, prepare, train_loader  # noqa: E402
 from bertforge.tokenization import Tokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,15 +82,6 @@ def shared_start(task: str, model: Path, args: argparse.Namespace, work: Path) -
     start, _ = kind.build(model)
     kind.save(start, work / f"init-{task}", tok)
     return work / f"init-{task}"
-
-
-def bertforge_batches(cfg: FinetuneConfig, rows: list) -> "object":
-    """bertforge's batch plan for these rows (the loader `finetune` builds), to hand to the Trainer."""
-    from bertforge.tasks.batching import row_length
-    from bertforge.training import ResumableLoader
-
-    lengths = [row_length(r) for r in rows] if cfg.group_by_length else None
-    return ResumableLoader(rows, cfg.batch_size, collate_fn=list, shuffle=True, seed=cfg.seed, group_by_length=lengths)
 
 
 class PlannedBatches:
@@ -148,6 +142,11 @@ def run_transformers(task: str, model: Path, args: argparse.Namespace, work: Pat
         def on_step_end(self, *a, **k):
             self.times.append(time.perf_counter() - self.t0)
 
+    class SameDropout(TrainerCallback):  # torch's generator seeded where bertforge's Trainer seeds it
+        def on_train_begin(self, *a, **k):
+            if not args.own_dropout:
+                torch.manual_seed(args.seed)
+
     timer = StepTimer()
     per_epoch = -(-len(data.train_rows) // cfg.batch_size)
     steps = cfg.max_steps or int(round(cfg.epochs * per_epoch))
@@ -158,15 +157,18 @@ def run_transformers(task: str, model: Path, args: argparse.Namespace, work: Pat
         bf16=args.precision == "bf16", save_strategy="no", eval_strategy="no", report_to=[], logging_steps=50,
         disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False, torch_compile=args.compile,
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random")
-    plan = PlannedBatches(bertforge_batches(cfg, data.train_rows))
+    plan = PlannedBatches(train_loader(cfg, data.train_rows, list, args.seed))  # bertforge's plan
 
     class SameBatchesTrainer(transformers.Trainer):  # bertforge's batches, in bertforge's order
         def get_train_dataloader(self) -> DataLoader:
-            return self.accelerator.prepare(DataLoader(self.train_dataset, batch_sampler=plan,
-                                                       collate_fn=self.data_collator))
+            # its own generator: a new epoch's iterator would otherwise draw from torch's global one
+            loader = DataLoader(self.train_dataset, batch_sampler=plan, generator=torch.Generator(),
+                                collate_fn=self.data_collator)
+            return self.accelerator.prepare(loader)
 
     trainer = SameBatchesTrainer(model=hf_model, args=targs, train_dataset=data.train_rows,
-                                 data_collator=make_collate(tok.pad_token_id), callbacks=[timer])
+                                 data_collator=make_collate(tok.pad_token_id),
+                                 callbacks=[timer, SameDropout()])
     start = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - start
@@ -223,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-group-by-length", dest="group_by_length", action="store_false")
     p.add_argument("--same-maths", type=int, metavar="N", help="also train N steps on each side with dropout off "
                    "(fp32, same weights, same batches) and report how far apart the trained weights are")
+    p.add_argument("--own-dropout", action="store_true", help="each library draws its own dropout masks (default: "
+                   "the same masks on both sides, so only the loops differ)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model on both sides (bertforge "
                    "--compile, the Trainer's torch_compile)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default: 2)")
@@ -302,20 +306,22 @@ def markdown(paths: list[str]) -> str:
     for path in paths:
         doc = json.loads(Path(path).read_text())
         prec = doc["settings"]["precision"] + (" + compile" if doc["settings"].get("compile") else "")
-        runs += [(prec, doc["settings"]["epochs"], r) for r in doc["results"]]
-    hf_fp32 = {r["task"]: r["transformers"]["train_examples_per_s"] for p, _, r in runs
+        dropout = "own" if doc["settings"].get("own_dropout", True) else "same"  # earlier files: own masks
+        runs += [(prec, doc["settings"]["epochs"], dropout, r) for r in doc["results"]]
+    hf_fp32 = {r["task"]: r["transformers"]["train_examples_per_s"] for p, _, _, r in runs
                if p == "fp32" and "transformers" in r}
-    lines = ["| task | epochs | precision | metric | bertforge | Trainer | gap (points) | bertforge ex/s | "
-             "Trainer ex/s | like for like | bertforge vs Trainer fp32 |", "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for prec, epochs, r in runs:
+    lines = ["| task | epochs | precision | dropout masks | metric | bertforge | Trainer | gap (points) | "
+             "bertforge ex/s | Trainer ex/s | like for like | bertforge vs Trainer fp32 |",
+             "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for prec, epochs, dropout, r in runs:
         a, b = r["bertforge"], r["transformers"]
         names = "/".join(a["scores"])
         score = lambda s: " / ".join(f"{v:.4f}" if r["task"] != "squad" else f"{v:.2f}" for v in s.values())  # noqa: E731
         gap = " / ".join(f"{v:+.2f}" for v in r["score_diff_points"].values())
         vs_fp32 = f"{a['train_examples_per_s'] / hf_fp32[r['task']]:.2f}x" if r["task"] in hf_fp32 else "-"
-        lines.append(f"| {r['task']} | {epochs:g} | {prec} | {names} | {score(a['scores'])} | {score(b['scores'])} | "
-                     f"{gap} | {a['train_examples_per_s']:.1f} | {b['train_examples_per_s']:.1f} | "
-                     f"{r['speedup']:.2f}x | {vs_fp32} |")
+        lines.append(f"| {r['task']} | {epochs:g} | {prec} | {dropout} | {names} | {score(a['scores'])} | "
+                     f"{score(b['scores'])} | {gap} | {a['train_examples_per_s']:.1f} | "
+                     f"{b['train_examples_per_s']:.1f} | {r['speedup']:.2f}x | {vs_fp32} |")
     return "\n".join(lines)
 
 

@@ -132,6 +132,15 @@ def test_length_batches_and_padding():
     flat = np.concatenate(batches)
     assert sorted(flat.tolist()) == list(range(6))
     assert [lengths[i] for i in flat] == sorted(lengths, reverse=True)
+    # texts of one length fill whole batches, the remainder last (as slicing would)
+    assert [len(b) for b in length_batches([14] * 100, 32)] == [32, 32, 32, 4]
+    # one long text among short ones runs alone instead of padding 30 short ones to its length: 1 x 100 + 30 x 8
+    # + two calls beats 31 x 100 + one call
+    lengths = [8] * 15 + [100] + [8] * 15
+    batches = length_batches(lengths, 64, call_tokens=16)
+    assert [b.tolist() for b in batches][0] == [15] and sorted(np.concatenate(batches).tolist()) == list(range(31))
+    # but a call is not free: nearly equal lengths stay together
+    assert len(length_batches([12, 11, 10, 9], 64, call_tokens=16)) == 1
     ids, mask = pad_batch([[1, 2, 3], [4, 5, 6]], 0)
     assert mask is None and ids.tolist() == [[1, 2, 3], [4, 5, 6]]
     ids, mask = pad_batch([[1, 2, 3], [4]], 0)

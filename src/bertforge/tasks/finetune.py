@@ -251,10 +251,20 @@ def _finetune_claimed(cfg: FinetuneConfig, model_dir: Path, kind: TaskKind,
     return FinetuneResult(runs, data.main_metric, summary, out)
 
 
+def train_loader(cfg: FinetuneConfig, rows: list, collate_fn: Callable, seed: int):
+    """The training batches: shuffled at `seed`, each epoch anew; length-grouped unless --no-group-by-length (the
+    benchmark hands this very plan to transformers' Trainer)."""
+    from bertforge.training import ResumableLoader
+
+    lengths = [row_length(r) for r in rows] if cfg.group_by_length else None
+    return ResumableLoader(rows, cfg.batch_size, collate_fn=collate_fn, shuffle=True, seed=seed,
+                           group_by_length=lengths)
+
+
 def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, run_dir: Path,
               seed: int) -> dict[str, Any]:
     """One fine-tuning run into `run_dir` (its model ends in run_dir itself); returns its record."""
-    from bertforge.training import ResumableLoader, Trainer, TrainConfig, set_seed
+    from bertforge.training import Trainer, TrainConfig, set_seed
 
     kind = data.task
     remove_stale_temp_dirs(run_dir)  # e.g. .tmp-best-PID of a killed run (OUT is claimed: its writer is gone)
@@ -262,9 +272,7 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
     freeze = {"features": cfg.features, "head": cfg.head} if cfg.freeze else None
     model, missing = kind.build(model_dir, freeze)
     before = {k: v.clone() for k, v in model.bert.state_dict().items()} if cfg.freeze else None
-    lengths = [row_length(r) for r in data.train_rows] if cfg.group_by_length else None
-    loader = ResumableLoader(data.train_rows, cfg.batch_size, collate_fn=kind.collate(tokenizer.pad_token_id),
-                             shuffle=True, seed=seed, group_by_length=lengths)
+    loader = train_loader(cfg, data.train_rows, kind.collate(tokenizer.pad_token_id), seed)
     per_epoch = len(loader)
     every = per_epoch if cfg.max_steps is None else min(per_epoch, cfg.max_steps)
 

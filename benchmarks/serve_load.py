@@ -210,8 +210,8 @@ def main() -> None:
     offline = len(texts) / (time.perf_counter() - t)
     # answers are checked against fp32 vectors (cosine >= 0.999 still tells a misrouted answer from bf16 rounding)
     want = offline_vectors if args.precision == "fp32" else enc.encode(texts, batch_size=32, progress=False)
-    print(f"offline bertforge embed ({args.precision}): {offline:.1f} sentences/s ({len(texts)} STS sentences, {args.threads} threads)"
-          f"; load avg {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"offline bertforge embed ({args.precision}): {offline:.1f} sentences/s ({len(texts)} STS sentences, "
+          f"{args.threads} threads); load avg {os.getloadavg()[0]:.1f}", flush=True)
     result = {"model": "all-MiniLM-L6-v2", "threads": args.threads, "requests_per_point": args.requests,
               "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
               "cpus": os.cpu_count(), "load_avg_1m_start": os.getloadavg()[0],

@@ -69,8 +69,9 @@ def length_batches(lengths: Sequence[int], batch_size: int, call_tokens: int = C
     batch of whatever arrived) run apart instead of padding every short one to their length. The sort is stable,
     so equal-length texts keep their input order; callers scatter results back by index.
     """
-    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
-    longest = np.asarray(lengths, dtype=np.int64)[order]  # descending: a batch order[j:i] is as wide as longest[j]
+    counts = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(-counts, kind="stable")
+    longest = counts[order]  # descending: a batch order[j:i] is as wide as longest[j]
     n = len(order)
     best = np.zeros(n + 1)             # best[i]: the cheapest batching of the first i sorted texts
     start = np.zeros(n + 1, dtype=np.int64)  # where the last batch of that batching starts

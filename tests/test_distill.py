@@ -126,6 +126,22 @@ def test_task_distillation_loss_falls_and_predict_evaluate_load_it(tiny, tmp_pat
     assert [p["label"] in ("0", "1") for p in preds] == [True, True]
 
 
+@pytest.mark.parametrize("kind", ["classify", "tag"])
+def test_bilstm_rows_give_the_same_outputs_alone_and_padded_in_a_batch(kind):
+    from bertforge.distill.bilstm import BiLSTMConfig, BiLSTMStudent
+
+    torch.manual_seed(0)
+    model = BiLSTMStudent(BiLSTMConfig(vocab_size=50, embedding_dim=16, hidden_size=8, mlp_size=12, num_labels=3,
+                                       kind=kind, pad_token_id=0)).eval()
+    rows = [[5, 6, 7, 8, 9], [10, 11, 12], [13]]
+    ids = torch.tensor([r + [0] * (5 - len(r)) for r in rows])
+    batch = model(ids, (ids != 0).long())["logits"]  # padded: the packed path
+    for i, r in enumerate(rows):
+        alone = model(torch.tensor([r]), torch.ones(1, len(r), dtype=torch.long))["logits"]  # unpadded: no packing
+        want = batch[i, :len(r)] if kind == "tag" else batch[i]
+        torch.testing.assert_close(alone[0], want, atol=1e-6, rtol=1e-5)
+
+
 def test_layer_student_starts_as_the_teachers_layers(tiny):
     from bertforge.distill.task import layer_student
 
@@ -195,6 +211,31 @@ def test_general_distillation_bad_inputs_are_one_line(tiny, mlm_teacher, tmp_pat
                "--max-steps", "2")
     one_line_error(proc, "no config.json")
     assert not (tmp_path / "o").exists()
+
+
+def test_general_distillation_holds_out_a_corpus_of_its_own_and_trains_in_the_default_precision(
+        tiny, mlm_teacher, tmp_path):
+    from bertforge.distill.general import GeneralDistillConfig, distill_general, pack_corpus
+    from bertforge.training.accel import default_precision
+
+    held = tmp_path / "held.txt"
+    held.write_text("\n".join(tiny["corpus"].read_text().splitlines()[:40]), encoding="utf-8")
+    tok = Tokenizer.from_pretrained(mlm_teacher)
+    kw = dict(teacher=mlm_teacher, corpus=[str(tiny["corpus"])], max_steps=2, seq_len=32, batch_size=8)
+    record = distill_general(GeneralDistillConfig(out=tmp_path / "a", heldout_corpus=[str(held)], **kw))
+    # every corpus block trains; the held-out blocks are the held-out file's
+    assert record["train_blocks"] == len(pack_corpus([str(tiny["corpus"])], tok, 32))
+    assert record["heldout_blocks"] == len(pack_corpus([str(held)], tok, 32)) > 1
+    assert record["precision"] == default_precision("cpu")
+    record = distill_general(GeneralDistillConfig(out=tmp_path / "b", precision="fp32", **kw))
+    assert record["precision"] == "fp32"
+    assert record["heldout_blocks"] == int(len(pack_corpus([str(tiny["corpus"])], tok, 32)) * 0.05)
+    (tmp_path / "empty.txt").write_text("", encoding="utf-8")
+    proc = run("distill", "general", "--teacher", mlm_teacher, "--corpus", tiny["corpus"], "--out", tmp_path / "c",
+               "--max-steps", "2", "--heldout-corpus", tmp_path / "empty.txt")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr  # a warning for the file, then one error line
+    assert "no usable text" in proc.stderr.splitlines()[-1] and "empty.txt" in proc.stderr.splitlines()[-1]
+    assert not (tmp_path / "c").exists()
 
 
 # ---- resume ---------------------------------------------------------------------------------------------------------

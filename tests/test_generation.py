@@ -154,7 +154,7 @@ def test_bad_flags_are_one_line(text_model, flags, message, capsys):
 
 def test_generate_cli_streams_and_refuses_an_encoder(text_model, tmp_path, capsys):
     assert main(["generate", "--model", str(text_model), "--prompt", "Once upon", "--max-new-tokens", "8",
-                 "--seed", "1"]) == 0
+                 "--seed", "1", "--precision", "fp32"]) == 0
     out = capsys.readouterr().out
     lm, tok = load(text_model)
     assert out == "Once upon" + generate(lm, tok, "Once upon", max_new_tokens=8, seed=1) + "\n"
@@ -182,6 +182,16 @@ def test_generate_cli_bf16_weights_and_device_lines(text_model, capsys):
                  "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "fp16 needs a GPU" in err
+
+
+def test_generate_cli_default_precision_is_the_hardwares(text_model, capsys, monkeypatch):
+    from bertforge.training import accel
+
+    for flags, want in (("avx512f avx512_bf16", "bf16"), ("avx2 fma", "fp32")):
+        monkeypatch.setattr(accel, "cpu_info", lambda flags=flags: f"flags : {flags}")
+        assert main(["generate", "--model", str(text_model), "--prompt", "hi", "--max-new-tokens", "3", "--greedy",
+                     "--device", "cpu"]) == 0
+        assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"(greedy, {want}, ")
 
 
 def test_config_defaults_per_mode():

@@ -34,7 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--batch-size", type=int, default=32)
     g.add_argument("--lr", type=float, default=5e-4)
     g.add_argument("--max-blocks", type=int, help="use at most this many blocks of the corpus")
+    g.add_argument("--heldout-corpus", nargs="+", metavar="PATH",
+                   help="held-out text for the MLM accuracy (default: the corpus' last 5%%)")
     g.add_argument("--teacher-precision", choices=("fp32", "bf16"), default="fp32")
+    g.add_argument("--precision", choices=("fp32", "bf16"),
+                   help="training autocast (default: bf16 where the CPU / GPU computes bf16 natively, else fp32)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", default="auto")
     g.add_argument("--save-every", type=int, metavar="N", help="checkpoint every N steps (default: at the end)")
@@ -67,6 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--p-ng", type=float, default=0.25)
     t.add_argument("--bilstm-hidden", type=int, default=300)
     t.add_argument("--teacher-precision", choices=("fp32", "bf16"), default="fp32")
+    t.add_argument("--precision", choices=("fp32", "bf16"),
+                   help="training autocast (default: bf16 where native for transformer students, fp32 for bilstm)")
     t.add_argument("--seed", type=int, default=42)
     t.add_argument("--device", default="auto")
     t.add_argument("--save-every", type=int, metavar="N", help="checkpoint every N steps (default: every epoch)")

@@ -7,7 +7,9 @@
 Defaults are DistilBERT's (Sanh et al. 2019, and its training script): 5 / 2 / 1 and T = 2; the student keeps
 every other teacher layer (`bertforge.distill.init`). The teacher is frozen and runs under `inference_mode`
 (optionally in bf16). The corpus is read with `bertforge.data.corpus`, tokenised with the teacher's tokenizer and
-packed into [CLS] ... [SEP] blocks of `seq_len`; 5 % of the blocks (at least one) are held out for MLM accuracy.
+packed into [CLS] ... [SEP] blocks of `seq_len`; 5 % of the blocks (at least one) are held out for MLM accuracy,
+or, with `heldout_corpus`, the blocks of those files (text neither the student nor, if kept out of its
+pretraining, the teacher has seen). Training runs in bf16 autocast where the hardware computes bf16 natively.
 The output is a DistilBERT masked LM (`DistilBertForMaskedLM` loads it).
 """
 from __future__ import annotations
@@ -53,8 +55,10 @@ class GeneralDistillConfig:
     max_steps: int | None = None
     time_budget: str | None = None
     heldout_fraction: float = 0.05
+    heldout_corpus: list[str] | None = None  # held-out text of its own instead of the corpus' last 5 %
     max_blocks: int | None = None
     teacher_precision: str = "fp32"
+    precision: str | None = None  # training autocast; None: bf16 where the CPU / GPU computes it natively, else fp32
     seed: int = 0
     device: str = "auto"
     save_every: int | None = None  # checkpoint every N steps (default: only at the end)
@@ -147,14 +151,16 @@ def _check(cfg: GeneralDistillConfig) -> None:
         raise BertforgeError("--alpha-ce / --alpha-mlm / --alpha-cos: must be >= 0 and not all 0")
     if cfg.max_steps is None and cfg.time_budget is None:
         raise BertforgeError("give --max-steps N or --time-budget DUR")
-    if cfg.teacher_precision not in ("fp32", "bf16"):
-        raise BertforgeError(f"--teacher-precision {cfg.teacher_precision}: expected fp32 or bf16")
+    for flag, value in (("--teacher-precision", cfg.teacher_precision), ("--precision", cfg.precision or "fp32")):
+        if value not in ("fp32", "bf16"):
+            raise BertforgeError(f"{flag} {value}: expected fp32 or bf16")
 
 
 def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
     """Distil the masked LM in `cfg.teacher` into a DistilBERT student on `cfg.corpus`; returns the run record."""
     from bertforge.distill.task import pick_layers
     from bertforge.training import ResumableLoader, Trainer, TrainConfig, parse_duration, set_seed
+    from bertforge.training.accel import default_precision
 
     _check(cfg)
     out = Path(cfg.out)
@@ -173,11 +179,17 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
         raise BertforgeError(f"--teacher {teacher_dir}: its tokenizer has {tok.vocab_size} pieces but the model "
                              f"{teacher.config.vocab_size}")
     blocks = pack_corpus(cfg.corpus, tok, min(cfg.seq_len, teacher.config.max_position_embeddings), cfg.max_blocks)
-    if len(blocks) < 2:
+    if len(blocks) < (1 if cfg.heldout_corpus else 2):
         raise BertforgeError(f"--corpus: too little text ({len(blocks)} block of {cfg.seq_len} pieces)")
+    if cfg.heldout_corpus:
+        train_blocks = blocks
+        held_blocks = pack_corpus(cfg.heldout_corpus, tok, min(cfg.seq_len, teacher.config.max_position_embeddings))
+        if not held_blocks:
+            raise BertforgeError(f"--heldout-corpus {' '.join(map(str, cfg.heldout_corpus))}: no text in it")
+    else:
+        n_held = max(1, int(len(blocks) * cfg.heldout_fraction))
+        train_blocks, held_blocks = blocks[:-n_held], blocks[-n_held:]
     set_seed(cfg.seed)
-    n_held = max(1, int(len(blocks) * cfg.heldout_fraction))
-    train_blocks, held_blocks = blocks[:-n_held], blocks[-n_held:]
     n_layers = cfg.student_layers or max(1, teacher.config.num_hidden_layers // 2)
     if cfg.student_init is not None:
         student = MaskedLM.from_pretrained(cfg.student_init)
@@ -197,14 +209,15 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
             for i in range(0, len(held_rows), 64)]
     model = GeneralDistiller(student, teacher if not cfg.random_init or cfg.alpha_ce or cfg.alpha_cos else None, cfg)
     teacher_acc = mlm_accuracy(teacher, held)
+    precision = cfg.precision or default_precision(cfg.device)
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()
-               if k not in ("overwrite", "resume")}
+               if k not in ("overwrite", "resume")} | {"precision": precision}
     with claim_output_dir(out, resume=cfg.resume, overwrite=cfg.overwrite, options=options, may_change=MAY_CHANGE):
         loader = ResumableLoader(rows, cfg.batch_size, collate_fn=collate, shuffle=True, seed=cfg.seed)
         every = max(1, min(len(loader), cfg.max_steps or len(loader)))
         tc = TrainConfig(out_dir=out, lr=cfg.lr, max_steps=cfg.max_steps, time_budget_s=cfg.time_budget,
                          eval_every=every, save_every=cfg.save_every, keep_checkpoints=1, resume=cfg.resume,
-                         seed=cfg.seed, device=cfg.device,
+                         seed=cfg.seed, device=cfg.device, precision=precision,
                          progress=cfg.progress, plot=False, overwrite=False, log_every=max(1, min(50, every)),
                          warmup_ratio=0.05, extra={"distill": "general"})
         # checkpoints hold the student's tensors (the Trainer's default save / load: the teacher is not a sub-module)
@@ -219,6 +232,7 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
                   "seq_len": cfg.seq_len, "student_layers": student.config.num_hidden_layers,
                   "init": "random" if cfg.random_init else (str(cfg.student_init) if cfg.student_init else "teacher"),
                   "alphas": [cfg.alpha_ce, cfg.alpha_mlm, cfg.alpha_cos], "temperature": cfg.temperature,
+                  "precision": precision,
                   "heldout_mlm_accuracy": evals[-1]["mlm_accuracy"] if evals else None,
                   "teacher_heldout_mlm_accuracy": teacher_acc, "train_seconds": trainer.train_seconds}
         atomic_write_text(out / "results.json", json.dumps(record, indent=2) + "\n")

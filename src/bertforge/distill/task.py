@@ -68,6 +68,8 @@ class TaskDistillConfig:
     p_ng: float = 0.25
     bilstm_hidden: int = 300
     teacher_precision: str = "fp32"  # fp32 | bf16
+    precision: str | None = None  # training autocast; None: as finetune (bf16 where native) for transformer
+    # students, fp32 for the BiLSTM (its recurrent state in bf16 is unmeasured; its training is cheap anyway)
     device: str = "auto"
     save_every: int | None = None  # checkpoint every N steps (default: at each evaluation, i.e. once per epoch)
     resume: bool = False  # continue the interrupted run in `out` from its latest checkpoint
@@ -162,6 +164,7 @@ def _student(cfg: TaskDistillConfig, teacher: nn.Module, teacher_dir: Path, kind
 def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     """Distil the fine-tuned teacher in `cfg.teacher` into `cfg.student` on `cfg.task`; returns the run record."""
     from bertforge.training import ResumableLoader, Trainer, TrainConfig, resolve_device, set_seed
+    from bertforge.training.accel import check_precision, default_precision
 
     if cfg.task not in TASK_KINDS:
         raise BertforgeError(f"--task {cfg.task}: unknown task (choose from {', '.join(sorted(TASK_KINDS))})")
@@ -190,12 +193,15 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     tokenizer = Tokenizer.from_pretrained(teacher_dir)
     teacher, _, _ = load_task_model(teacher_dir)
     device = resolve_device(cfg.device)
+    if cfg.precision is not None:
+        check_precision(cfg.precision, device, allowed=("fp32", "bf16"))
     teacher.to(device)
     if cfg.teacher_precision == "bf16":
         teacher.to(torch.bfloat16)
     set_seed(cfg.seed)
     student = _student(cfg, teacher, teacher_dir, kind_name, kind.num_labels, tokenizer.pad_token_id)
     bilstm = isinstance(student, BiLSTMStudent)
+    precision = cfg.precision or ("fp32" if bilstm else default_precision(device))
     data = encode_data(fcfg, kind, train, evaluation, tokenizer)
     rows = [{k: v for k, v in r.items() if k in TRAIN_KEYS} | {"labelled": torch.tensor(1)} for r in data.train_rows]
     n_aug = 0
@@ -235,7 +241,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
 
     evaluate = (lambda m: data.evaluate(m.student)) if data.evaluate else None  # noqa: E731
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()
-               if k not in ("overwrite", "resume")}
+               if k not in ("overwrite", "resume")} | {"precision": precision}
     with claim_output_dir(out, resume=cfg.resume, overwrite=cfg.overwrite, options=options, may_change=MAY_CHANGE):
         loader = ResumableLoader(rows, cfg.batch_size, collate_fn=make_collate(tokenizer.pad_token_id), shuffle=True,
                                  seed=cfg.seed, group_by_length=[row_length(r) for r in rows])
@@ -243,7 +249,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
         lr = cfg.lr if cfg.lr is not None else (1e-3 if bilstm else 5e-5)
         tc = TrainConfig(out_dir=out, lr=lr, max_steps=cfg.max_steps, num_epochs=None if cfg.max_steps else cfg.epochs,
                          eval_every=every if evaluate else None, save_every=cfg.save_every or every,
-                         keep_checkpoints=1, resume=cfg.resume, seed=cfg.seed,
+                         keep_checkpoints=1, resume=cfg.resume, seed=cfg.seed, precision=precision,
                          device=cfg.device, progress=cfg.progress, plot=False, overwrite=False,
                          best_metric=data.main_metric if evaluate else None, log_every=max(1, min(50, every)),
                          weight_decay=0.0 if bilstm else 0.01, extra={"task": cfg.task, "distill": True})
@@ -257,6 +263,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
         evals = [h for h in history if h.get("split") == "eval"]
         best = max(evals, key=lambda h: h.get(data.main_metric, -math.inf)) if evals else {}
         record = {"task": cfg.task, "student": cfg.student, "alpha": cfg.alpha, "temperature": cfg.temperature,
+                  "precision": precision,
                   "steps": trainer.step, "train_examples": len(data.train_rows), "augmented_examples": n_aug,
                   "teacher_rows_computed": cache.computed if cache else 0,
                   "teacher_batches": cache.calls if cache else 0, "main_metric": data.main_metric,

@@ -14,6 +14,7 @@ The output is a DistilBERT masked LM (`DistilBertForMaskedLM` loads it).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from dataclasses import dataclass
@@ -76,9 +77,9 @@ def pack_corpus(paths: list[str], tok: Tokenizer, seq_len: int, max_blocks: int 
     if seq_len < 8:
         raise BertforgeError(f"--seq-len {seq_len}: must be at least 8")
     width, blocks, buf = seq_len - 2, [], []
-    texts = [d.text for d in iter_documents(paths)]
-    for start in range(0, len(texts), 1000):
-        for ids in tok.encode_ids(texts[start:start + 1000]):
+    documents = iter_documents(paths)  # read as far as the blocks need: --max-blocks stops early
+    while texts := [d.text for d in itertools.islice(documents, 1000)]:
+        for ids in tok.encode_ids(texts):
             buf.extend(ids)
             while len(buf) >= width:
                 blocks.append(np.array([tok.cls_token_id, *buf[:width], tok.sep_token_id], np.int64))
@@ -178,12 +179,13 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
     if tok.vocab_size != teacher.config.vocab_size:
         raise BertforgeError(f"--teacher {teacher_dir}: its tokenizer has {tok.vocab_size} pieces but the model "
                              f"{teacher.config.vocab_size}")
-    blocks = pack_corpus(cfg.corpus, tok, min(cfg.seq_len, teacher.config.max_position_embeddings), cfg.max_blocks)
+    seq_len = min(cfg.seq_len, teacher.config.max_position_embeddings)
+    blocks = pack_corpus(cfg.corpus, tok, seq_len, cfg.max_blocks)
     if len(blocks) < (1 if cfg.heldout_corpus else 2):
         raise BertforgeError(f"--corpus: too little text ({len(blocks)} block of {cfg.seq_len} pieces)")
     if cfg.heldout_corpus:
         train_blocks = blocks
-        held_blocks = pack_corpus(cfg.heldout_corpus, tok, min(cfg.seq_len, teacher.config.max_position_embeddings))
+        held_blocks = pack_corpus(cfg.heldout_corpus, tok, seq_len)
         if not held_blocks:
             raise BertforgeError(f"--heldout-corpus {' '.join(map(str, cfg.heldout_corpus))}: no text in it")
     else:

@@ -17,7 +17,8 @@ for both families, each run alone under the shared benchmark lock (/tmp/bertforg
 before and after. Its held-out denoising metrics (target perplexity vs a unigram model of the text) are recorded.
 
 Fine-tuning (`bertforge finetune --task seq2seq`): one fixed recipe for both families (AdamW lr --lr, batch 32,
-10% warm-up, linear decay, seed 42, fp32), sources cut to --max-source-len tokens, questions to 48; greedy
+10% warm-up, linear decay, seed 42, --precision: by default bf16 autocast where the hardware computes it natively,
+else fp32, for pretraining and fine-tuning alike), sources cut to --max-source-len tokens, questions to 48; greedy
 decoding on the first --eval-limit dev questions (in file order) after every epoch, the best epoch by ROUGE-L.
 Metrics: sacrebleu corpus BLEU, rouge-score ROUGE-1/2/L F1 (x100); the copy baseline scores the source itself as
 the question. Writes --results (JSON, rewritten after every step) and prints a table.
@@ -62,7 +63,7 @@ def pretrain_family(family: str, corpus: list[str], args, out: Path) -> dict:
 
     opts = PretrainOptions(recipe=resolve(family), out=out, corpus=corpus, vocab_size=args.vocab_size,
                            size=args.size, seq_len=args.seq_len, batch_size=args.batch_size,
-                           time_budget=args.budget, precision="fp32", seed=0, threads=args.threads,
+                           time_budget=args.budget, precision=args.precision, seed=0, threads=args.threads,
                            progress=False, eval_batches=10, log_every=50, overwrite=True, fill_mask_examples=2)
     before = uptime()
     with bench_lock() if args.lock else contextlib.nullcontext():
@@ -78,7 +79,7 @@ def finetune_family(model: Path, data: Path, args, out: Path) -> dict:
     cfg = FinetuneConfig(task="seq2seq", model=model, out=out, data=data, max_seq_len=args.max_source_len,
                          max_target_len=48, epochs=args.finetune_epochs, lr=args.lr, batch_size=32,
                          eval_batch_size=64, eval_limit=args.eval_limit, train_limit=args.train_limit,
-                         num_beams=args.num_beams, seed=42, progress=False)
+                         num_beams=args.num_beams, seed=42, progress=False, precision=args.precision)
     t0 = time.time()
     result = finetune(cfg, overwrite=True)
     run = result.runs[0]
@@ -119,12 +120,18 @@ def main() -> None:
     p.add_argument("--train-limit", type=int, help="first N training questions (default: all)")
     p.add_argument("--eval-limit", type=int, default=500, help="first N dev questions scored (default: 500)")
     p.add_argument("--num-beams", type=int, default=1)
+    p.add_argument("--precision", choices=("fp32", "bf16"),
+                   help="pretraining and fine-tuning precision (default: bf16 where the hardware has it, else fp32)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--no-lock", dest="lock", action="store_false",
                    help="pretrain without taking the shared benchmark lock (tests, smoke runs)")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "seq2seq-qg")
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "seq2seq_qg.json")
     args = p.parse_args()
+    if args.precision is None:
+        from bertforge.training.accel import default_precision
+
+        args.precision = default_precision()
     if args.threads:
         torch.set_num_threads(args.threads)
 

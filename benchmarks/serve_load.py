@@ -7,6 +7,11 @@ Reference: offline `bertforge embed` throughput (SentenceEncoder.encode, batch 3
 answer is checked against the offline vector of its own sentence (a wrong or missing answer is counted), and the
 server's RSS is read before and after `--memory-requests` requests at concurrency 32.
 
+The load generator runs on the same machine. Each point also records the cores the server process and the client
+used (CPU seconds per wall second, from /proc and `time.process_time`) and, for bertforge serve, how busy its
+inference thread was and its mean batch (from /metrics). Beside offline `embed` (which sorts all texts by length
+first), the same texts are also embedded offline in arrival order, 32 at a time: the batches a server sees.
+
     python benchmarks/serve_load.py [--requests 2000] [--memory-requests 10000] [--threads 2]
 """
 from __future__ import annotations
@@ -16,6 +21,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -60,6 +66,30 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid`, all its threads, so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+
+
+def inference_counters(url: str) -> dict[str, float] | None:
+    """bertforge serve's inference-thread busy seconds and batch-size sum / count from /metrics (None elsewhere)."""
+    import httpx
+
+    try:
+        text = httpx.get(url + "/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    out = {}
+    for key, metric in (("busy_s", "bertforge_inference_busy_seconds_total"), ("rows", "bertforge_batch_size_sum"),
+                        ("batches", "bertforge_batch_size_count")):
+        m = re.search(rf'^{metric}\{{op="embed"\}} (\S+)$', text, re.M)
+        if m is None:
+            return None
+        out[key] = float(m.group(1))
+    return out
 
 
 def wait_ready(proc: subprocess.Popen, url: str, timeout: float = 120) -> None:
@@ -118,8 +148,9 @@ def client_kind(asked: str) -> str:
 
 
 async def load(url: str, path: str, body_of, texts: list[str], want: np.ndarray, concurrency: int,
-               n_requests: int, time_limit: float, client: str = "httpx") -> dict:
-    """`n_requests` single-sentence requests (request i embeds texts[i % len]) from `concurrency` workers."""
+               n_requests: int, time_limit: float, client: str = "httpx", server_pid: int | None = None) -> dict:
+    """`n_requests` single-sentence requests (request i embeds texts[i % len]) from `concurrency` workers; with
+    `server_pid`, the CPU time the server and this client used, in cores (CPU seconds per wall second)."""
     latencies: list[float] = []
     answered: dict[int, int] = {}
     errors = wrong = 0
@@ -148,9 +179,12 @@ async def load(url: str, path: str, body_of, texts: list[str], want: np.ndarray,
             wrong += cos < 0.999  # another sentence's vector: a misrouted answer
 
     try:
+        server_cpu, client_cpu = cpu_seconds(server_pid) if server_pid else 0.0, time.process_time()
         start = time.perf_counter()
         await asyncio.gather(*[worker() for _ in range(concurrency)])
         wall = time.perf_counter() - start
+        client_cpu = time.process_time() - client_cpu
+        server_cpu = cpu_seconds(server_pid) - server_cpu if server_pid else float("nan")
     finally:
         await http.close()
     lat = np.sort(np.asarray(latencies)) * 1000 if latencies else np.zeros(1)
@@ -159,19 +193,27 @@ async def load(url: str, path: str, body_of, texts: list[str], want: np.ndarray,
             "sentences_per_s": len(answered) / wall, "p50_ms": float(np.percentile(lat, 50)),
             "p95_ms": float(np.percentile(lat, 95)), "p99_ms": float(np.percentile(lat, 99)),
             "lost": sent - len(answered) - 0, "errors": errors, "duplicated": sum(v > 1 for v in answered.values()),
-            "wrong_answer": wrong}
+            "wrong_answer": wrong, "server_cores": server_cpu / wall, "client_cores": client_cpu / wall}
 
 
-def run_points(name: str, url: str, path: str, body_of, texts, want, args) -> list[dict]:
+def run_points(name: str, url: str, path: str, body_of, texts, want, args, pid: int) -> list[dict]:
     asyncio.run(load(url, path, body_of, texts, want, 8, 64, 60, args.client))  # warm-up
     rows = []
     for c in args.concurrency:
-        row = asyncio.run(load(url, path, body_of, texts, want, c, args.requests, args.time_limit, args.client))
+        before = inference_counters(url)
+        row = asyncio.run(load(url, path, body_of, texts, want, c, args.requests, args.time_limit, args.client,
+                               server_pid=pid))
+        after = inference_counters(url)
         row["server"] = name
+        if before and after:  # how busy bertforge's inference thread was, and its mean batch
+            row["inference_busy"] = (after["busy_s"] - before["busy_s"]) / row["wall_s"]
+            row["mean_batch"] = (after["rows"] - before["rows"]) / max(after["batches"] - before["batches"], 1)
         rows.append(row)
         print(f"{name:22} c={c:<3} {row['sentences_per_s']:8.1f} sent/s  p50 {row['p50_ms']:7.1f}  "
               f"p95 {row['p95_ms']:7.1f}  p99 {row['p99_ms']:7.1f} ms  lost {row['lost']} wrong {row['wrong_answer']}"
-              f"  ({row['requests']} requests)", flush=True)
+              f"  cores: server {row['server_cores']:.2f} client {row['client_cores']:.2f}"
+              + (f"  inference busy {row['inference_busy']:.0%}, mean batch {row['mean_batch']:.1f}"
+                 if "inference_busy" in row else "") + f"  ({row['requests']} requests)", flush=True)
     return rows
 
 
@@ -190,6 +232,9 @@ def main() -> None:
                     help="the load generator's HTTP client (auto: aiohttp when installed, else httpx)")
     ap.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
                     help="an environment variable for bertforge serve (repeatable; rows are labelled with it)")
+    ap.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                    help="an extra argument for bertforge serve, e.g. --server-arg=--batches-in-flight=1 "
+                         "(repeatable; rows are labelled with it)")
     ap.add_argument("--append", action="store_true", help="add these rows to the rows already in --out")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/serve_load.json"))
     args = ap.parse_args()
@@ -205,18 +250,28 @@ def main() -> None:
     texts = list(dict.fromkeys(t for ex in read_examples(STS_TEST).examples for t in ex.texts))[:args.requests]
     enc = SentenceEncoder.from_pretrained(model_path)
     enc.encode(texts[:64], progress=False, precision=args.precision)  # warm-up
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     offline_vectors = enc.encode(texts, batch_size=32, progress=False, precision=args.precision)
-    offline = len(texts) / (time.perf_counter() - t)
+    wall = time.perf_counter() - t
+    offline = len(texts) / wall
+    offline_cores = (time.process_time() - cpu) / wall
     # answers are checked against fp32 vectors (cosine >= 0.999 still tells a misrouted answer from bf16 rounding)
     want = offline_vectors if args.precision == "fp32" else enc.encode(texts, batch_size=32, progress=False)
+    # the same texts in arrival order, 32 at a time: the batches a server sees (random lengths), computed back to
+    # back with no serving around them; `embed` above sorts all 2,000 by length first
+    t = time.perf_counter()
+    for i in range(0, len(texts), 32):
+        enc.encode(texts[i:i + 32], batch_size=32, progress=False, precision=args.precision)
+    in_order = len(texts) / (time.perf_counter() - t)
     print(f"offline bertforge embed ({args.precision}): {offline:.1f} sentences/s ({len(texts)} STS sentences, "
-          f"{args.threads} threads); load avg {os.getloadavg()[0]:.1f}", flush=True)
+          f"{args.threads} threads, {offline_cores:.2f} cores busy); in arrival order, 32 at a time: "
+          f"{in_order:.1f}; load avg {os.getloadavg()[0]:.1f}", flush=True)
     result = {"model": "all-MiniLM-L6-v2", "threads": args.threads, "requests_per_point": args.requests,
               "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
               "cpus": os.cpu_count(), "load_avg_1m_start": os.getloadavg()[0],
-              "offline_embed_sentences_per_s": offline, "precision": args.precision, "client": args.client,
-              "rows": []}
+              "offline_embed_sentences_per_s": offline, "offline_embed_cores": offline_cores,
+              "offline_in_arrival_order_32_sentences_per_s": in_order, "precision": args.precision,
+              "client": args.client, "rows": []}
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
     bertforge = str(Path(sys.executable).parent / "bertforge")
 
@@ -231,29 +286,30 @@ def main() -> None:
         try:
             wait_ready(proc, url)
             result["rows"] += run_points("fastapi + ST encode", url, "/embed", lambda s: {"inputs": s}, texts, want,
-                                         args)
+                                         args, proc.pid)
         finally:
             proc.terminate()
             proc.wait(timeout=60)
     # (c) infinity-emb, run by an interpreter that has it
     if "infinity" in args.servers:
         serve_infinity(model_path, texts, want, env, args, result)
-    finish(result, offline, args)
+    finish(result, offline, in_order, args)
 
 
 def serve_bertforge(bertforge: str, model_path: str, texts: list[str], want: np.ndarray, env: dict,
                     args: argparse.Namespace, result: dict) -> None:
     port = free_port()
     extra = dict(kv.split("=", 1) for kv in args.server_env)
-    name = "bertforge serve" + (f" [{' '.join(args.server_env)}]" if extra else "")
+    labels = args.server_env + args.server_arg
+    name = "bertforge serve" + (f" [{' '.join(labels)}]" if labels else "")
     proc = subprocess.Popen([bertforge, "serve", "--model", model_path, "--port", str(port), "--threads",
                              str(args.threads), "--max-queue", "1024", "--log-level", "warning",
-                             "--precision", args.precision],
+                             "--precision", args.precision, *args.server_arg],
                             env={**env, **extra})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, url)
-        result["rows"] += run_points(name, url, "/embed", lambda s: {"inputs": s}, texts, want, args)
+        result["rows"] += run_points(name, url, "/embed", lambda s: {"inputs": s}, texts, want, args, proc.pid)
         if args.memory_requests > 0:
             before = rss_mb(proc.pid)
             mem = asyncio.run(load(url, "/embed", lambda s: {"inputs": s}, texts, want, 32, args.memory_requests,
@@ -281,7 +337,7 @@ def serve_infinity(model_path: str, texts: list[str], want: np.ndarray, env: dic
     try:
         wait_ready(proc, url, timeout=300)
         result["rows"] += run_points("infinity-emb", url, "/embeddings",
-                                     lambda s: {"input": [s], "model": model_path}, texts, want, args)
+                                     lambda s: {"input": [s], "model": model_path}, texts, want, args, proc.pid)
     except RuntimeError as err:
         result["infinity_error"] = str(err)
         print(f"infinity-emb: {err}")
@@ -290,19 +346,24 @@ def serve_infinity(model_path: str, texts: list[str], want: np.ndarray, env: dic
         proc.wait(timeout=60)
 
 
-def finish(result: dict, offline: float, args: argparse.Namespace) -> None:
+def finish(result: dict, offline: float, in_order: float, args: argparse.Namespace) -> None:
     result["load_avg_1m_end"] = os.getloadavg()[0]
-    by = {(r["server"], r["concurrency"]): r for r in result["rows"]}
-    if ("bertforge serve", 32) in by:
-        ours = by[("bertforge serve", 32)]["sentences_per_s"]
-        result["at_32"] = {"vs_offline": ours / offline}
-        if ("fastapi + ST encode", 32) in by:
-            result["at_32"]["vs_plain_app"] = ours / by[("fastapi + ST encode", 32)]["sentences_per_s"]
-        print(f"at concurrency 32: {result['at_32']}")
+    at_32 = {r["server"]: r for r in result["rows"] if r["concurrency"] == 32}
+    plain = at_32.get("fastapi + ST encode")
+    for name, row in at_32.items():
+        if not name.startswith("bertforge serve"):
+            continue
+        summary = {"vs_offline": row["sentences_per_s"] / offline,
+                   "vs_offline_in_arrival_order": row["sentences_per_s"] / in_order}
+        if plain is not None:
+            summary["vs_plain_app"] = row["sentences_per_s"] / plain["sentences_per_s"]
+        result.setdefault("at_32", {})[name] = summary
+        print(f"at concurrency 32, {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in summary.items()))
     out = Path(args.out)
     if args.append and out.is_file():  # e.g. a later run of only --servers infinity
         old = json.loads(out.read_text(encoding="utf-8"))
-        result = {**old, **{k: v for k, v in result.items() if k != "rows"}, "rows": old["rows"] + result["rows"]}
+        result = {**old, **{k: v for k, v in result.items() if k != "rows"}, "rows": old["rows"] + result["rows"],
+                  "at_32": {**old.get("at_32", {}), **result.get("at_32", {})}}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"-> {out}")

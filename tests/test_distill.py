@@ -236,6 +236,10 @@ def test_general_distillation_holds_out_a_corpus_of_its_own_and_trains_in_the_de
     assert proc.returncode == 2 and "Traceback" not in proc.stderr  # a warning for the file, then one error line
     assert "no usable text" in proc.stderr.splitlines()[-1] and "empty.txt" in proc.stderr.splitlines()[-1]
     assert not (tmp_path / "c").exists()
+    for field, flag in (("precision", "--precision"), ("teacher_precision", "--teacher-precision")):
+        with pytest.raises(BertforgeError, match=f"{flag} 'fp16': expected one of fp32, bf16"):
+            distill_general(GeneralDistillConfig(out=tmp_path / "d", **{field: "fp16"}, **kw))
+    assert not (tmp_path / "d").exists()
 
 
 # ---- resume ---------------------------------------------------------------------------------------------------------

@@ -190,6 +190,8 @@ def test_info_health_metrics(server):
     assert re.search(r'^bertforge_requests_total\{route="/embed",status="200"\} \d+$', text, re.M)
     assert re.search(r'^bertforge_batch_size_count\{op="embed"\} \d+$', text, re.M)
     assert re.search(r'^bertforge_tokens_total\{op="embed"\} \d+$', text, re.M)
+    busy = re.search(r'^bertforge_inference_busy_seconds_total\{op="embed"\} (\S+)$', text, re.M)
+    assert busy and 0 < float(busy.group(1)) < 60
 
 
 # ---- errors ----------------------------------------------------------------------------------------------------------
@@ -226,6 +228,8 @@ def test_missing_extra_and_bad_model_dir(monkeypatch, capsys, tmp_path):
     assert main(["serve", "--model", f"x={tmp_path / 'missing'}"]) == 2
     line = capsys.readouterr().err.strip()
     assert "\n" not in line and "model directory not found" in line
+    assert main(["serve", "--model", str(tmp_path), "--batches-in-flight", "0"]) == 2
+    assert "--batches-in-flight must be at least 1, got 0" in capsys.readouterr().err
 
 
 # ---- batching under concurrency --------------------------------------------------------------------------------------

@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="rows x longest input per inference batch (default 16384)")
     p.add_argument("--max-wait-ms", type=float, default=2.0, metavar="MS",
                    help="how long a batch waits for more requests (default 2)")
+    p.add_argument("--batches-in-flight", type=int, default=2, metavar="N",
+                   help="batches handed to the inference thread at once (default 2: the next batch fills while "
+                        "one computes; 1: each batch forms after the previous one is answered)")
     p.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="requests that may wait; one more is refused with 429 (default 256)")
     p.add_argument("--max-inputs", type=int, default=128, metavar="N", help="inputs per request (default 128)")
@@ -39,7 +42,7 @@ def serve_command(args: argparse.Namespace) -> int:
         import uvicorn
     except ImportError:
         raise BertforgeError("serving needs FastAPI and uvicorn: pip install 'bertforge[serve]'") from None
-    for name in ("max_batch_tokens", "max_queue", "max_inputs", "max_body_bytes"):
+    for name in ("max_batch_tokens", "batches_in_flight", "max_queue", "max_inputs", "max_body_bytes"):
         if getattr(args, name) < 1:
             raise BertforgeError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.max_wait_ms < 0:
@@ -56,7 +59,7 @@ def serve_command(args: argparse.Namespace) -> int:
     for m in models.values():
         print(f"bertforge serve: {m.name} ({m.path}): {', '.join(m.tasks)}", file=sys.stderr)
     app = create_app(models, ServeOptions(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_inputs,
-                                          args.max_body_bytes, args.api_key))
+                                          args.max_body_bytes, args.api_key, args.batches_in_flight))
     # uvicorn handles SIGTERM/SIGINT: it stops accepting, lets in-flight requests finish, then the app's
     # lifespan drains the batcher's queue
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,

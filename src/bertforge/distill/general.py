@@ -152,9 +152,10 @@ def _check(cfg: GeneralDistillConfig) -> None:
         raise BertforgeError("--alpha-ce / --alpha-mlm / --alpha-cos: must be >= 0 and not all 0")
     if cfg.max_steps is None and cfg.time_budget is None:
         raise BertforgeError("give --max-steps N or --time-budget DUR")
+    from bertforge.training.accel import check_precision
+
     for flag, value in (("--teacher-precision", cfg.teacher_precision), ("--precision", cfg.precision or "fp32")):
-        if value not in ("fp32", "bf16"):
-            raise BertforgeError(f"{flag} {value}: expected fp32 or bf16")
+        check_precision(value, torch.device("cpu"), flag, allowed=("fp32", "bf16"))  # both run on either device
 
 
 def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:

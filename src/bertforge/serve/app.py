@@ -40,6 +40,7 @@ class ServeOptions:
     max_inputs: int = 128          # inputs per request; more is 413
     max_body_bytes: int = 8 << 20  # request body size; more is 413
     api_key: str | None = None     # bearer token every route but /health needs
+    batches_in_flight: int = 2     # handed to the inference thread at once: one computing, one filling
 
 
 class ApiError(Exception):
@@ -120,7 +121,8 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
     """The FastAPI app serving `models` (the first is the default); the batcher runs while the app lives."""
     opts = options or ServeOptions()
     metrics = Metrics()
-    batcher = Batcher(opts.max_batch_tokens, opts.max_wait_ms, opts.max_queue, on_batch=metrics.batch)
+    batcher = Batcher(opts.max_batch_tokens, opts.max_wait_ms, opts.max_queue, on_batch=metrics.batch,
+                      max_in_flight=opts.batches_in_flight)
     state = {"ready": False}
 
     @asynccontextmanager

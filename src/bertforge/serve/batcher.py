@@ -3,17 +3,21 @@
     job = await batcher.submit(op, inputs, lengths)   # raises QueueFull at once when the queue is full (-> 429)
     job.results                                       # one result per input, in order
 
-The collector (a task on the event loop) takes the oldest job, then keeps adding jobs of the same operation that
-are already queued, or arrive within `max_wait_ms`, while the padded batch (rows x longest input) stays within
-`max_batch_tokens`. The batch's inputs are sorted by length (longest first), run in one call of the operation on
-the single inference thread, and the results are scattered back to each job. A job that fails inside a batch of
-several is re-run alone, so one bad input fails only its own request. While the worker computes, new requests
-pile up in the queue and form the next batch: under load batches fill by themselves, with no waiting.
-`stop()` drains: every job queued before it still runs.
+The collector (a task on the event loop) takes the oldest job and starts a batch with it. When the worker is idle,
+it keeps adding jobs of the same operation that are already queued, or arrive within `max_wait_ms`, while the padded
+batch (rows x longest input) stays within `max_batch_tokens`, then hands the batch over. When the worker is busy,
+the batch is handed over at once but stays open: jobs that arrive while the worker computes join it until the
+worker takes it (up to `max_in_flight` batches are handed over: the one computing and the one filling). So the
+event loop answers one batch's requests and reads the next requests while the worker computes, and while requests
+keep coming the worker does not wait for the loop between batches. A batch's inputs are sorted by length (longest first), run in one call
+of the operation on the single inference thread, and the results are scattered back to each job. A job that fails
+inside a batch of several is re-run alone, so one bad input fails only its own request. `stop()` drains: every job
+queued before it still runs.
 """
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -51,16 +55,47 @@ class Job:
         return self.finished - self.started
 
 
+class _Batch:
+    """Jobs of one operation that run together. Open until the worker takes it (`take`): the collector may add
+    jobs from the event loop while it waits in the worker's queue; the lock orders an add against the take."""
+
+    def __init__(self, first: Job) -> None:
+        self.jobs = [first]
+        self.rows, self.width = len(first.inputs), first.width
+        self._lock = threading.Lock()
+        self._taken = False
+
+    def add(self, job: Job, max_tokens: int) -> bool:
+        """Add `job` if the batch is still open, of its operation and within the token budget."""
+        op = self.jobs[0].op
+        with self._lock:
+            if (self._taken or job.op is not op or not op.batchable
+                    or (self.rows + len(job.inputs)) * max(self.width, job.width) > max_tokens):
+                return False
+            self.jobs.append(job)
+            self.rows, self.width = self.rows + len(job.inputs), max(self.width, job.width)
+            return True
+
+    def take(self) -> list[Job]:
+        with self._lock:
+            self._taken = True
+            return list(self.jobs)
+
+
 class Batcher:
     def __init__(self, max_batch_tokens: int = 16384, max_wait_ms: float = 2.0, max_queue: int = 256,
-                 on_batch: Any = None):
+                 on_batch: Any = None, max_in_flight: int = 2):
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         self.max_batch_tokens = max_batch_tokens
         self.max_wait_s = max_wait_ms / 1000.0
         self.max_queue = max_queue
-        self.on_batch = on_batch  # callback(op_name, rows, padded_tokens) for metrics, run on the event loop
+        self.max_in_flight = max_in_flight  # 1: a batch forms only after the previous one is answered
+        self.on_batch = on_batch  # callback(op_name, rows, padded_tokens, seconds) for metrics, on the event loop
         self._queue: asyncio.Queue[Job | None] | None = None
         self._held: Job | None = None  # taken from the queue but left for the next batch (other op / too big)
         self._task: asyncio.Task | None = None
+        self._in_flight = 0  # batches handed to the worker and not yet answered
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertforge-infer")
 
     # ---- lifecycle -----------------------------------------------------------------------------------------------
@@ -108,38 +143,65 @@ class Batcher:
             return False
 
     async def _collect(self) -> None:
-        loop = asyncio.get_running_loop()
+        slots = asyncio.Semaphore(self.max_in_flight)
+        running: set[asyncio.Task] = set()
         stopping = False
         while True:
             first = self._held if self._held is not None else (None if stopping else await self._next(None))
             self._held = None
             if first is None:
-                return
-            batch, rows, width = [first], len(first.inputs), first.width
+                break
+            batch = _Batch(first)
+            await slots.acquire()
+            worker_idle = self._in_flight == 0
             deadline = time.perf_counter() + self.max_wait_s
-            while first.op.batchable and not stopping:
-                nxt = await self._next(deadline - time.perf_counter())
+            while not stopping and self._held is None and first.op.batchable:
+                # idle worker: gather for max_wait_ms, then hand over; busy worker: hand over now (below) and
+                # keep filling until the worker takes the batch
+                nxt = await self._next(deadline - time.perf_counter() if worker_idle else 0)
                 if nxt is False:
                     break
                 if nxt is None:
                     stopping = True
-                    break
-                if nxt.op is not first.op or (rows + len(nxt.inputs)) * max(width, nxt.width) > self.max_batch_tokens:
+                elif not batch.add(nxt, self.max_batch_tokens):
                     self._held = nxt
-                    break
-                batch.append(nxt)
-                rows, width = rows + len(nxt.inputs), max(width, nxt.width)
-            if self.on_batch is not None:
-                self.on_batch(first.op.name, rows, rows * width)
-            outcomes = await loop.run_in_executor(self._pool, _run_batch, batch)
-            for job, outcome in zip(batch, outcomes):
-                if job.future.done():  # the client went away (its request task was cancelled)
-                    continue
-                if isinstance(outcome, BaseException):
-                    job.future.set_exception(outcome)
-                else:
-                    job.results = outcome
-                    job.future.set_result(None)
+            self._in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._dispatch(batch, slots))
+            running.add(task)
+            task.add_done_callback(running.discard)
+            while not worker_idle and not stopping and self._held is None and first.op.batchable:
+                nxt = await self._next(None)  # the batch waits for the worker: arrivals join it
+                if nxt is None:
+                    stopping = True
+                elif not batch.add(nxt, self.max_batch_tokens):
+                    self._held = nxt  # taken by the worker already, or full: it starts the next batch
+        if running:
+            await asyncio.gather(*running)
+
+    async def _dispatch(self, batch: _Batch, slots: asyncio.Semaphore) -> None:
+        try:
+            jobs, outcomes = await asyncio.get_running_loop().run_in_executor(self._pool, _take_and_run, batch)
+        finally:
+            self._in_flight -= 1
+            slots.release()
+        if self.on_batch is not None:
+            rows, width = sum(len(job.inputs) for job in jobs), max(job.width for job in jobs)
+            seconds = max(job.finished for job in jobs) - min(job.started for job in jobs)
+            self.on_batch(jobs[0].op.name, rows, rows * width, seconds)
+        for job, outcome in zip(jobs, outcomes):
+            if job.future.done():  # the client went away (its request task was cancelled)
+                continue
+            if isinstance(outcome, BaseException):
+                job.future.set_exception(outcome)
+            else:
+                job.results = outcome
+                job.future.set_result(None)
+
+
+def _take_and_run(batch: _Batch) -> tuple[list[Job], list[list[Any] | BaseException]]:
+    """On the inference thread: close the batch to further jobs, then run it."""
+    jobs = batch.take()
+    return jobs, _run_batch(jobs)
 
 
 def _run_batch(batch: list[Job]) -> list[list[Any] | BaseException]:

@@ -79,6 +79,9 @@ class Metrics:
         self.compute = Histogram("bertforge_compute_seconds", "Inference time of the batch a request ran in",
                                  ("op",))
         self.batch_rows = Histogram("bertforge_batch_size", "Inputs per inference batch", ("op",), SIZE_BUCKETS)
+        self.busy = Counter("bertforge_inference_busy_seconds_total",
+                            "Time the inference thread spent running batches (its rate is the thread's utilisation)",
+                            ("op",))
         self.tokens = Counter("bertforge_tokens_total", "Input tokens processed", ("op",))
         self.inputs = Counter("bertforge_inputs_total", "Inputs processed", ("op",))
         self.in_flight = 0  # requests being handled now (a gauge)
@@ -96,15 +99,16 @@ class Metrics:
             self.inputs.inc(op, by=inputs)
             self.tokens.inc(op, by=tokens)
 
-    def batch(self, op: str, rows: int, _padded_tokens: int) -> None:
+    def batch(self, op: str, rows: int, _padded_tokens: int, seconds: float) -> None:
         with self._lock:
             self.batch_rows.observe(rows, op)
+            self.busy.inc(op, by=seconds)
 
     def render(self, queue_depth: int) -> str:
         with self._lock:
             lines = []
-            for m in (self.requests, self.duration, self.queue, self.compute, self.batch_rows, self.tokens,
-                      self.inputs, self.rejected):
+            for m in (self.requests, self.duration, self.queue, self.compute, self.batch_rows, self.busy,
+                      self.tokens, self.inputs, self.rejected):
                 lines += m.render()
         lines += ["# HELP bertforge_requests_in_flight Requests being handled (this scrape not counted)",
                   "# TYPE bertforge_requests_in_flight gauge", f"bertforge_requests_in_flight {self.in_flight}"]

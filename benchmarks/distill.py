@@ -6,8 +6,8 @@ the paper's augmentation vs the same BiLSTM on the hard labels only, same steps.
 set (872), which no run sees before its final model is fixed: --selection SST-2 training sentences (seeded random)
 are held out of training and are what each run's evaluation (and so its "best" checkpoint) reads; the rest (or
 the first --train-limit of them; 0 = all) are the training set. Inference speed: sentences/s at batch 1 and
-batch 32 over --speed-sentences dev sentences, --threads threads, tokenisation included; timed after each row is
-trained, then all again at the end (`speed`), the models taking turns, best of 3: those are the figures to compare.
+batch 32 over --speed-sentences dev sentences, --threads threads, tokenisation included; timed at the end (`speed`,
+part of the default run), the models taking turns, best of 3 (without `speed`, each row right after its training).
 Writes benchmarks/results/distill.json (rows are added to an earlier file, so the parts can run separately).
 
 General distillation (`--only general`, Gutenberg): a bert-mini teacher pretrained by `bertforge pretrain
@@ -207,8 +207,9 @@ def main() -> None:
     sents = dev_sentences(args.speed_sentences)
 
     def record(name: str, d: Path, seconds: float, extra: dict | None = None) -> None:
-        rows[name] = {"dev_accuracy": evaluate(d), "train_seconds": seconds, **speeds({name: d}, sents, 2)[name],
-                      **(extra or {})}
+        # timed here only when the `speed` part will not re-time every model at the end (it replaces these figures)
+        timed = {} if "speed" in only else speeds({name: d}, sents, 2)[name]
+        rows[name] = {"dev_accuracy": evaluate(d), "train_seconds": seconds, **timed, **(extra or {})}
         print(name, json.dumps(rows[name]), flush=True)
         save()
 

@@ -8,8 +8,9 @@ linear warm-up then linear decay, clip 1.0, batch size, seed, number of optimize
 evaluation code. Batches are length-grouped by default (bertforge's loader), random with `--no-group-by-length`;
 both pad to the longest in the batch. The dropout masks are the same too: torch's generator is seeded where
 bertforge's Trainer seeds it (at the start of training) and the Trainer's loader draws nothing from it, so both
-consume the same random stream in the same order; `--own-dropout` lets each library draw its own (what a user
-gets), which shows how far the dropout draws alone move the scores.
+consume the same random stream in the same order (bertforge drawing its masks as torch does, `torch_masks`; on
+the CPU it otherwise draws them from torch.rand, faster); `--own-dropout` lets each library draw its own (what a
+user gets), which shows how far the dropout draws alone move the scores.
 Throughput is training examples per second over optimizer steps only (the first step of each run excluded, no
 evaluation or checkpoint time), measured the same way for both.
 
@@ -40,6 +41,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 
 from bertforge.checkpoint import atomic_write_text  # noqa: E402
+from bertforge.model.dropout import torch_masks  # noqa: E402
 from bertforge.tasks.finetune import FinetuneConfig, finetune, make_collate, prepare, train_loader  # noqa: E402
 from bertforge.tokenization import Tokenizer  # noqa: E402
 
@@ -103,7 +105,8 @@ class PlannedBatches:
 def run_bertforge(task: str, model: Path, args: argparse.Namespace, work: Path) -> dict:
     cfg = make_config(task, model, work / f"bf-{task}", args)
     start = time.perf_counter()
-    result = finetune(cfg)
+    with torch_masks(not args.own_dropout):  # torch's bernoulli masks, the very ones the Trainer's model draws
+        result = finetune(cfg)
     wall = time.perf_counter() - start
     run = result.runs[0]
     evals = [json.loads(x) for x in (Path(run["out"]) / "metrics.jsonl").read_text().splitlines()]

@@ -3,9 +3,12 @@
 Same config (bert-mini shape, vocab 30522, seq 128, batch 32), same machine, same process, same batches, same
 thread count. One training step = forward + backward + AdamW step. Rows: each library in fp32 and bf16 autocast
 (transformers with attn_implementation="sdpa"); ratios bf16-vs-bf16, fp32-vs-fp32 and our best vs their default
-(fp32). Achieved FLOP/s is set against a measured bf16 / fp32 matmul peak on this machine.
+(fp32). Achieved FLOP/s is set against a measured bf16 / fp32 matmul peak on this machine. The optimizer is
+torch's fused AdamW for both, which is what each library's trainer uses (`bertforge pretrain`; transformers'
+Trainer defaults to "adamw_torch_fused" with torch >= 2.8); `--optimizer foreach` gives the older figures.
+`--compile` adds rows of both models under torch.compile (same steps, compiled during the warm-up).
 
-    python benchmarks/pretrain_throughput.py [--steps 10] [--warmup 3] [--threads 2] [--out results/...json]
+    python benchmarks/pretrain_throughput.py [--steps 10] [--warmup 3] [--threads 2] [--compile] [--out ...json]
     python benchmarks/pretrain_throughput.py --device cuda --size bert-base --batch-size 128   (on a GPU)
 """
 from __future__ import annotations
@@ -18,10 +21,11 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
+from bench_common import bench_lock
 from bertforge.config import preset
 from bertforge.pretrain.objectives import MLMObjective
+from bertforge.training.accel import compile_module
 
 
 def synthetic_batches(n: int, batch: int, seq: int, vocab: int, mask_prob: float, seed: int) -> list[dict]:
@@ -71,10 +75,13 @@ def ours_step_loss(model, b):
 class Runner:
     """One (model, AdamW) pair; `step(batch)` times one training step (forward + backward + optimizer)."""
 
-    def __init__(self, model, loss_fn, bf16: bool, device: torch.device = torch.device("cpu")):
+    def __init__(self, model, loss_fn, bf16: bool, device: torch.device = torch.device("cpu"),
+                 fused: bool | None = None):
+        """`fused`: torch's fused AdamW kernel; None: on a GPU only (how the GPT and XLNet benchmarks, which share
+        this harness, were measured)."""
         self.model, self.loss_fn, self.bf16, self.device = model.to(device).train(), loss_fn, bf16, device
-        # fused AdamW on a GPU (one kernel for all parameters), as a user there would run it
-        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda" or None)
+        fused = device.type == "cuda" if fused is None else fused
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused, foreach=None if fused else True)
         self.times: list[float] = []
 
     def step(self, b, record: bool = True) -> None:
@@ -141,6 +148,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu (default) | cuda")
+    ap.add_argument("--optimizer", choices=("fused", "foreach"), default="fused", help="AdamW kernel (both libraries)")
+    ap.add_argument("--compile", action="store_true", help="also time both models under torch.compile")
     ap.add_argument("--out", default=None, help="default: results/pretrain_throughput[_cuda].json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -160,18 +169,23 @@ def main() -> None:
                                                                                         device=device.type)}
 
     runners, meta = [], []
-    for lib in ("transformers", "bertforge"):
-        for precision in ("fp32", "bf16"):
-            torch.manual_seed(0)
-            if lib == "transformers":
-                model, fn = hf_model(cfg), hf_step_loss
-                flops = training_flops(cfg, args.batch_size, args.seq_len, tokens)  # full [B, T, V] logits
-            else:
-                model, fn = MLMObjective(cfg, relation="nsp"), ours_step_loss
-                flops = training_flops(cfg, args.batch_size, args.seq_len, n_masked)
-            runners.append(Runner(model, fn, bf16=precision == "bf16", device=device))
-            meta.append((lib, precision, flops))
-    interleaved(runners, batches, args.steps, args.warmup)
+    for compiled in (False, True) if args.compile else (False,):
+        for lib in ("transformers", "bertforge"):
+            for precision in ("fp32", "bf16"):
+                torch.manual_seed(0)
+                if lib == "transformers":
+                    model, fn = hf_model(cfg), hf_step_loss
+                    flops = training_flops(cfg, args.batch_size, args.seq_len, tokens)  # full [B, T, V] logits
+                else:
+                    model, fn = MLMObjective(cfg, relation="nsp"), ours_step_loss
+                    flops = training_flops(cfg, args.batch_size, args.seq_len, n_masked)
+                if compiled:
+                    model = compile_module(model, True)
+                runners.append(Runner(model, fn, bf16=precision == "bf16", device=device,
+                                      fused=args.optimizer == "fused"))
+                meta.append((lib + (" +compile" if compiled else ""), precision, flops))
+    with bench_lock():
+        interleaved(runners, batches, args.steps, args.warmup)
     rows = []
     for r, (lib, precision, flops) in zip(runners, meta):
         # min: the least-disturbed step (timeit's convention on a noisy machine); the median is reported too
@@ -189,6 +203,10 @@ def main() -> None:
         "bf16_vs_bf16": by["bertforge", "bf16"]["tokens_per_s"] / by["transformers", "bf16"]["tokens_per_s"],
         "best_vs_their_default_fp32": best["tokens_per_s"] / by["transformers", "fp32"]["tokens_per_s"],
     }
+    if args.compile:
+        for p in ("fp32", "bf16"):
+            ratios[f"compiled_{p}_vs_compiled_{p}"] = (by["bertforge +compile", p]["tokens_per_s"]
+                                                       / by["transformers +compile", p]["tokens_per_s"])
     print()
     print("| library | precision | ms/step (min) | ms/step (median) | tokens/s | TFLOP/s | % of matmul peak |")
     print("|---|---|---:|---:|---:|---:|---:|")
@@ -202,6 +220,7 @@ def main() -> None:
     result = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                   config=dict(size=args.size, vocab=args.vocab, seq_len=args.seq_len, batch_size=args.batch_size,
                               steps=args.steps, warmup=args.warmup, threads=args.threads, objective="mlm+nsp",
+                              optimizer=f"AdamW ({args.optimizer})",
                               masked_per_batch=n_masked),
                   machine=dict(platform=platform.platform(), processor=platform.processor(),
                                cpu_count=os.cpu_count(), torch=torch.__version__,

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from bertforge import heads
 from bertforge.config import ModelConfig
 from bertforge.pretrain.objectives import (ELECTRAObjective, MLMObjective, SpanBERTObjective, build_objective,
                                            generator_config)
@@ -81,6 +82,49 @@ def test_mlm_logits_only_at_masked_positions_match_full_logits():
     model(**b)
     handle.remove()
     assert seen == [int(b["mlm_labels"].ne(-100).sum())]
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("blocks", [False, True])
+def test_fused_vocab_loss_matches_cross_entropy_and_its_gradients(bf16, blocks, monkeypatch):
+    """The MLM loss computes its logits' gradient in the forward pass (`vocab_loss`), on the CPU in vocabulary
+    blocks: loss, accuracy and every parameter's gradient (the tied word embeddings included) must equal
+    F.linear + F.cross_entropy's. `blocks`: V = 120 in blocks of 32 (the last one ragged)."""
+    if blocks:
+        monkeypatch.setattr(heads, "_MIN_BLOCK", 32)
+        monkeypatch.setattr(heads, "_BLOCK_ELEMENTS", 1)
+    torch.manual_seed(0)
+    model = MLMObjective(tiny(), relation=None).train()
+    b = batch()
+    grads = []
+    for fused in (True, False):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            if fused:
+                out = model(**b)
+                loss, acc = out["loss"], out["mlm_acc"]
+            else:
+                hidden = model.bert(b["input_ids"], b["attention_mask"], b["token_type_ids"]).last_hidden_state
+                positions = b["mlm_labels"].ne(-100)
+                logits = model.cls.predictions(hidden, positions).float()
+                targets = b["mlm_labels"][positions]
+                loss = F.cross_entropy(logits, targets)
+                acc = (logits.argmax(-1) == targets).float().mean()
+        (3.0 * loss).backward()  # a scale, so the incoming gradient is not just 1
+        grads.append((loss.detach(), acc, {n: p.grad.clone() for n, p in model.named_parameters()
+                                           if p.grad is not None}))
+    (l1, a1, g1), (l2, a2, g2) = grads
+    torch.testing.assert_close(l1, l2, rtol=1e-6, atol=1e-6)
+    assert a1 == a2
+    assert g1.keys() == g2.keys() and "bert.embeddings.word_embeddings.weight" in g1
+    scale = max(float(g.abs().max()) for g in g2.values())
+    for name in g1:
+        # bf16: the saved gradient is rounded before the incoming scale is applied, a bf16 rounding step apart
+        tol = dict(rtol=1.6e-2, atol=4e-3 * scale) if bf16 else dict(rtol=1e-4, atol=1e-7)
+        torch.testing.assert_close(g1[name], g2[name], **tol, msg=name)
+    if not bf16:
+        with torch.no_grad():  # evaluation takes the plain path and gives the same loss
+            torch.testing.assert_close(model(**b)["loss"], l1, rtol=1e-5, atol=1e-5)
 
 
 def test_sbo_head_shapes_and_checkpoint_ignored_by_transformers(tmp_path):

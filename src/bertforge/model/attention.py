@@ -15,6 +15,7 @@ from torch import nn
 
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.model.dropout import dropout, uniform_masks
 
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
@@ -34,6 +35,10 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     segment terms); a masked key gets the dtype's lowest value, so a row with no key left is uniform, not NaN.
     `scale`: what q k^T is multiplied by (default 1/sqrt(d); T5 uses 1.0)."""
     per_head = None if head_mask is None else head_mask.to(q.dtype).view(1, -1, 1, 1)
+    if dropout_p > 0 and uniform_masks(q):
+        # With dropout on the CPU, SDPA runs these same unfused steps (its fused kernel takes no dropout), but draws
+        # its mask with bernoulli_; the eager path draws it twice as fast (`model.dropout`).
+        eager = True
     is_causal = False
     if causal:
         Tq, Tk = q.shape[-2], k.shape[-2]
@@ -47,8 +52,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         bias = bias.to(q.dtype)
         mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
     if eager:
-        scores = q @ k.transpose(-1, -2)
-        scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
+        # q scaled before the product: a pass over [T, d] instead of [T, T] (and q's copy into matmul layout)
+        scores = (q * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)) @ k.transpose(-1, -2)
         if mask is not None and mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         elif mask is not None:
@@ -56,7 +61,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         probs = scores.softmax(dim=-1)
         if per_head is not None:
             probs = probs * per_head
-        ctx = F.dropout(probs, dropout_p, dropout_p > 0) @ v
+        ctx = dropout(probs, dropout_p) @ v
         return ctx, probs
     ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
                                          scale=scale)

@@ -25,6 +25,7 @@ from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.model.attention import MultiHeadAttention
 from bertforge.model.cache import KVCache
+from bertforge.model.dropout import Dropout
 from bertforge.model.encoder import activation, init_weights
 
 
@@ -37,7 +38,7 @@ class CausalSelfAttention(MultiHeadAttention):
         super().__init__(cfg.num_attention_heads, cfg.head_dim, cfg.attention_probs_dropout_prob, attn_implementation)
         self.c_attn = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
         self.c_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.resid_dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.resid_dropout = Dropout(cfg.hidden_dropout_prob)
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         return self.c_attn(x)
@@ -53,7 +54,7 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
         self.act = activation(cfg.hidden_act)
         self.c_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.c_proj(self.act(self.c_fc(x))))
@@ -84,7 +85,7 @@ class Decoder(nn.Module):
         self.config = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.wpe = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
-        self.drop = nn.Dropout(cfg.hidden_dropout_prob)
+        self.drop = Dropout(cfg.hidden_dropout_prob)
         self.h = nn.ModuleList([Block(cfg, attn_implementation) for _ in range(cfg.num_hidden_layers)])
         self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.apply(lambda m: init_weights(m, cfg.initializer_range))

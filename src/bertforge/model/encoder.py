@@ -34,6 +34,7 @@ from bertforge.errors import BertforgeError
 from bertforge.files import read_json
 from bertforge.model.attention import (FusedSelfAttention, MultiHeadAttention, SelfAttention, rotary_cos_sin,
                                        sliding_window_mask)
+from bertforge.model.dropout import Dropout
 from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8
 from bertforge.model.long_attention import sparse_self_attention
 from bertforge.model.sparse import prepare as prepare_sparse
@@ -79,7 +80,7 @@ class Embeddings(nn.Module):
                                     if cfg.position_embedding_type == "absolute" else None)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, e) if cfg.type_vocab_size > 0 else None
         self.LayerNorm = layer_norm(cfg, e)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.position_offset = cfg.position_offset
         self.pad_token_id = cfg.pad_token_id
 
@@ -112,7 +113,7 @@ class AddNorm(nn.Module):
         super().__init__()
         self.dense = nn.Linear(d_in, cfg.hidden_size, bias=bias)
         self.LayerNorm = layer_norm(cfg) if cfg.norm_position == "post" else None
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         x = self.dropout(self.dense(x)) + residual

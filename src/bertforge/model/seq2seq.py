@@ -32,6 +32,7 @@ from bertforge.config_seq2seq import Seq2SeqConfig
 from bertforge.errors import BertforgeError
 from bertforge.fileio import atomic_write, atomic_write_text
 from bertforge.model.cache import KVCache, Seq2SeqCache
+from bertforge.model.dropout import Dropout
 from bertforge.model.seq2seq_parts import Layer, RelativePositionBias, init_bart, init_t5, make_norm
 
 
@@ -62,7 +63,7 @@ class Stack(nn.Module):
                                      for _ in range(getattr(cfg, f"{side}_layers"))])
         if fam.pre_norm:
             self.final_norm = make_norm(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 cross_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None,

@@ -13,6 +13,7 @@ from torch import nn
 from bertforge.config_seq2seq import Seq2SeqConfig
 from bertforge.errors import BertforgeError
 from bertforge.model.attention import ATTN_IMPLEMENTATIONS, attend
+from bertforge.model.dropout import Dropout
 from bertforge.model.encoder import activation
 
 
@@ -131,7 +132,7 @@ class FeedForward(nn.Module):
             self.wi = nn.Linear(cfg.d_model, width, bias=bias)
         self.wo = nn.Linear(width, cfg.d_model, bias=bias)
         self.act = activation(cfg.activation)
-        self.dropout = nn.Dropout(cfg.activation_dropout)
+        self.dropout = Dropout(cfg.activation_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.act(self.wi_0(x)) * self.wi_1(x) if self.gated else self.act(self.wi(x))
@@ -154,7 +155,7 @@ class Layer(nn.Module):
             self.cross_attn_norm = make_norm(cfg)
         self.ffn = FeedForward(cfg, ffn_width)
         self.ffn_norm = make_norm(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def residual(self, x: torch.Tensor, norm: nn.Module, block) -> torch.Tensor:
         if self.pre_norm:

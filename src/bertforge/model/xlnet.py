@@ -30,6 +30,7 @@ from bertforge.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.model.attention import ATTN_IMPLEMENTATIONS, attend
+from bertforge.model.dropout import Dropout
 from bertforge.model.encoder import activation
 
 
@@ -74,7 +75,7 @@ class RelativeAttention(nn.Module):
         self.r_r_bias, self.r_s_bias, self.r_w_bias = (nn.Parameter(torch.empty(n, d)) for _ in range(3))
         self.seg_embed = nn.Parameter(torch.empty(2, n, d))
         self.layer_norm = nn.LayerNorm(h, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.eager = attn_implementation == "eager"
 
     @staticmethod
@@ -119,7 +120,7 @@ class FeedForward(nn.Module):
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.layer_1 = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
         self.layer_2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.act = activation(cfg.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -149,7 +150,7 @@ class XLNetEncoder(nn.Module):
         self.word_embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.mask_emb = nn.Parameter(torch.empty(1, 1, cfg.hidden_size))
         self.layer = nn.ModuleList([XLNetLayer(cfg, attn_implementation) for _ in range(cfg.num_hidden_layers)])
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:

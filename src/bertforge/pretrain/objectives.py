@@ -29,23 +29,12 @@ from torch import nn
 
 from bertforge.config import ModelConfig
 from bertforge.heads import (ARCHITECTURES, MaskedLM, PreTrainingModel, ReplacedTokenDetector,
-                             SentenceRelationHead, XLNetLM)
+                             SentenceRelationHead, XLNetLM, masked_lm_loss, vocab_loss)
 from bertforge.model import DecoderLM, activation, permutation_mask, target_mapping_of
 from bertforge.model.sparse import task_global_mask
 
 IGNORE = -100
 RELATIONS = (None, "nsp", "sop")
-
-
-def masked_lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cross-entropy and accuracy over the selected positions (logits [N, V], targets [N]); 0 when N == 0."""
-    if targets.numel() == 0:  # a batch with nothing masked still has to take part in backward (DDP)
-        zero = logits.sum() * 0.0
-        return zero, zero.detach()
-    logits = logits.float()  # the softmax in fp32 under autocast; argmax on fp32 is also far faster on CPU than bf16
-    loss = F.cross_entropy(logits, targets)
-    acc = (logits.detach().argmax(-1) == targets).float().mean()
-    return loss, acc
 
 
 def _relation_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,8 +65,7 @@ class MLMObjective(PreTrainingModel):
                 **_: Any) -> dict[str, torch.Tensor]:
         out = self.encode(input_ids, attention_mask, token_type_ids)
         positions = mlm_labels.ne(IGNORE)
-        logits = self.cls.predictions(out.last_hidden_state, positions)
-        loss, acc = masked_lm_loss(logits, mlm_labels[positions])
+        loss, acc = vocab_loss(self.cls.predictions, out.last_hidden_state, positions, mlm_labels[positions])
         result = {"mlm_loss": loss.detach(), "mlm_acc": acc}
         if self.relation is not None:
             if sentence_label is None:
@@ -149,7 +137,7 @@ class SpanBERTObjective(MLMObjective):
         hidden = self.encode(input_ids, attention_mask, token_type_ids).last_hidden_state
         positions = mlm_labels.ne(IGNORE)
         targets = mlm_labels[positions]
-        mlm, mlm_acc = masked_lm_loss(self.cls.predictions(hidden, positions), targets)
+        mlm, mlm_acc = vocab_loss(self.cls.predictions, hidden, positions, targets)
         # Masked tokens without a recorded boundary (left < 0) are left out of the SBO term.
         sbo_positions = positions & sbo_left.ge(0) & sbo_right.ge(0)
         sbo_logits = self.sbo(hidden, sbo_positions, sbo_left, sbo_right, sbo_pos,
@@ -341,7 +329,7 @@ class LeftToRightObjective(MaskedLM):
         hidden = self.bert(input_ids, attention_mask).last_hidden_state
         targets = next_token_targets(input_ids, attention_mask)
         positions = targets.ne(IGNORE)  # vocabulary logits only where there is a target
-        loss, acc = masked_lm_loss(self.cls.predictions(hidden, positions), targets[positions])
+        loss, acc = vocab_loss(self.cls.predictions, hidden, positions, targets[positions])
         return {"loss": loss, "lm_loss": loss.detach(), "lm_acc": acc}
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:

@@ -34,6 +34,7 @@ from bertforge.config import FAMILIES, ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.heads import mean_pool, task_loss
 from bertforge.model import INT8_WEIGHTS, Encoder, for_inference, is_quantised, load_int8
+from bertforge.model.dropout import Dropout
 from bertforge.model.sparse import task_global_mask
 from bertforge.runtime import OnnxModel, model_folder, onnx_file
 
@@ -63,7 +64,7 @@ class _TaskModel(nn.Module):
         self.config = cfg
         self.bert = Encoder(cfg)
         drop = cfg.extra.get("classifier_dropout")
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob if drop is None else drop)
+        self.dropout = Dropout(cfg.hidden_dropout_prob if drop is None else drop)
 
     def encode(self, input_ids, attention_mask=None, token_type_ids=None):
         if token_type_ids is not None and self.config.type_vocab_size < 2:
@@ -253,7 +254,7 @@ class FeatureModel(nn.Module):
         h = cfg.hidden_size
         dim = 4 * h if features == "concat_last4" else h
         self.mix = ScalarMix(cfg.num_hidden_layers + 1) if features == "weighted" else None
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.lstm = (nn.LSTM(dim, lstm_hidden, num_layers=2, bidirectional=True, batch_first=True, dropout=dropout)
                      if head == "bilstm" else None)
         self.classifier = nn.Linear(2 * lstm_hidden if self.lstm is not None else dim, num_labels)

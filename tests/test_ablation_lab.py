@@ -228,8 +228,10 @@ def test_relation_accuracies_score_a_sentence_head_on_both_tasks(precision):
     ids = torch.randint(5, 50, (4, 12))
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
              "sentence_label": torch.tensor([0, 1, 1, 0])}
-    with torch.no_grad():
+    with torch.no_grad():  # scored without dropout, as relation_accuracies scores (in eval mode)
+        model.eval()
         expected = model.cls.seq_relationship(model.bert(ids, batch["attention_mask"]).pooler_output).argmax(-1)
+        model.train()
     scores = relation_accuracies(model, {"nsp": [batch], "sop": [batch, batch]}, precision)
     assert scores.keys() == {"cross_nsp_acc", "cross_sop_acc"}
     if precision == "fp32":  # (bf16 may flip a near-tie)

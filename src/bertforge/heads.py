@@ -110,16 +110,18 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
         starts = range(0, vocab, step)
         rows = torch.arange(n, device=x.device)
         picked = torch.zeros(n, device=x.device)
-        blocks, tops, args = [], [], []
+        blocks, tops, args, where = [], [], [], []
         for lo in starts:
             logits = F.linear(x, weight[lo:lo + step], None if bias is None else bias[lo:lo + step])
             z = logits.float()  # fp32 softmax; a copy under autocast, the same buffer in fp32
-            inside = (targets >= lo) & (targets < lo + z.shape[1])
-            picked = torch.where(inside, z[rows, (targets - lo).clamp(0, z.shape[1] - 1)], picked)
+            inside = (targets >= lo) & (targets < lo + z.shape[1])  # the rows whose target is in this block ...
+            column = (targets - lo).clamp(0, z.shape[1] - 1)       # ... and its column there
+            picked = torch.where(inside, z[rows, column], picked)
             top, arg = z.max(-1)
             blocks.append(z)
             tops.append(top)
             args.append(arg + lo)
+            where.append((inside, column))
         top, first = torch.stack(tops, 1).max(-1)  # the first block holding the row's maximum, as argmax picks
         acc = (torch.stack(args, 1).gather(1, first[:, None]).squeeze(1) == targets).float().mean()
         top = top[:, None]
@@ -127,10 +129,9 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
         loss = (total.log() + top).squeeze(-1).sub(picked).mean()
         scale = 1.0 / (total * n)
         grads = []
-        for lo, z in zip(starts, blocks):
+        for z, (inside, column) in zip(blocks, where):
             z.mul_(scale)  # softmax / N ...
-            inside = (targets >= lo) & (targets < lo + z.shape[1])
-            z[rows, (targets - lo).clamp(0, z.shape[1] - 1)] -= inside.float() / n  # ... minus one-hot / N
+            z[rows, column] -= inside.float() / n  # ... minus one-hot / N
             grads.append(z.to(logits.dtype))  # the projection's dtype (bf16 under autocast)
         ctx.save_for_backward(x, weight, *grads)
         ctx.step, ctx.has_bias = step, bias is not None

@@ -9,10 +9,10 @@ batch (rows x longest input) stays within `max_batch_tokens`, then hands the bat
 the batch is handed over at once but stays open: jobs that arrive while the worker computes join it until the
 worker takes it (up to `max_in_flight` batches are handed over: the one computing and the one filling). So the
 event loop answers one batch's requests and reads the next requests while the worker computes, and while requests
-keep coming the worker does not wait for the loop between batches. A batch's inputs are sorted by length (longest first), run in one call
-of the operation on the single inference thread, and the results are scattered back to each job. A job that fails
-inside a batch of several is re-run alone, so one bad input fails only its own request. `stop()` drains: every job
-queued before it still runs.
+keep coming the worker does not wait for the loop between batches. A batch's inputs are sorted by length (longest
+first), run in one call of the operation on the single inference thread, and the results are scattered back to
+each job. A job that fails inside a batch of several is re-run alone, so one bad input fails only its own request.
+`stop()` drains: every job queued before it still runs.
 """
 from __future__ import annotations
 
@@ -184,10 +184,9 @@ class Batcher:
         finally:
             self._in_flight -= 1
             slots.release()
-        if self.on_batch is not None:
-            rows, width = sum(len(job.inputs) for job in jobs), max(job.width for job in jobs)
+        if self.on_batch is not None:  # (the batch is closed: its rows and width are final)
             seconds = max(job.finished for job in jobs) - min(job.started for job in jobs)
-            self.on_batch(jobs[0].op.name, rows, rows * width, seconds)
+            self.on_batch(jobs[0].op.name, batch.rows, batch.rows * batch.width, seconds)
         for job, outcome in zip(jobs, outcomes):
             if job.future.done():  # the client went away (its request task was cancelled)
                 continue

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertforge.checkpoint import save_pretrained
+from bertforge.model.checkpoint import save_pretrained
 from bertforge.config import preset
 from bertforge.distill.bilstm import augment
 from bertforge.distill.losses import TeacherCache, cosine_loss, kd_loss, logit_mse
 from bertforge.distill.task import TaskDistillConfig, distill_task, pick_layers
 from bertforge.errors import BertforgeError
-from bertforge.heads import MaskedLM
+from bertforge.model.heads import MaskedLM
 from bertforge.model import Encoder
 from bertforge.tasks.config import FinetuneConfig
 from bertforge.tasks.finetune import evaluate_model

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from tqdm import tqdm
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import is_write_failure, write_failure_reason
+from bertforge.io.write import is_write_failure, write_failure_reason
 
 COMMAND_MODULES = [
     "bertforge.commands.tokenizer",  # tokenizer train

@@ -182,7 +182,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from bertforge.fileio import prepare_output_file
+    from bertforge.io.write import prepare_output_file
     from bertforge.tasks.predict import predict, write_jsonl
 
     _positive("--batch-size", args.batch_size)

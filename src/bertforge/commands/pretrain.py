@@ -150,8 +150,8 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules)
 
 def run_prepare(args: argparse.Namespace) -> int:
     from bertforge.data import prepare_corpus
-    from bertforge.fileio import ensure_dir
-    from bertforge.rundir import RunDir, lock_dir
+    from bertforge.io.write import ensure_dir
+    from bertforge.io.rundir import RunDir, lock_dir
     from bertforge.tokenization import Tokenizer
     out = Path(args.out)
     created = not out.exists()

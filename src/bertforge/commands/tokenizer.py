@@ -8,7 +8,8 @@ from pathlib import Path
 
 from bertforge.data.corpus import find_files, iter_texts
 from bertforge.errors import BertforgeError
-from bertforge.tokenization import KINDS, Tokenizer
+from bertforge.tokenization.tokenizer import KINDS
+from bertforge.tokenization import Tokenizer
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

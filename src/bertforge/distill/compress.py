@@ -26,10 +26,10 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, atomic_write_text
-from bertforge.files import read_json
+from bertforge.io.write import atomic_write, atomic_write_text
+from bertforge.io.read import read_json
 from bertforge.model import INT8_WEIGHTS, QUANT_FIELD, for_inference, save_int8
-from bertforge.runtime import onnx_file
+from bertforge.model.onnx import onnx_file
 
 EXPORTABLE = ("encoder", "sentence-encoder", "classify", "regress", "tag", "qa")
 PARITY_TOL = 1e-4
@@ -88,7 +88,7 @@ def _weights_bytes(path: Path) -> int:
 def quantize(model_dir: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
     """Write the dynamically int8-quantised model of `model_dir` to `out` (int8 weights on disk); returns its
     agreement with fp32 and the weight files' sizes."""
-    from bertforge.rundir import claim_output_dir
+    from bertforge.io.rundir import claim_output_dir
 
     src, out = Path(model_dir), Path(out)
     kind = model_kind(src)
@@ -182,7 +182,7 @@ def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opse
     """Export to `out`/model.onnx (+ model.int8.onnx), checked in onnxruntime; returns the parity record."""
     import onnxruntime as ort
 
-    from bertforge.rundir import claim_output_dir
+    from bertforge.io.rundir import claim_output_dir
 
     src, out = Path(model_dir), Path(out)
     kind = model_kind(src)

@@ -24,14 +24,14 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from bertforge.checkpoint import load_pretrained
+from bertforge.model.checkpoint import load_pretrained
 from bertforge.distill.init import check_same_vocab
 from bertforge.distill.bilstm import BiLSTMStudent, augment, student_from_teacher_embeddings
 from bertforge.distill.losses import TeacherCache, soft_target_loss
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write_text
-from bertforge.heads import task_loss
-from bertforge.rundir import claim_output_dir
+from bertforge.io.write import atomic_write_text
+from bertforge.model.heads import task_loss
+from bertforge.io.rundir import claim_output_dir
 from bertforge.tasks.batching import TRAIN_KEYS, forward_rows, make_collate, row_length
 from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
 from bertforge.tasks.finetune import encode_data, read_examples, resolve_files

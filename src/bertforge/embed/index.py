@@ -23,8 +23,8 @@ import numpy as np
 
 from bertforge.embed.modules import SentenceEncoder
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, atomic_write_text
-from bertforge.rundir import is_locked
+from bertforge.io.write import atomic_write, atomic_write_text
+from bertforge.io.rundir import is_locked
 
 KINDS = ("flat", "hnsw", "ivf")
 CHECKED_FILES = ("index.faiss", "docs.jsonl")

@@ -20,14 +20,14 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertforge.checkpoint import atomic_write, atomic_write_text, save_pretrained
+from bertforge.model.checkpoint import atomic_write, atomic_write_text, save_pretrained
 from bertforge.embed.encode import encode as encode_texts
 from bertforge.errors import BertforgeError
-from bertforge.files import read_json
-from bertforge.heads import mean_pool
+from bertforge.io.read import read_json
+from bertforge.model.heads import mean_pool
 from bertforge.config import ModelConfig
 from bertforge.model import Encoder
-from bertforge.runtime import OnnxModel, model_folder, onnx_file
+from bertforge.model.onnx import OnnxModel, model_folder, onnx_file
 from bertforge.tokenization import Tokenizer
 
 Features = dict[str, torch.Tensor]

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from bertforge.config import ModelConfig
-from bertforge.config_seq2seq import is_seq2seq_dir
+from bertforge.config.seq2seq import is_seq2seq_dir
 from bertforge.errors import BertforgeError
 from bertforge.generation.config import GenerationConfig
 from bertforge.generation.search import TokenSteps, beam_search, generate_ids

@@ -17,7 +17,7 @@ from bertforge.model.attention import (
 )
 from bertforge.model.cache import KVCache, Seq2SeqCache
 from bertforge.model.decoder import Decoder, DecoderLM
-from bertforge.model.seq2seq import Seq2SeqLM
+from bertforge.model.seq2seq.model import Seq2SeqLM
 from bertforge.model.encoder import (
     PRECISIONS,
     AddNorm,
@@ -41,9 +41,9 @@ from bertforge.model.xlnet import (
     target_mapping_of,
 )
 from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8, save_int8
-from bertforge.model.block_sparse import BigBirdSelfAttention
-from bertforge.model.long_attention import LongformerSelfAttention
-from bertforge.model.sparse import SparseLayout, global_mask_from_indices, task_global_mask
+from bertforge.model.sparse.bigbird import BigBirdSelfAttention
+from bertforge.model.sparse.longformer import LongformerSelfAttention
+from bertforge.model.sparse.layout import SparseLayout, global_mask_from_indices, task_global_mask
 
 __all__ = ["ATTN_IMPLEMENTATIONS", "INT8_WEIGHTS", "PRECISIONS", "QUANT_FIELD", "AddNorm", "Attention", "Decoder",
            "DecoderLM", "Embeddings", "Encoder", "EncoderOutput", "KVCache",

@@ -27,17 +27,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-from bertforge.checkpoint import load_pretrained, save_pretrained
+from bertforge.model.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
-from bertforge.config_schemas import SLIDING
+from bertforge.families.modernbert import SLIDING
 from bertforge.errors import BertforgeError
-from bertforge.files import read_json
+from bertforge.io.read import read_json
 from bertforge.model.attention import (FusedSelfAttention, MultiHeadAttention, SelfAttention, rotary_cos_sin,
                                        sliding_window_mask)
 from bertforge.model.dropout import Dropout
 from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8
-from bertforge.model.long_attention import sparse_self_attention
-from bertforge.model.sparse import prepare as prepare_sparse
+from bertforge.model.sparse.longformer import sparse_self_attention
+from bertforge.model.sparse.layout import prepare as prepare_sparse
 
 PRECISIONS = ("fp32", "bf16", "int8")
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertforge.checkpoint import load_pretrained, save_pretrained
+from bertforge.model.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.model.attention import ATTN_IMPLEMENTATIONS, attend

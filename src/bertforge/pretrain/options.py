@@ -9,7 +9,7 @@ from typing import Callable
 
 from torch import nn
 
-from bertforge.config import SIZES as SHAPES
+from bertforge.config.sizes import SIZES as SHAPES
 from bertforge.config import ModelConfig
 from bertforge.pretrain.recipes import Recipe, shape_name, size_of
 

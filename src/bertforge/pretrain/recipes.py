@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from bertforge.config import SIZES as SHAPES
-from bertforge.config import CAUSAL_ENCODERS, FAMILIES, ModelConfig, compose
-from bertforge.config_seq2seq import SEQ2SEQ_FAMILIES
+from bertforge.config.sizes import SIZES as SHAPES
+from bertforge.config import CAUSAL_ENCODERS, ModelConfig, compose
+from bertforge.families import FAMILIES
+from bertforge.families import SEQ2SEQ_FAMILIES
 from bertforge.errors import BertforgeError
 from bertforge.pretrain.objectives import LEFT_TO_RIGHT, OBJECTIVES, SENTENCE_OBJECTIVES
 from bertforge.pretrain.seq2seq import SEQ2SEQ_OBJECTIVES

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from bertforge.errors import BertforgeError
-from bertforge.files import read_json
+from bertforge.io.read import read_json
 from bertforge.tokenization import Tokenizer
 
 EMBED, SIMILARITY, TOKENIZE, CLASSIFY, FILL_MASK, RERANK = \
@@ -137,7 +137,7 @@ def normalize_rows(vectors: Sequence[np.ndarray], normalize: bool) -> np.ndarray
 # ---- masked LM -------------------------------------------------------------------------------------------------------
 def _add_fill_mask(served: ServedModel) -> None:
     from bertforge.analysis.fill_mask import fill_mask
-    from bertforge.heads import MaskedLM
+    from bertforge.model.heads import MaskedLM
 
     mlm = MaskedLM.from_pretrained(served.path)
 

@@ -31,9 +31,9 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write_text
-from bertforge.files import read_json
-from bertforge.rundir import claim_output_dir
+from bertforge.io.write import atomic_write_text
+from bertforge.io.read import read_json
+from bertforge.io.rundir import claim_output_dir
 from bertforge.tasks.batching import TRAIN_KEYS, make_collate, row_length, unpad  # noqa: F401 (re-exported)
 from bertforge.tasks.config import TASK_KINDS, TASKS, FinetuneConfig  # noqa: F401 (re-exported)
 from bertforge.tasks.folders import install_model, load_model_dir, remove_stale_temp_dirs, saved_task
@@ -315,7 +315,7 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
 # ---- evaluate a fine-tuned model ---------------------------------------------------------------------------------
 def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "dev") -> dict[str, float]:
     """Metrics of a fine-tuned directory on the task's `split` (dev, or test where a folder has one)."""
-    from bertforge.runtime import onnx_file
+    from bertforge.model.onnx import onnx_file
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
     from bertforge.training.accel import autocast, check_precision, compile_module

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, write_errors
-from bertforge.files import read_json
-from bertforge.runtime import model_folder
+from bertforge.io.write import atomic_write, write_errors
+from bertforge.io.read import read_json
+from bertforge.model.onnx import model_folder
 from bertforge.tasks.config import TASK_KINDS
 
 # the files of a saved model (save_task_model: weights, config, tokenizer) and the Trainer's best_metrics.json

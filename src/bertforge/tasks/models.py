@@ -29,14 +29,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.checkpoint import load_pretrained, read_state_dict, save_pretrained
-from bertforge.config import FAMILIES, ModelConfig
+from bertforge.model.checkpoint import load_pretrained, read_state_dict, save_pretrained
+from bertforge.families import FAMILIES
+from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.heads import mean_pool, task_loss
+from bertforge.model.heads import mean_pool, task_loss
 from bertforge.model import INT8_WEIGHTS, Encoder, for_inference, is_quantised, load_int8
 from bertforge.model.dropout import Dropout
-from bertforge.model.sparse import task_global_mask
-from bertforge.runtime import OnnxModel, model_folder, onnx_file
+from bertforge.model.sparse.layout import task_global_mask
+from bertforge.model.onnx import OnnxModel, model_folder, onnx_file
 
 KINDS = ("classify", "regress", "tag", "qa", "choice")
 HF_PREFIX = {name: family.hf_prefix for name, family in FAMILIES.items()}  # "Bert", "Roberta", ...

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bertforge.fileio import atomic_write_text, write_errors
+from bertforge.io.write import atomic_write_text, write_errors
 
 
 def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64, device: str = "auto",
@@ -20,7 +20,7 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
     autocast; torch.compile'd with `compile`)."""
     from bertforge.tasks.folders import load_model_dir, saved_task
     from bertforge.tasks.kinds import kind_from_saved
-    from bertforge.runtime import onnx_file
+    from bertforge.model.onnx import onnx_file
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
     from bertforge.training.accel import autocast, check_precision, compile_module

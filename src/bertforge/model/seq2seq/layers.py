@@ -10,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from bertforge.config_seq2seq import Seq2SeqConfig
+from bertforge.config.seq2seq import Seq2SeqConfig
 from bertforge.errors import BertforgeError
 from bertforge.model.attention import ATTN_IMPLEMENTATIONS, attend
 from bertforge.model.dropout import Dropout

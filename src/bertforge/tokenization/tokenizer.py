@@ -27,13 +27,13 @@ from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, Unigram, WordPiece
 
 from bertforge.errors import BertforgeError
-from bertforge.files import read_json
-from bertforge.fileio import atomic_write_text
-from bertforge.tokenizer_pipelines import (ENDOFTEXT, HF_TOKENIZER_CLASS, KINDS, N_SENTINELS, ROLES,  # noqa: F401
-                                          SPECIAL_TOKENS, _albert_pipeline, _bert_pipeline, _json_lowercases,
-                                          _MODEL_KIND, _roberta_pipeline, _sentinel_tokens, _set_post_processor,
-                                          _special_added_tokens, _t5_pipeline, _token_str, sentinel)
-from bertforge.tokenizer_train import canonical_unigram, checked_texts, train_wordpiece
+from bertforge.io.read import read_json
+from bertforge.io.write import atomic_write_text
+from bertforge.tokenization.pipelines import (ENDOFTEXT, HF_TOKENIZER_CLASS, KINDS, N_SENTINELS, ROLES, SPECIAL_TOKENS,
+                                              _albert_pipeline, _bert_pipeline, _json_lowercases, _MODEL_KIND,
+                                              _roberta_pipeline, _sentinel_tokens, _set_post_processor,
+                                              _special_added_tokens, _t5_pipeline, _token_str, sentinel)
+from bertforge.tokenization.train import canonical_unigram, checked_texts, train_wordpiece
 
 # ----------------------------------------------------------------------------------------------- Tokenizer
 

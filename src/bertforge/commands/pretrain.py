@@ -20,7 +20,7 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from bertforge.pretrain.objectives import OBJECTIVES
-    from bertforge.pretrain.recipes import INPUT_FORMATS, MASKINGS, RECIPES, SIZES
+    from bertforge.pretrain.recipes import INPUT_FORMATS, MASKINGS, RECIPES, SIZE_NAMES
     from bertforge.training.optim import SCHEDULES
 
     prep = subparsers.add_parser(
@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "the Python standard library's own documentation (docstrings + pydoc topics), a WordPiece "
                     "tokenizer of 8k is trained, and a small model trains for a few minutes.",
         epilog="recipes: " + RECIPE_HELP)
-    _add_model_args(pre, RECIPES, SIZES, OBJECTIVES, MASKINGS, INPUT_FORMATS, SCHEDULES)
+    _add_model_args(pre, RECIPES, SIZE_NAMES, OBJECTIVES, MASKINGS, INPUT_FORMATS, SCHEDULES)
     pre.add_argument("--corpus", nargs="+", metavar="PATH", help="text files, folders or globs (default: stdlib docs)")
     pre.add_argument("--data", metavar="DIR", help="shards from `bertforge prepare` (instead of --corpus)")
     pre.add_argument("--tokenizer", metavar="DIR", help="use this tokenizer instead of training one")
@@ -107,7 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     abl.add_argument("--arms", nargs="+", metavar="ARM",
                      help="subset of arms (default: all; see `bertforge ablate --list`)")
     abl.add_argument("--list", action="store_true", help="list the arms and exit")
-    abl.add_argument("--size", choices=SIZES, default="bert-mini", help="model size (default: bert-mini)")
+    abl.add_argument("--size", choices=SIZE_NAMES, default="bert-mini", help="model size (default: bert-mini)")
     abl.add_argument("--seq-len", type=int, default=128, metavar="N")
     abl.add_argument("--batch-size", type=int, default=32, metavar="N")
     abl.add_argument("--budget", default="2m", metavar="DUR", help="training wall clock per arm (default: 2m)")

@@ -6,7 +6,7 @@
     hard = the task loss on the gold labels (rows without labels, e.g. augmented ones, add no hard loss)
 
 Students: `layers:N` (the teacher's family and width, N layers taken evenly from the teacher, its embeddings,
-pooler and head copied: DistilBERT's initialisation for a task model), `bilstm` (bertforge.distill.bilstm), or a
+pooler and head copied: DistilBERT's initialisation for a task model), `bilstm` (bertforge.model.bilstm), or a
 directory holding a pretrained encoder (e.g. `bertforge distill general`'s output; its vocabulary must be the
 teacher's). The teacher runs once per unique input (`TeacherCache`), not once per epoch. The output folder is a
 normal fine-tuned model folder: `bertforge predict` / `evaluate` work on it.
@@ -26,7 +26,7 @@ from torch import nn
 
 from bertforge.model.checkpoint import load_pretrained
 from bertforge.distill.init import check_same_vocab
-from bertforge.distill.bilstm import BiLSTMStudent, augment, student_from_teacher_embeddings
+from bertforge.model.bilstm import BiLSTMStudent, augment, student_from_teacher_embeddings
 from bertforge.distill.losses import TeacherCache, soft_target_loss
 from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write_text
@@ -40,7 +40,7 @@ from bertforge.tasks.kinds import kind_for
 from bertforge.tasks.models import build_model, init_from_pretrained, load_task_model, save_task_model
 from bertforge.tokenization import Tokenizer
 
-KINDS = ("classify", "regress", "tag")
+DISTILLABLE_KINDS = ("classify", "regress", "tag")
 
 
 @dataclass
@@ -181,8 +181,8 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     if saved.get("kind") != kind_name or (saved.get("name") in TASK_KINDS and saved.get("name") != cfg.task):
         raise BertforgeError(f"--teacher {teacher_dir} was fine-tuned for {saved.get('name')} ({saved.get('kind')}), "
                              f"not for {cfg.task} ({kind_name}); give a teacher fine-tuned on this task")
-    if kind_name not in KINDS:
-        raise BertforgeError(f"--task {cfg.task}: task distillation supports {', '.join(KINDS)} tasks, not {kind_name}")
+    if kind_name not in DISTILLABLE_KINDS:
+        raise BertforgeError(f"--task {cfg.task}: task distillation supports {', '.join(DISTILLABLE_KINDS)} tasks, not {kind_name}")
     fcfg = FinetuneConfig(task=cfg.task, model=teacher_dir, out=cfg.out, data=cfg.data, max_seq_len=cfg.max_seq_len,
                           text_col=cfg.text_col, text_pair_col=cfg.text_pair_col, label_col=cfg.label_col,
                           train_limit=cfg.train_limit, eval_limit=cfg.eval_limit, progress=cfg.progress,

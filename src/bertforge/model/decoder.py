@@ -48,7 +48,7 @@ class CausalSelfAttention(MultiHeadAttention):
         return self.resid_dropout(self.c_proj(ctx)), probs
 
 
-class MLP(nn.Module):
+class DecoderFeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.c_fc = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
@@ -60,13 +60,13 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(self.act(self.c_fc(x))))
 
 
-class Block(nn.Module):
+class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.attn = CausalSelfAttention(cfg, attn_implementation)
         self.ln_2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = DecoderFeedForward(cfg)
 
     def forward(self, x, mask, kv_cache=None, eager=False):
         a, probs = self.attn(self.ln_1(x), mask, eager, kv_cache=kv_cache)
@@ -86,7 +86,7 @@ class Decoder(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.wpe = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
         self.drop = Dropout(cfg.hidden_dropout_prob)
-        self.h = nn.ModuleList([Block(cfg, attn_implementation) for _ in range(cfg.num_hidden_layers)])
+        self.h = nn.ModuleList([DecoderLayer(cfg, attn_implementation) for _ in range(cfg.num_hidden_layers)])
         self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.apply(lambda m: init_weights(m, cfg.initializer_range))
         # GPT-2's scaled initialisation: each block adds two residual branches, so their output projections start

@@ -39,7 +39,7 @@ from bertforge.model.dropout import Dropout
 from bertforge.model.sparse.layout import task_global_mask
 from bertforge.model.onnx import OnnxModel, model_folder, onnx_file
 
-KINDS = ("classify", "regress", "tag", "qa", "choice")
+HEAD_KINDS = ("classify", "regress", "tag", "qa", "choice")
 HF_PREFIX = {name: family.hf_prefix for name, family in FAMILIES.items()}  # "Bert", "Roberta", ...
 HF_SUFFIX = {"classify": "ForSequenceClassification", "regress": "ForSequenceClassification",
              "tag": "ForTokenClassification", "qa": "ForQuestionAnswering", "choice": "ForMultipleChoice"}
@@ -304,8 +304,8 @@ class FeatureModel(nn.Module):
 # ---- building, saving, loading -------------------------------------------------------------------------------------
 def build_model(cfg: ModelConfig, kind: str, num_labels: int = 2, freeze: dict[str, Any] | None = None) -> nn.Module:
     """A fresh task model of `kind` on an encoder of `cfg` (weights initialised; load a checkpoint next)."""
-    if kind not in KINDS:
-        raise BertforgeError(f"unknown task kind {kind!r} (choose from {', '.join(KINDS)})")
+    if kind not in HEAD_KINDS:
+        raise BertforgeError(f"unknown task kind {kind!r} (choose from {', '.join(HEAD_KINDS)})")
     if freeze:
         return FeatureModel(cfg, kind, num_labels, **freeze)
     cfg = encoder_config(cfg, kind)
@@ -374,7 +374,7 @@ def init_from_pretrained(path: str | Path, kind: str, num_labels: int = 2,
 
 def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[str] | None]:
     """Load a fine-tuned directory written by `save_task_model`: (model in eval mode, task info, label names)."""
-    from bertforge.distill.bilstm import is_bilstm_dir, load_bilstm
+    from bertforge.model.bilstm import is_bilstm_dir, load_bilstm
 
     onnx = onnx_file(path)
     path = model_folder(path)
@@ -382,7 +382,7 @@ def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[s
         return load_bilstm(path)
     cfg = ModelConfig.from_file(path)
     task = cfg.extra.get("bertforge_task")
-    if not isinstance(task, dict) or task.get("kind") not in KINDS:
+    if not isinstance(task, dict) or task.get("kind") not in HEAD_KINDS:
         raise BertforgeError(f"{Path(path) / 'config.json'}: not a bertforge fine-tuned model (no bertforge_task "
                              "field); fine-tune it first with `bertforge finetune`")
     labels = None

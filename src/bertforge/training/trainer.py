@@ -40,7 +40,7 @@ from bertforge.training.state import (
     restore_rng,
     set_seed,
 )
-from bertforge.training.window import LogWindow
+from bertforge.training.log_window import LogWindow
 
 log = logging.getLogger("bertforge.train")
 

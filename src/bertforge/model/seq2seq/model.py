@@ -33,7 +33,7 @@ from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write, atomic_write_text
 from bertforge.model.cache import KVCache, Seq2SeqCache
 from bertforge.model.dropout import Dropout
-from bertforge.model.seq2seq.layers import Layer, RelativePositionBias, init_bart, init_t5, make_norm
+from bertforge.model.seq2seq.layers import Seq2SeqLayer, RelativePositionBias, init_bart, init_t5, make_norm
 
 
 def _key_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -59,7 +59,7 @@ class Stack(nn.Module):
         else:
             self.embed_positions = nn.Embedding(cfg.max_position_embeddings + fam.position_offset, cfg.d_model)
             self.layernorm_embedding = make_norm(cfg)
-        self.layers = nn.ModuleList([Layer(cfg, n_heads, width, cross, attn_implementation)
+        self.layers = nn.ModuleList([Seq2SeqLayer(cfg, n_heads, width, cross, attn_implementation)
                                      for _ in range(getattr(cfg, f"{side}_layers"))])
         if fam.pre_norm:
             self.final_norm = make_norm(cfg)

@@ -2,7 +2,7 @@
 
 A `Recipe` fixes the objective, masking, input format, static vs dynamic masks, tokenizer kind and model family;
 model size, sequence length, batch size and duration are separate. `resolve(name, **overrides)` applies flags.
-Family settings (activation, dropout, positions, ...) come from `bertforge.config.FAMILIES`, shapes and default
+Family settings (activation, dropout, positions, ...) come from `bertforge.families.FAMILIES`, shapes and default
 learning rates from `bertforge.config.SIZES`; a recipe only names the knobs that are ablation arms.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Recipe:
     dynamic: bool              # re-mask every epoch (RoBERTa) vs masks fixed at preparation (BERT, dupe_factor)
     input_format: str          # segment-pair | sentence-pair | full-sentences | doc-sentences
     tokenizer_kind: str        # wordpiece | bpe | unigram
-    model_type: str            # the family: a key of bertforge.config.FAMILIES
+    model_type: str            # the family: a key of bertforge.families.FAMILIES
     dupe_factor: int = 1       # static masking: how many differently-masked copies of the data
     mask_prob: float = 0.15
     embedding_size: int | None = None  # factorised E (ALBERT, ELECTRA); None: the family's

@@ -11,8 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.families.big_bird import BLOCK as BIGBIRD_BLOCK
-from bertforge.families.big_bird import RANDOM_BLOCKS as BIGBIRD_RANDOM
 from bertforge.families.longformer import WINDOW as LONGFORMER_WINDOW
 
 ATTENTION_TYPES = ("block_sparse", "original_full")  # BigBird's, as transformers names them

@@ -37,6 +37,8 @@ from bertforge.config import long as config_long
 from bertforge.config.sizes import SIZES
 from bertforge.errors import BertforgeError
 from bertforge.families import ACTIVATIONS, FAMILIES, MODEL_TYPES, Family
+from bertforge.families.big_bird import BLOCK as BIGBIRD_BLOCK
+from bertforge.families.big_bird import RANDOM_BLOCKS as BIGBIRD_RANDOM
 from bertforge.families.family import TOKEN_IDS
 from bertforge.families.modernbert import layer_types
 
@@ -96,8 +98,8 @@ class ModelConfig:
     # "block_sparse" | "original_full", block size and random blocks per query block. None: the family's default.
     attention_window: list[int] | int | None = None
     attention_type: str | None = None
-    block_size: int = config_long.BIGBIRD_BLOCK
-    num_random_blocks: int = config_long.BIGBIRD_RANDOM
+    block_size: int = BIGBIRD_BLOCK
+    num_random_blocks: int = BIGBIRD_RANDOM
     # Task metadata carried through config.json (id2label etc.); not used by the encoder itself.
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -29,25 +29,13 @@ from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write, atomic_write_text
 from bertforge.io.read import read_json
 from bertforge.model import INT8_WEIGHTS, QUANT_FIELD, for_inference, save_int8
+from bertforge.model.folder import inspect_folder
 from bertforge.model.onnx import onnx_file
 
 EXPORTABLE = ("encoder", "sentence-encoder", "classify", "regress", "tag", "qa")
 PARITY_TOL = 1e-4
 SAMPLE = ["A quick test sentence.", "Distillation keeps most of the accuracy at a fraction of the cost, they say.",
           "Short."]
-
-
-def model_kind(path: Path) -> str:
-    """encoder | sentence-encoder | a task kind (classify, regress, tag, qa, choice) | bilstm | feature."""
-    if not (path / "config.json").is_file():
-        raise BertforgeError(f"--model {path}: not a model directory (no config.json)")
-    config = read_json(path / "config.json")
-    if config.get("model_type") == "bertforge-bilstm":
-        return "bilstm"
-    task = config.get("bertforge_task")
-    if isinstance(task, dict):
-        return "feature" if task.get("features") else str(task.get("kind"))
-    return "sentence-encoder" if (path / "modules.json").is_file() else "encoder"
 
 
 def _copy_tree(src: Path, dst: Path, skip: set[str] = frozenset()) -> None:
@@ -91,7 +79,7 @@ def quantize(model_dir: str | Path, out: str | Path, overwrite: bool = False) ->
     from bertforge.io.rundir import claim_output_dir
 
     src, out = Path(model_dir), Path(out)
-    kind = model_kind(src)
+    kind = inspect_folder(src).kind
     if kind in ("bilstm", "feature", "choice"):
         raise BertforgeError(f"--model {src}: a {kind} model cannot be quantised (quantize supports encoders, "
                              "sentence encoders and classify / regress / tag / qa task models)")
@@ -185,7 +173,7 @@ def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opse
     from bertforge.io.rundir import claim_output_dir
 
     src, out = Path(model_dir), Path(out)
-    kind = model_kind(src)
+    kind = inspect_folder(src).kind
     if kind not in EXPORTABLE:
         raise BertforgeError(f"--model {src}: a {kind} model cannot be exported to ONNX (export supports "
                              f"{', '.join(EXPORTABLE)} models)")

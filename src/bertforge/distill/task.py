@@ -35,7 +35,8 @@ from bertforge.io.rundir import claim_output_dir
 from bertforge.tasks.batching import TRAIN_KEYS, forward_rows, make_collate, row_length
 from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
 from bertforge.tasks.finetune import encode_data, read_examples, resolve_files
-from bertforge.tasks.folders import install_model, load_model_dir, saved_task
+from bertforge.model.folder import inspect_folder
+from bertforge.tasks.folders import install_model, saved_task
 from bertforge.tasks.kinds import kind_for
 from bertforge.tasks.models import build_model, init_from_pretrained, load_task_model, save_task_model
 from bertforge.tokenization import Tokenizer
@@ -175,7 +176,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     if cfg.resume and (out / "results.json").is_file():  # before any long work
         raise BertforgeError(f"--out {out}: this run has finished (results.json); there is nothing to resume")
-    teacher_dir = load_model_dir(cfg.teacher)
+    teacher_dir = inspect_folder(cfg.teacher, "--teacher").path
     saved, labels = saved_task(teacher_dir)
     kind_name = TASK_KINDS[cfg.task]
     if saved.get("kind") != kind_name or (saved.get("name") in TASK_KINDS and saved.get("name") != cfg.task):

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from bertforge.config import ModelConfig
-from bertforge.config.seq2seq import is_seq2seq_dir
+from bertforge.model.folder import inspect_folder
 from bertforge.errors import BertforgeError
 from bertforge.generation.config import GenerationConfig
 from bertforge.generation.search import TokenSteps, beam_search, generate_ids
@@ -26,12 +26,13 @@ from bertforge.tokenization import Tokenizer
 def load(path: str | Path) -> tuple[DecoderLM | Seq2SeqLM, Tokenizer]:
     """The model and tokenizer of a checkpoint directory: a decoder (GPT-2 layout) or an encoder-decoder (T5,
     BART), bertforge's or transformers'."""
-    path = Path(path)
-    if is_seq2seq_dir(path):
+    folder = inspect_folder(path)
+    path = folder.path
+    if folder.holds == "encoder-decoder":
         model = Seq2SeqLM.from_pretrained(path)
         return model, Tokenizer.from_pretrained(path)
-    cfg = ModelConfig.from_file(path)
-    if not cfg.is_decoder:
+    if folder.holds != "decoder":
+        cfg = ModelConfig.from_file(path)
         arch = ", ".join(cfg.extra.get("architectures", [])) or cfg.family.base_architecture
         raise BertforgeError(f"{path}: a {cfg.model_type} encoder checkpoint ({arch}) cannot generate text; "
                              "give a decoder (GPT-2 layout, model_type gpt2, e.g. from `bertforge pretrain "

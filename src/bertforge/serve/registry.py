@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from bertforge.errors import BertforgeError
-from bertforge.io.read import read_json
+from bertforge.model.folder import inspect_folder
 from bertforge.tokenization import Tokenizer
 
 EMBED, SIMILARITY, TOKENIZE, CLASSIFY, FILL_MASK, RERANK = \
@@ -86,8 +86,9 @@ def load_model(name: str, path: Path, precision: str = "fp32") -> ServedModel:
     """Load the folder at `path` and work out what it serves."""
     if not path.is_dir():
         raise BertforgeError(f"--model {name}={path}: model directory not found")
-    config = read_json(path / "config.json") if (path / "config.json").is_file() else {}
-    if "bertforge_task" in config:
+    folder = inspect_folder(path, f"--model {name}=")
+    config = folder.config
+    if folder.task is not None:
         return _task_model(name, path, config)
     model = _encoder_model(name, path, precision)
     if any(a.endswith(_MLM_ARCHITECTURES) for a in config.get("architectures") or ()):

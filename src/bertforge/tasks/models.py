@@ -37,7 +37,9 @@ from bertforge.model.heads import mean_pool, task_loss
 from bertforge.model import INT8_WEIGHTS, Encoder, for_inference, is_quantised, load_int8
 from bertforge.model.dropout import Dropout
 from bertforge.model.sparse.layout import task_global_mask
-from bertforge.model.onnx import OnnxModel, model_folder, onnx_file
+from bertforge.model.bilstm import load_bilstm
+from bertforge.model.folder import inspect_folder
+from bertforge.model.onnx import OnnxModel
 
 HEAD_KINDS = ("classify", "regress", "tag", "qa", "choice")
 HF_PREFIX = {name: family.hf_prefix for name, family in FAMILIES.items()}  # "Bert", "Roberta", ...
@@ -374,15 +376,13 @@ def init_from_pretrained(path: str | Path, kind: str, num_labels: int = 2,
 
 def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[str] | None]:
     """Load a fine-tuned directory written by `save_task_model`: (model in eval mode, task info, label names)."""
-    from bertforge.model.bilstm import is_bilstm_dir, load_bilstm
-
-    onnx = onnx_file(path)
-    path = model_folder(path)
-    if is_bilstm_dir(path):  # a distilled BiLSTM student (bertforge distill task --student bilstm)
+    folder = inspect_folder(path)
+    onnx, path = folder.graph, folder.path
+    if folder.holds == "bilstm":  # a distilled BiLSTM student (bertforge distill task --student bilstm)
         return load_bilstm(path)
     cfg = ModelConfig.from_file(path)
-    task = cfg.extra.get("bertforge_task")
-    if not isinstance(task, dict) or task.get("kind") not in HEAD_KINDS:
+    task = folder.task
+    if task is None or task.get("kind") not in HEAD_KINDS:
         raise BertforgeError(f"{Path(path) / 'config.json'}: not a bertforge fine-tuned model (no bertforge_task "
                              "field); fine-tune it first with `bertforge finetune`")
     labels = None

@@ -14,7 +14,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Serve one or more models over HTTP. Concurrent requests are batched by a "
                                    "token budget and a short wait, then run through the offline API.")
     p.add_argument("--model", action="append", required=True, metavar="[NAME=]DIR",
-                   help="a model folder, optionally named (repeat for several; the first is the default)")
+                   help="a model folder, optionally named (repeat for several; the first is the default). "
+                        "Unnamed, it serves under its folder's name, or for a folder called model, best, ...: its "
+                        "model card's title or its parent folder's name")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--max-batch-tokens", type=int, default=16384, metavar="N",
@@ -27,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="requests that may wait; one more is refused with 429 (default 256)")
     p.add_argument("--max-inputs", type=int, default=128, metavar="N", help="inputs per request (default 128)")
-    p.add_argument("--max-body-bytes", type=int, default=8 << 20, metavar="N", help="request body size limit")
+    p.add_argument("--max-body-bytes", type=int, default=8 << 20, metavar="N",
+                   help="request body size limit, with or without Content-Length (default 8 MiB; more: 413)")
     p.add_argument("--api-key", metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on every route but /health (default: "
                         "$BERTFORGE_API_KEY; neither given, or that variable empty: no authentication)")

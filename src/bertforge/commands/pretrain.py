@@ -79,8 +79,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.set_defaults(func=run_pretrain)
 
     abl = subparsers.add_parser(
-        "ablate", help="the seeds' ablation tables (--table), or arms compared by held-out MLM (--arms)",
-        description="--table bert|roberta|albert|electra|spanbert|all: pretrain every arm of the paper's table for "
+        "ablate", help="re-run the BERT, RoBERTa, ALBERT, ELECTRA and SpanBERT papers' ablation tables at equal "
+                       "compute (--table), or compare pretraining arms by held-out MLM (--arms)",
+        description="--table bert|roberta|albert|electra|spanbert|all: re-run an ablation table of the BERT, "
+                    "RoBERTa, ALBERT, ELECTRA or SpanBERT paper: pretrain every arm of the paper's table for "
                     "the same --budget (or the same FLOPs where the paper compared so), fine-tune each on a fixed "
                     "downstream suite (SST-2, MRPC, RTE, STS-B, CoNLL; SQuAD for spanbert) from --downstream, "
                     "repeat over --seeds, and write TABLE.md / .json / .png with the seed spread and a verdict per "

@@ -173,11 +173,13 @@ class DecoderLM(nn.Module):
         """How long a prompt may be: the prompt and every new token share the context (n_positions)."""
         return self.config.max_position_embeddings - max_new_tokens
 
-    def prompt_ids(self, tokenizer, text: str) -> list[int]:
-        """A text as this model continues it: <bos> (the document start it was trained after) and the text's
-        tokens, nothing after them."""
+    def prompt_ids(self, tokenizer, text: str, prepend_bos: bool = False) -> list[int]:
+        """A text as this model continues it: the text's tokens, nothing around them, as transformers' `generate`
+        and GPT-2's own conditional sampling feed them. An empty text is <bos> alone (a new document: the start
+        the model was trained after); `prepend_bos` puts <bos> before a non-empty text too."""
         ids = tokenizer.encode_ids([text])[0]
-        return ids if self.config.bos_token_id is None else [self.config.bos_token_id, *ids]
+        bos = self.config.bos_token_id
+        return ids if bos is None or (ids and not prepend_bos) else [bos, *ids]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -239,6 +239,9 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
+fsync_dir = _fsync_dir  # public: multi-file commits (embed.index) make their own renames durable
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write `text` (UTF-8) to `path` with atomic_write."""
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))

@@ -131,10 +131,13 @@ def _argv(verb: str, parser: argparse.ArgumentParser, tested: argparse.Action, v
 
 
 def _cases(tmp: Path) -> list[tuple[str, list[str], Path, str]]:
+    """(verb, argv, the input folder to compare afterwards, what the refusal must say) for every verb with --out
+    and every input option it has: --out = the input; for a verb's first input also --out inside it / holding it."""
     cases = []
     for verb, parser in _leaf_parsers(build_parser()):
         if not any(a.dest in OUTPUT_DESTS for a in parser._actions):
             continue
+        overwrite = ["--overwrite"] if any(a.dest == "overwrite" for a in parser._actions) else []
         for i, action in enumerate(input_actions(parser)):
             flag = action.option_strings[-1]
             x = tmp / f"{verb.replace(' ', '-')}{flag}"
@@ -142,15 +145,12 @@ def _cases(tmp: Path) -> list[tuple[str, list[str], Path, str]]:
             (x / "config.json").write_text('{"model_type": "bert"}\n')
             (x / "thesis.txt").write_text("years of work\n")
             (x / "src" / "a.py").write_text("print('mine')\n")
-            # --out = the input; for the first input flag of a verb also --out inside it and --out holding it
-            outs = [(x, "is the"), (x / "run", "is inside the"), (tmp / "holds" / x.name, "holds the")][:3 if i == 0
-                                                                                                        else 1]
-            for out, how in outs:
-                value = x if how != "holds the" else out / "in"
-                if how == "holds the":
-                    shutil.copytree(x, value)
-                cases.append((verb, _argv(verb, parser, action, value, out, tmp / "other") + ["--overwrite"]
-                              * any(a.dest == "overwrite" for a in parser._actions), value, f"{how} {flag}"))
+            holder = tmp / "holds" / x.name
+            shutil.copytree(x, holder / "in")
+            outs = [(x, x, "is the"), (x, x / "run", "is inside the"), (holder / "in", holder, "holds the")]
+            for value, out, how in outs[:3 if i == 0 else 1]:
+                cases.append((verb, _argv(verb, parser, action, value, out, tmp / "other") + overwrite, value,
+                              f"{how} {flag}"))
     return cases
 
 

@@ -103,7 +103,8 @@ def test_bad_inputs_are_one_line(tiny, tmp_path):  # noqa: F811
         proc = run(verb, "--model", bilstm, "--out", tmp_path / "o", *extra)
         one_line_error(proc, "bilstm", "cannot be")
         assert not (tmp_path / "o").exists()
-    proc = run("export", "--model", tmp_path, "--out", tmp_path / "o")
+    (tmp_path / "not-a-model").mkdir()  # (an --out inside the --model folder is refused first: issue 33)
+    proc = run("export", "--model", tmp_path / "not-a-model", "--out", tmp_path / "o")
     one_line_error(proc, "no config.json")
 
 

@@ -239,7 +239,7 @@ def test_index_writers_exclude_each_other(tiny_dirs, tmp_path, capsys):
     out = tmp_path / "idx"
     assert main(["index", "build", "--model", str(tiny_dirs[0]), "--corpus", str(corpus), "--out", str(out),
                  "--no-progress"]) == 0
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from bertforge.rundir import lock_dir; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from bertforge.io.rundir import lock_dir; "
                                "lock_dir(sys.argv[1]); print('ready', flush=True); sys.stdin.read()", str(out)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

@@ -116,7 +116,7 @@ def test_torch_writer_failure_becomes_one_line_and_leaves_no_temp(tmp_path):
     script = textwrap.dedent("""
         import resource, signal, sys, torch
         from bertforge.errors import BertforgeError
-        from bertforge.fileio import atomic_write
+        from bertforge.io.write import atomic_write
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
         try:
@@ -165,7 +165,7 @@ def test_remove_stale_temps_only_touches_dead_writers(tmp_path):
 # ---- run directories ---------------------------------------------------------------------------------------------
 HOLDER = textwrap.dedent("""
     import sys
-    from bertforge.rundir import claim_output_dir
+    from bertforge.io.rundir import claim_output_dir
     run = claim_output_dir(sys.argv[1], resume=False, overwrite=False, options={"seq_len": 128}, what="--out")
     open(sys.argv[1] + "/model.safetensors", "wb").write(b"partial")
     print("ready", flush=True)
@@ -276,7 +276,7 @@ def test_a_failed_run_leaves_no_empty_folder(tmp_path):
 def test_lock_dir_excludes_a_second_writer_in_another_process(tmp_path):
     lock = lock_dir(tmp_path)
     try:
-        script = ("import sys; from bertforge.rundir import lock_dir; from bertforge.errors import BertforgeError\n"
+        script = ("import sys; from bertforge.io.rundir import lock_dir; from bertforge.errors import BertforgeError\n"
                   "try: lock_dir(sys.argv[1], what='--index')\nexcept BertforgeError as e: print(e)")
         out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60)
         assert out.stdout.strip().startswith(f"{tmp_path} is in use by another bertforge run (pid {os.getpid()})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import importlib
 import io
 import logging
@@ -19,6 +20,7 @@ from tqdm import tqdm
 
 from bertforge.errors import BertforgeError
 from bertforge.io.write import is_write_failure, write_failure_reason
+from bertforge.io.rundir import check_not_an_input, protect_inputs
 
 COMMAND_MODULES = [
     "bertforge.commands.tokenizer",  # tokenizer train
@@ -42,6 +44,53 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
+
+
+# Options that name what a verb writes, and how an option that names something it reads is recognised: a path
+# metavar, or one of the usual input names (for options declared without a metavar, e.g. distill's --student).
+OUTPUT_DESTS = ("out",)
+PATH_METAVARS = ("DIR", "FILE", "PATH", "D", "IDX")
+INPUT_DESTS = ("model", "teacher", "student", "student_init", "init_from", "tokenizer", "corpus", "data", "train",
+               "eval", "input", "index", "heldout_corpus", "downstream", "rerank")
+
+
+def verb_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub-)parser that parsed `args`: followed down through the chosen sub-commands."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or getattr(args, subs[0].dest, None) not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[getattr(args, subs[0].dest)]
+
+
+def input_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The options of a verb that name files or folders it reads (every one but the output)."""
+    found = []
+    for a in parser._actions:
+        if a.dest in OUTPUT_DESTS or a.choices is not None or a.type not in (None, str) or a.nargs == 0:
+            continue
+        metavar = a.metavar if isinstance(a.metavar, str) else ""
+        if metavar.split("=")[-1].strip("[]") in PATH_METAVARS or a.dest in INPUT_DESTS:
+            found.append(a)
+    return found
+
+
+def verb_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(flag, path) for every existing input path given to the verb (defaults included; a glob as its matches;
+    `NAME=DIR` as DIR). A value naming nothing on disk cannot be damaged (and may be a name: --student layers:3)."""
+    inputs = []
+    for a in input_actions(verb_parser(parser, args)):
+        value = getattr(args, a.dest, None)
+        flag = a.option_strings[-1] if a.option_strings else a.dest
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if not isinstance(v, (str, os.PathLike)) or not str(v):
+                continue
+            v = str(v)
+            if not os.path.lexists(v) and "=" in v and os.path.lexists(v.split("=", 1)[1]):
+                v = v.split("=", 1)[1]  # serve --model NAME=DIR
+            paths = [v] if os.path.lexists(v) else sorted(glob.glob(v, recursive=True))
+            inputs += [(flag, p) for p in paths]
+    return inputs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +123,11 @@ def _run(argv: list[str] | None) -> int:
         return 2
     verb = args.command
     try:
-        with one_line_warnings(verb):
+        inputs = verb_inputs(parser, args)
+        with one_line_warnings(verb), protect_inputs(inputs):
+            for dest in OUTPUT_DESTS:  # before any work: no verb clears or writes what it reads
+                if getattr(args, dest, None):
+                    check_not_an_input(getattr(args, dest), inputs, "--" + dest.replace("_", "-"))
             return int(args.func(args) or 0)
     except BrokenPipeError:
         raise  # not an error of the verb: the reader of stdout went away (see main)

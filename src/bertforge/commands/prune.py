@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=2e-5, help="re-fine-tune learning rate (default 2e-5)")
     p.add_argument("--eval", metavar="PATH", help="labelled data to evaluate before and after (default --data)")
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (refused otherwise)")
     p.set_defaults(func=prune_command)
 
 
@@ -39,16 +40,30 @@ def _forward_seconds(model, enc, batch_size: int) -> float:
 
 
 def prune_command(args: argparse.Namespace) -> int:
+    if not 0.0 < args.fraction < 1.0:  # before anything is loaded
+        raise BertforgeError(f"--fraction must be between 0 and 1 (exclusive), got {args.fraction}")
+    if not 0.0 < args.step <= 1.0:
+        raise BertforgeError(f"--step must be in (0, 1], got {args.step}")
+    from bertforge.io.write import atomic_write_text
+    from bertforge.io.rundir import claim_output_dir
+
+    # claimed before the model is loaded: an earlier run (or a fine-tuned model) in --out is refused, not replaced
+    with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, resume_flag=None):
+        report = _prune(args)
+        atomic_write_text(Path(args.out) / "pruning.json", json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    print(f"saved to {args.out} in bertforge's layout (per-layer head counts in config.json); "
+          "transformers v5 cannot load pruned heads, load it with bertforge")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> dict:
     import torch
 
     from bertforge.analysis.importance import (iterative_mask, load_task_data, prune_masked, short_finetune)
     from bertforge.tasks.models import save_task_model
     from bertforge.tokenization import Tokenizer
 
-    if not 0.0 < args.fraction < 1.0:  # before anything is loaded
-        raise BertforgeError(f"--fraction must be between 0 and 1 (exclusive), got {args.fraction}")
-    if not 0.0 < args.step <= 1.0:
-        raise BertforgeError(f"--step must be in (0, 1], got {args.step}")
     torch.manual_seed(0)
     model, kind, enc, labels, saved = load_task_data(args.model, args.task, args.data)
     eval_enc = enc
@@ -74,8 +89,4 @@ def prune_command(args: argparse.Namespace) -> int:
               "metrics_before": before, "metrics_after": after, "eval_seconds_before": round(secs_before, 3),
               "eval_seconds_after": round(secs_after, 3), "speedup": round(secs_before / max(secs_after, 1e-9), 3),
               "finetune_steps": args.finetune_steps}
-    (Path(args.out) / "pruning.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(report, indent=2))
-    print(f"saved to {args.out} in bertforge's layout (per-layer head counts in config.json); "
-          "transformers v5 cannot load pruned heads, load it with bertforge")
-    return 0
+    return report

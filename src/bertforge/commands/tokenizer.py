@@ -40,6 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="model_max_length written to tokenizer_config.json (default: 512)")
     train.add_argument("--workers", type=int, default=1, metavar="N",
                        help="processes counting words of a large wordpiece corpus (default: 1)")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace an earlier tokenizer in --out (refused otherwise)")
     train.set_defaults(func=run_train)
 
 
@@ -59,11 +61,14 @@ def run_train(args: argparse.Namespace) -> int:
     """Train, save and print a one-line summary."""
     start = time.perf_counter()
     files = find_files(args.corpus)  # a missing file or a pattern matching nothing is named here
+    from bertforge.io.rundir import claim_output_dir
     out = _output_dir(args.out)
-    tok = Tokenizer.train(iter_texts(files), kind=args.kind, vocab_size=args.vocab_size, lowercase=args.lowercase,
-                          min_frequency=args.min_frequency, show_progress=True,
-                          model_max_length=args.model_max_length, workers=args.workers)
-    tok.save_pretrained(out)
+    # an existing tokenizer (or anything else) in --out is refused like every verb's earlier output
+    with claim_output_dir(out, resume=False, overwrite=args.overwrite, resume_flag=None):
+        tok = Tokenizer.train(iter_texts(files), kind=args.kind, vocab_size=args.vocab_size,
+                              lowercase=args.lowercase, min_frequency=args.min_frequency, show_progress=True,
+                              model_max_length=args.model_max_length, workers=args.workers)
+        tok.save_pretrained(out)
     seconds = time.perf_counter() - start
     print(f"trained {args.kind} tokenizer: vocab {tok.vocab_size}, {len(files)} file(s), {seconds:.1f} s -> {args.out}")
     return 0

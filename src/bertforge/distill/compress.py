@@ -17,6 +17,7 @@ int8 quantisation of the same graph (model.int8.onnx). `embed`, `predict` and `e
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write, atomic_write_text
+from bertforge.io.write import atomic_write, atomic_write_text, write_errors
 from bertforge.io.read import read_json
 from bertforge.model import INT8_WEIGHTS, QUANT_FIELD, for_inference, save_int8
 from bertforge.model.folder import inspect_folder
@@ -168,7 +169,7 @@ def _first_output(model: nn.Module, kind: str, tok) -> torch.Tensor:
 def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opset: int = 17,
                 overwrite: bool = False) -> dict[str, Any]:
     """Export to `out`/model.onnx (+ model.int8.onnx), checked in onnxruntime; returns the parity record."""
-    import onnxruntime as ort
+    import onnxruntime  # noqa: F401 -- missing onnxruntime fails here, before the model is loaded
 
     from bertforge.io.rundir import claim_output_dir
 
@@ -191,32 +192,46 @@ def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opse
         axes[name] = {0: "batch"} if name in ("sentence_embedding", "pooler_output") or kind in ("classify", "regress") \
             else {0: "batch", 1: "sequence"}
     with claim_output_dir(out, resume=False, overwrite=overwrite, resume_flag=None, what="--out"):
-        tmp = out / ".model.onnx.partial"
-        with torch.no_grad():
-            torch.onnx.export(wrapper, args, str(tmp), input_names=list(axes)[:3], output_names=names,
-                              dynamic_axes=axes, opset_version=opset, dynamo=False, do_constant_folding=True)
-        feeds = {k: v.numpy() for k, v in zip(("input_ids", "attention_mask", "token_type_ids"), args)}
-        got = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"]).run(names, feeds)
-        diff = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
-        if diff > PARITY_TOL:
+        # partial files carry the pid (fileio's temporary pattern): a killed export's are swept by the next claim
+        tmp = out / f".model.onnx.{os.getpid()}.partial.tmp"
+        qtmp = out / f".model.int8.onnx.{os.getpid()}.partial.tmp"
+        try:
+            record = _write_onnx(src, out, wrapper, args, names, axes, expected, kind, opset, int8, tmp, qtmp)
+        finally:  # a write error, a parity failure or an interrupt leaves no partial file behind
             tmp.unlink(missing_ok=True)
-            raise BertforgeError(f"--model {src}: the ONNX graph differs from PyTorch by {diff:.2e} "
-                                 f"(> {PARITY_TOL}); not written")
-        tmp.rename(out / "model.onnx")
-        record: dict[str, Any] = {"kind": kind, "format": "onnx", "opset": opset, "inputs": list(feeds),
-                                  "outputs": names, "fp32_max_abs_diff": diff}
-        if int8:
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
-            qtmp = out / ".model.int8.onnx.partial"
-            quantize_dynamic(str(out / "model.onnx"), str(qtmp), weight_type=QuantType.QInt8, per_channel=True)
-            qgot = ort.InferenceSession(str(qtmp), providers=["CPUExecutionProvider"]).run(names, feeds)
-            record["int8_max_abs_diff"] = max(float(np.abs(g - e).max()) for g, e in zip(qgot, expected))
-            e0, q0 = expected[0].reshape(len(SAMPLE), -1), qgot[0].reshape(len(SAMPLE), -1)
-            record["int8_mean_cosine"] = float(np.mean(np.sum(e0 * q0, 1) / (np.linalg.norm(e0, axis=1)
-                                                                            * np.linalg.norm(q0, axis=1))))
-            qtmp.rename(out / "model.int8.onnx")
+            qtmp.unlink(missing_ok=True)
         _copy_tree(src, out, skip={"model.safetensors", "pytorch_model.bin", "run_options.json", "results.json",
                                    "metrics.jsonl", "speed.jsonl", "best_metrics.json"})
         atomic_write_text(out / "export.json", json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def _write_onnx(src: Path, out: Path, wrapper, args, names, axes, expected, kind: str, opset: int, int8: bool,
+                tmp: Path, qtmp: Path) -> dict[str, Any]:
+    """model.onnx (+ model.int8.onnx) in `out` through the partial files `tmp` / `qtmp`, parity-checked."""
+    import onnxruntime as ort
+
+    with torch.no_grad(), write_errors(out / "model.onnx"):
+        torch.onnx.export(wrapper, args, str(tmp), input_names=list(axes)[:3], output_names=names,
+                          dynamic_axes=axes, opset_version=opset, dynamo=False, do_constant_folding=True)
+    feeds = {k: v.numpy() for k, v in zip(("input_ids", "attention_mask", "token_type_ids"), args)}
+    got = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"]).run(names, feeds)
+    diff = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
+    if diff > PARITY_TOL:
+        raise BertforgeError(f"--model {src}: the ONNX graph differs from PyTorch by {diff:.2e} "
+                             f"(> {PARITY_TOL}); not written")
+    os.replace(tmp, out / "model.onnx")
+    record: dict[str, Any] = {"kind": kind, "format": "onnx", "opset": opset, "inputs": list(feeds),
+                              "outputs": names, "fp32_max_abs_diff": diff}
+    if int8:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        with write_errors(out / "model.int8.onnx"):
+            quantize_dynamic(str(out / "model.onnx"), str(qtmp), weight_type=QuantType.QInt8, per_channel=True)
+        qgot = ort.InferenceSession(str(qtmp), providers=["CPUExecutionProvider"]).run(names, feeds)
+        record["int8_max_abs_diff"] = max(float(np.abs(g - e).max()) for g, e in zip(qgot, expected))
+        e0, q0 = expected[0].reshape(len(SAMPLE), -1), qgot[0].reshape(len(SAMPLE), -1)
+        record["int8_mean_cosine"] = float(np.mean(np.sum(e0 * q0, 1) / (np.linalg.norm(e0, axis=1)
+                                                                        * np.linalg.norm(q0, axis=1))))
+        os.replace(qtmp, out / "model.int8.onnx")
     return record

@@ -5,8 +5,12 @@ Layout of an index directory:
   docs.jsonl    {"id", "text"} per row, in row order
   meta.json     kind, dim, count, model path, pooling, the model fingerprint, and the sha256 of the two files above
 
-meta.json is written last, so it only ever describes complete files; load() verifies the checksums (a bit flip in
-index.faiss is an error, not wrong answers). Indexes written before checksums were recorded still load.
+A save is one commit: the new index and documents are written beside the old ones (index.faiss.next,
+docs.jsonl.next), then meta.json, holding their checksums, is renamed into place (the commit: one pointer), then
+the new files are renamed over the old. load() takes, for each file, the one whose checksum meta.json records, so a
+process killed at any moment leaves the old index (meta.json not yet switched) or the new one (switched; the
+.next files stand in until renamed). A bit flip is an error, not wrong answers. Indexes written before checksums
+were recorded still load.
 The fingerprint (sha256 of the encoder weights + pooling/head config, see `SentenceEncoder.fingerprint`) is checked
 on every add and query, so an index never mixes vectors of two models.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +28,12 @@ import numpy as np
 
 from bertforge.embed.modules import SentenceEncoder
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write, atomic_write_text
+from bertforge.io.write import atomic_write, atomic_write_text, fsync_dir, write_errors
 from bertforge.io.rundir import is_locked
 
 INDEX_TYPES = ("flat", "hnsw", "ivf")
 CHECKED_FILES = ("index.faiss", "docs.jsonl")
+NEXT = ".next"  # suffix of a saved file that is committed (meta.json names its checksum) but not yet renamed
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 200, 128
 
 
@@ -146,19 +152,15 @@ class VectorIndex:
         missing = [k for k in ("kind", "count", "fingerprint") if k not in meta]
         if missing:
             raise BertforgeError(f"{meta_path}: missing field {missing[0]!r}")
-        for name, want in (meta.get("checksums") or {}).items():  # before faiss parses a damaged file
-            if name in CHECKED_FILES and (path / name).is_file() and sha256_file(path / name) != want:
-                if is_locked(path):  # files are replaced one by one; meta.json comes last
-                    raise BertforgeError(f"{path}: another bertforge run is writing this index (index add); "
-                                         "try again when it has finished")
-                raise BertforgeError(f"{path / name}: checksum mismatch, the file is damaged; rebuild with "
-                                     "bertforge index build")
+        sums = meta.get("checksums") or {}
+        # before faiss parses a damaged file; the committed file may still carry its .next name
+        files = {name: _committed(path, name, sums.get(name)) for name in CHECKED_FILES}
         try:
-            index = faiss.read_index(str(path / "index.faiss"))
+            index = faiss.read_index(str(files["index.faiss"]))
         except RuntimeError as err:
             raise BertforgeError(f"{path / 'index.faiss'}: cannot be read ({str(err).splitlines()[0]})") from None
         ids, texts = [], []
-        docs = path / "docs.jsonl"
+        docs = files["docs.jsonl"]
         if not docs.is_file():
             raise BertforgeError(f"{docs}: missing (an index keeps its texts beside the vectors)")
         with open(docs, encoding="utf-8") as fh:
@@ -179,8 +181,8 @@ class VectorIndex:
         return cls(path, index, ids, texts, meta)
 
     def save(self) -> None:
-        """Write index, documents, then metadata (each atomically; meta.json last, so it only ever describes
-        complete files)."""
+        """Write index and documents as .next files, commit by replacing meta.json, then rename them into place
+        (see the module docstring: a kill at any point leaves the old index or the new one)."""
         faiss = _faiss()
         checksums = {}
 
@@ -188,13 +190,14 @@ class VectorIndex:
             faiss.write_index(self.index, tmp)
             checksums["index.faiss"] = sha256_file(tmp)  # of the bytes that are renamed into place
 
-        atomic_write(self.path / "index.faiss", write_index)
+        atomic_write(self.path / ("index.faiss" + NEXT), write_index)
         docs = "".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in zip(self.ids, self.texts))
-        atomic_write_text(self.path / "docs.jsonl", docs)
+        atomic_write_text(self.path / ("docs.jsonl" + NEXT), docs)
         checksums["docs.jsonl"] = hashlib.sha256(docs.encode("utf-8")).hexdigest()
         self.meta["count"] = len(self.ids)
         self.meta["checksums"] = checksums
-        atomic_write_text(self.path / "meta.json", json.dumps(self.meta, indent=2) + "\n")
+        atomic_write_text(self.path / "meta.json", json.dumps(self.meta, indent=2) + "\n")  # the commit
+        _settle(self.path)
 
     # ---- use ---------------------------------------------------------------------------------------------------
     def check_model(self, model: SentenceEncoder) -> None:
@@ -244,6 +247,28 @@ def rerank(hits: list[Hit], query: str, cross_encoder, batch_size: int = 32) -> 
     scores = cross_encoder.predict([query] * len(hits), [h.text for h in hits], batch_size=batch_size)
     order = np.argsort(-np.asarray(scores), kind="stable")
     return [Hit(r + 1, hits[i].score, hits[i].id, hits[i].text, float(scores[i])) for r, i in enumerate(order)]
+
+
+def _committed(path: Path, name: str, want: str | None) -> Path:
+    """The file meta.json describes: `name`, or `name`.next between the commit and its rename."""
+    if want is None:  # an index from before checksums
+        return path / name
+    for candidate in (path / name, path / (name + NEXT), path / name):  # the rename may happen meanwhile
+        if candidate.is_file() and sha256_file(candidate) == want:
+            return candidate
+    if is_locked(path):
+        raise BertforgeError(f"{path}: another bertforge run is writing this index (index add); "
+                             "try again when it has finished")
+    raise BertforgeError(f"{path / name}: checksum mismatch, the file is damaged; rebuild with "
+                         "bertforge index build")
+
+
+def _settle(path: Path) -> None:
+    """After the commit: rename each .next file over the old one (load() reads either meanwhile)."""
+    for name in CHECKED_FILES:
+        with write_errors(path / name):
+            os.replace(path / (name + NEXT), path / name)
+    fsync_dir(path)
 
 
 def _check_ids(ids: list[str], existing: set[str]) -> None:

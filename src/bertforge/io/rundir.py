@@ -14,18 +14,23 @@ What a claim guarantees (docs/reliability.md lists the test for each):
   - `options` and `fingerprint` are recorded in D/run_options.json; a resume that changes one of them (other than
     the names in `may_change`) is refused, naming the option;
   - if the block fails, a directory the claim created is removed again when nothing but the claim's own files
-    is in it (no empty output folders after a failed run).
+    is in it (no empty output folders after a failed run);
+  - the directory is never one of the verb's inputs, inside one or holding one (`protect_inputs`, set by the CLI);
+  - D/.bertforge-written.json (written at release) lists what the run wrote; `overwrite` deletes only those
+    names and RUN_MARKERS, never a file the user put there; a failed run that left no checkpoints/ is not in
+    the way of the next run (its files are removed by the next claim).
 One process per run claims the directory (rank 0 of a distributed job); flock locks are per open file.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +41,53 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
 OPTIONS_FILE = "run_options.json"
-_CLAIM_FILES = {LOCK_FILE, OPTIONS_FILE}
+MANIFEST_FILE = ".bertforge-written.json"  # what bertforge wrote here: all that `overwrite` may delete
+_CLAIM_FILES = {LOCK_FILE, OPTIONS_FILE, MANIFEST_FILE}
 # Names bertforge writes at the top of an output directory; one of them marks a folder `overwrite` may clear.
 RUN_MARKERS = {OPTIONS_FILE, "config.json", "model.safetensors", "checkpoints", "best", "metrics.jsonl",
                "eval_results.json", "results.json", "tokenizer.json", "modules.json", "meta.json", "index.faiss",
                "manifest.json", "trainer_state.pt"}
+# Entries that make a failed run worth resuming; a failed run without any of them is cleared by the next claim.
+RESUMABLE_MARKERS = {"checkpoints", "trainer_state.pt", "best"}
+
+
+# ---- outputs never overlap inputs ------------------------------------------------------------------------------
+# The inputs of the verb now running, as (flag, path); the CLI sets them (`protect_inputs`) from the verb's parser,
+# so every claim refuses an --out that is, holds or sits inside an input, whatever the verb and its defaults.
+_PROTECTED: list[tuple[str, str]] = []
+
+
+def input_overlap(out: str | Path, inputs: Iterable[tuple[str, str | Path]], what: str = "--out") -> str | None:
+    """Why `out` may not be written (it is an input, inside one, or holds one; through symlinks), or None."""
+    o = Path(os.path.realpath(out))
+    for flag, given in inputs:
+        i = Path(os.path.realpath(given))
+        kind = "folder" if i.is_dir() else "file"
+        if o == i or (o.exists() and i.exists() and os.path.samefile(o, i)):
+            return f"{what} {out} is the {flag} {kind} {given}"
+        if o.is_relative_to(i):
+            return f"{what} {out} is inside the {flag} {kind} {given}"
+        if i.is_relative_to(o):
+            return f"{what} {out} holds the {flag} {kind} {given}"
+    return None
+
+
+def check_not_an_input(out: str | Path, inputs: Iterable[tuple[str, str | Path]], what: str = "--out") -> None:
+    """One line, before any work, if writing `out` could clear or change an input of the same command."""
+    why = input_overlap(out, inputs, what)
+    if why:
+        raise BertforgeError(f"{why}; bertforge never writes where it reads: choose another {what}")
+
+
+@contextlib.contextmanager
+def protect_inputs(inputs: Iterable[tuple[str, str | Path]]) -> Iterator[None]:
+    """For the duration of the block every claim_output_dir also checks its directory against `inputs`."""
+    saved = list(_PROTECTED)
+    _PROTECTED[:] = [(flag, str(p)) for flag, p in inputs]
+    try:
+        yield
+    finally:
+        _PROTECTED[:] = saved
 
 
 class DirLock:
@@ -119,19 +166,36 @@ class RunDir:
 
     def __init__(self, path: Path, lock: DirLock, created: bool):
         self.path, self.lock, self.created = path, lock, created
+        # names in the folder when the claim was granted, and those an earlier run recorded as its own;
+        # None until the claim is granted (a refused claim records nothing)
+        self.before: set[str] | None = None
+        self.written: set[str] = set()
 
     def release(self, failed: bool = False) -> None:
         if self.lock.fd < 0:
             return
-        leftovers = _entries(self.path) if failed and self.path.is_dir() else None
-        if leftovers is not None and not leftovers:  # the failed run wrote nothing: undo the claim
+        leftovers = _entries(self.path) if self.path.is_dir() else None
+        if leftovers and self.before is not None:  # what appeared while we held the lock is ours
+            self._record(leftovers, failed)
+        if failed and leftovers is not None and not leftovers:  # the failed run wrote nothing: undo the claim
             (self.path / OPTIONS_FILE).unlink(missing_ok=True)
+            (self.path / MANIFEST_FILE).unlink(missing_ok=True)
         self.lock.release()
-        if leftovers is not None and not leftovers and self.created:
+        if failed and leftovers is not None and not leftovers and self.created:
             try:
                 self.path.rmdir()
             except OSError:  # something appeared meanwhile: keep it
                 pass
+
+    def _record(self, entries: list[Path], failed: bool) -> None:
+        names = {p.name for p in entries}
+        written = sorted((self.written | (names - (self.before or set()))) & names)
+        payload = {"written": written, "failed": failed,
+                   "resumable": not failed or _resumable(entries)}
+        try:
+            atomic_write_text(self.path / MANIFEST_FILE, json.dumps(payload, indent=2) + "\n")
+        except BertforgeError as err:  # the run's own outcome matters more than the record of it
+            log.warning("%s", err)
 
     def __enter__(self) -> "RunDir":
         return self
@@ -155,6 +219,7 @@ def claim_output_dir(path: str | Path, *, resume: bool, overwrite: bool, options
         raise BertforgeError(f"{resume_flag} continues the run in {path} and {overwrite_flag} replaces it: "
                              "give one of them")
     path = Path(path)
+    check_not_an_input(path, _PROTECTED, what)
     created = not path.exists()
     ensure_dir(path, what)
     try:
@@ -168,16 +233,28 @@ def claim_output_dir(path: str | Path, *, resume: bool, overwrite: bool, options
         remove_stale_temps(path)  # we hold the lock: any writer that left these is gone
         entries = _entries(path)
         label = f"{what} {path}" if what else str(path)
+        manifest = _read_manifest(path)
+        written = set(manifest.get("written", ()))
+        if entries and not resume and not manifest.get("resumable", True) and {e.name for e in entries} <= written:
+            # a failed run that left nothing to resume from (e.g. only data/): not in the corrected rerun's way
+            _clear(entries, label)
+            entries, written = [], set()
         if entries and not resume and not overwrite:
             raise BertforgeError(f"{label} already holds {_describe(entries)}; "
                                  f"{_choices(what, resume_flag, overwrite_flag)}")
         record = _read_record(path)
         if entries and overwrite:
-            if not (RUN_MARKERS & {e.name for e in entries}):
+            ours = [e for e in entries if e.name in written or e.name in RUN_MARKERS]
+            if not ours:
                 raise BertforgeError(f"{label} holds files bertforge did not write ({_describe(entries)}); "
                                      f"{overwrite_flag} only replaces an earlier bertforge run: choose another {what}")
-            _clear(entries, label)
-            record = None
+            _clear(ours, label)
+            (path / MANIFEST_FILE).unlink(missing_ok=True)
+            kept = [e for e in entries if e not in ours]
+            if kept:  # never delete what bertforge did not write: say it stays
+                log.warning("%s: kept %s (not written by bertforge)", label, _names(kept))
+            entries, written, record = kept, set(), None
+        run.before, run.written = {e.name for e in entries}, written
         if resume and record is not None:
             _check_resume(record, _plain(options or {}), _plain(fingerprint or {}), set(may_change), what,
                           resume_flag)
@@ -195,6 +272,29 @@ def claim_output_dir(path: str | Path, *, resume: bool, overwrite: bool, options
 def _entries(path: Path) -> list[Path]:
     """What is in the directory besides the claim's own files."""
     return sorted(p for p in path.iterdir() if p.name not in _CLAIM_FILES)
+
+
+def _resumable(entries: list[Path]) -> bool:
+    """Whether a failed run left something to resume from (also one level down: finetune --runs N's run-K/)."""
+    return any(p.name in RESUMABLE_MARKERS or (p.is_dir() and not p.is_symlink() and
+                                               any((p / m).exists() for m in RESUMABLE_MARKERS)) for p in entries)
+
+
+def _names(entries: list[Path]) -> str:
+    names = [p.name + ("/" if p.is_dir() else "") for p in entries[:3]]
+    return ", ".join(names) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """D/.bertforge-written.json, or {} (a run from before the manifest, or none: only RUN_MARKERS are ours)."""
+    try:
+        record = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}  # unreadable: trust nothing in it (overwrite falls back to RUN_MARKERS)
+    if not isinstance(record, dict) or not isinstance(record.get("written", []), list) or not all(isinstance(n, str) and "/" not in n and n not in ("", ".", "..")
+                                               for n in record.get("written", ())):
+        return {}
+    return record
 
 
 def _describe(entries: list[Path]) -> str:

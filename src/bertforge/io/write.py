@@ -124,6 +124,7 @@ def prepare_output_file(path: str | Path, what: str = "--out") -> Path:
     if target.exists() and not target.is_file():
         return path  # a device or FIFO: written in place
     ensure_dir(target.parent, what=what, for_file=path)
+    _remove_stale_temps_of(target)  # a killed earlier write of this file left its temporary: gone now
     with write_errors(label, "cannot write"):
         fd, probe = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
@@ -152,6 +153,20 @@ def remove_stale_temps(directory: str | Path, legacy_age_s: float = 3600.0) -> l
             except FileNotFoundError:
                 pass
     return removed
+
+
+def _remove_stale_temps_of(target: Path) -> None:
+    """remove_stale_temps for one file's own temporaries (.NAME.PID.RANDOM.tmp beside it), without walking the
+    rest of its directory (an output file may sit in a large folder)."""
+    try:
+        names = [n for n in os.listdir(target.parent) if n.startswith(f".{target.name}.")]
+    except OSError:
+        return
+    for name in names:
+        m = _TEMP.match(name)
+        if m and not _pid_alive(int(m.group(1))):
+            with contextlib.suppress(OSError):
+                os.unlink(target.parent / name)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -237,6 +252,9 @@ def _fsync_dir(directory: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+fsync_dir = _fsync_dir  # public: multi-file commits (embed.index) make their own renames durable
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import random
 import re
 import shutil
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from bertforge.errors import BertforgeError
@@ -123,10 +125,16 @@ class CheckpointDir:
     def latest(self) -> Path | None:
         pointer = self.root / "latest"
         if pointer.is_file():
-            target = self.root / pointer.read_text(encoding="utf-8").strip()
-            if (target / STATE_FILE).is_file():
+            name = pointer.read_text(encoding="utf-8", errors="replace").strip()
+            target = self.root / name
+            if not _STEP_DIR.match(name):  # never followed out of the run ("../../../outside/step-99")
+                log.warning("%s names %r, not a checkpoint of this run (step-N); ignored, using the newest "
+                            "complete checkpoint here", pointer, name[:80])
+            elif (target / STATE_FILE).is_file():
                 return target
-            log.warning("%s points at %s, which is incomplete; using the newest complete checkpoint", pointer, target)
+            else:
+                log.warning("%s points at %s, which is incomplete; using the newest complete checkpoint", pointer,
+                            target)
         steps = self.steps()
         return steps[-1][1] if steps else None
 
@@ -157,7 +165,35 @@ def load_trainer_state(directory: Path) -> dict[str, Any]:
     path = Path(directory) / STATE_FILE
     if not path.is_file():
         raise BertforgeError(f"{path}: not a trainer checkpoint (no {STATE_FILE})")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, OSError) as err:
+        # truncated, damaged, or a pickle that weights_only refuses (it never runs): one line, no traceback
+        reason = str(err).strip().splitlines()[0].split(". ")[0] if str(err).strip() else type(err).__name__
+        if "Weights only load failed" in str(err):
+            reason = "holds objects a checkpoint never holds (refused, not loaded)"
+        raise BertforgeError(f"{path}: unreadable ({reason[:160]})") from None
+
+
+def readable_checkpoint(checkpoints: CheckpointDir, directory: Path, load_model: Callable[[Path], None],
+                        fall_back: bool) -> tuple[Path, dict[str, Any]]:
+    """Read `directory`'s trainer state and model; if either is unreadable (truncated, a refused pickle) and
+    `fall_back`, the newest older checkpoint that reads instead, with a one-line warning; one line if none does."""
+    m = _STEP_DIR.match(Path(directory).name)
+    step = int(m.group(1)) if m else None
+    older = [p for s, p in reversed(checkpoints.steps()) if fall_back and step is not None and s < step]
+    for i, d in enumerate([Path(directory), *older]):
+        try:
+            state = load_trainer_state(d)
+            load_model(d)
+            return d, state
+        except (BertforgeError, OSError, SafetensorError) as err:
+            reason = str(err).strip().splitlines()[0].split(". ")[0] if str(err).strip() else type(err).__name__
+            if i == len(older):
+                raise BertforgeError(f"{reason}; no readable checkpoint to resume from in {checkpoints.root} "
+                                     "(start over with --overwrite)") from None
+            log.warning("%s; resuming from %s instead", reason, older[i])
+    raise AssertionError("unreachable")
 
 
 # ---- RNG state (plain containers so torch.load(weights_only=True) accepts it) ---------------------------------------
@@ -194,14 +230,31 @@ def set_seed(seed: int) -> None:
 
 
 # ---- metrics.jsonl and curves.png --------------------------------------------------------------------------------
+def metrics_part(record: dict[str, Any]) -> dict[str, Any]:
+    """A record as metrics.jsonl holds it: what the seed determines, no timing."""
+    return {k: v for k, v in record.items() if k not in TIMING_KEYS}
+
+
+def speed_part(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A training record's timing as speed.jsonl holds it (None for a record without timing)."""
+    timing = {k: record[k] for k in TIMING_KEYS if k in record}
+    return {"step": record["step"], **timing} if timing else None
+
+
 class MetricsLog:
     """Appends one JSON object per line; on resume, lines after the resumed step are dropped first."""
 
-    def __init__(self, path: Path, resume_step: int | None):
+    def __init__(self, path: Path, resume_step: int | None, known: list[dict[str, Any]] | None = None,
+                 part: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda r: r):
+        """known: on resume, the records the checkpoint holds (`part` of each: this file's share); the file is
+        rewritten to exactly those, so a line logged after the checkpoint (e.g. the final eval of a run killed
+        while writing its model) is not logged twice."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is None:
             atomic_write_text(self.path, "")
+        elif known is not None:
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in map(part, known) if r))
         elif self.path.exists():
             kept = []
             for line in self.path.read_text(encoding="utf-8").splitlines():

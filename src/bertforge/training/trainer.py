@@ -28,17 +28,18 @@ from bertforge.training.loader import BackgroundBatches, batch_stream, count_tok
 from bertforge.training.optim import build_optimizer, build_schedule
 from bertforge.training.state import (
     STATE_FILE,
-    TIMING_KEYS,
     CheckpointDir,
     MetricsLog,
     atomic_write_dir,
     capture_rng,
     default_load_fn,
     default_save_fn,
-    load_trainer_state,
+    metrics_part,
     plot_curves,
+    readable_checkpoint,
     restore_rng,
     set_seed,
+    speed_part,
 )
 from bertforge.training.log_window import LogWindow
 
@@ -166,8 +167,8 @@ class Trainer:
         return path
 
     def _load_checkpoint(self, directory: Path) -> None:
-        state = load_trainer_state(directory)
-        self.load_fn(self.model, directory)
+        directory, state = readable_checkpoint(self.checkpoints, directory, lambda d: self.load_fn(self.model, d),
+                                               fall_back=self.cfg.resume is True)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.total_steps is not None:  # a changed max_steps/num_epochs is the user's intent: honour it
@@ -206,9 +207,9 @@ class Trainer:
             self._stop = True  # resumed a run whose budget is already spent
         self._logs: tuple[MetricsLog, MetricsLog] | None = None
         if self.is_main:
-            resumed_at = self.step if resume_dir else None
-            self._logs = (MetricsLog(self.out_dir / "metrics.jsonl", resumed_at),
-                          MetricsLog(self.out_dir / "speed.jsonl", resumed_at))
+            resumed_at = self.step if resume_dir else None  # resumed: rewritten to the checkpoint's history
+            self._logs = (MetricsLog(self.out_dir / "metrics.jsonl", resumed_at, self.history, metrics_part),
+                          MetricsLog(self.out_dir / "speed.jsonl", resumed_at, self.history, speed_part))
             self.checkpoints.clean_temp()
         self._batches: BackgroundBatches | None = None
         compile_module(self.model, self.cfg.compile)  # in place; undone when train() returns
@@ -370,10 +371,10 @@ class Trainer:
         if self._logs is None:
             return
         metrics, speed = self._logs
-        metrics.write({k: v for k, v in record.items() if k not in TIMING_KEYS})
-        timing = {k: record[k] for k in TIMING_KEYS if k in record}
+        metrics.write(metrics_part(record))
+        timing = speed_part(record)
         if timing:
-            speed.write({"step": record["step"], **timing})
+            speed.write(timing)
 
     def _epoch(self) -> float | None:
         state = self._loader_position() or {}

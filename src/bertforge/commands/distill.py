@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("distill", help="distil a teacher into a smaller student (general | task)",
@@ -45,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     g.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
     g.add_argument("--progress", action="store_true")
+    add_tracking_args(g)
+    add_config_arg(g)
     g.set_defaults(func=general_command)
 
     t = dsub.add_parser("task", help="soft targets of a fine-tuned teacher -> layers:N, bilstm or a pretrained DIR")
@@ -79,13 +83,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     t.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
     t.add_argument("--progress", action="store_true")
+    add_tracking_args(t)
+    add_config_arg(t)
     t.set_defaults(func=task_command)
 
 
 def _run(args: argparse.Namespace, config_cls: type, run) -> int:
     """Build the verb's config dataclass from the parsed flags of the same names, run it, print its record."""
     keys = config_cls.__dataclass_fields__
-    record = run(config_cls(**{k: v for k, v in vars(args).items() if k in keys}))
+    trackers = tracking(args)  # a missing tracker library: one line before any work
+    record = run(config_cls(**{k: v for k, v in vars(args).items() if k in keys} | trackers))
     print(json.dumps(record, indent=2))
     print(f"-> {args.out}", file=sys.stderr)
     return 0

@@ -28,9 +28,7 @@ from bertforge.training.loader import BackgroundBatches, batch_stream, count_tok
 from bertforge.training.optim import build_optimizer, build_schedule
 from bertforge.training.state import (
     STATE_FILE,
-    TIMING_KEYS,
     CheckpointDir,
-    MetricsLog,
     atomic_write_dir,
     capture_rng,
     default_load_fn,
@@ -40,6 +38,7 @@ from bertforge.training.state import (
     restore_rng,
     set_seed,
 )
+from bertforge.training.reporting import Reporter, open_reporters
 from bertforge.training.window import LogWindow
 
 log = logging.getLogger("bertforge.train")
@@ -204,11 +203,10 @@ class Trainer:
             set_seed(self.cfg.seed + self.rank)  # distinct dropout per rank; weights come from rank 0 (DDP)
         if self.cfg.time_budget_s is not None and self._elapsed_before >= self.cfg.time_budget_s:
             self._stop = True  # resumed a run whose budget is already spent
-        self._logs: tuple[MetricsLog, MetricsLog] | None = None
-        if self.is_main:
-            resumed_at = self.step if resume_dir else None
-            self._logs = (MetricsLog(self.out_dir / "metrics.jsonl", resumed_at),
-                          MetricsLog(self.out_dir / "speed.jsonl", resumed_at))
+        self._logs: list[Reporter] | None = None
+        if self.is_main:  # metrics.jsonl / speed.jsonl, and the trackers of cfg.report_to
+            self._logs = open_reporters(self.out_dir, self.cfg.report_to, self.cfg.logging_dir,
+                                        self.step if resume_dir else None)
             self.checkpoints.clean_temp()
         self._batches: BackgroundBatches | None = None
         compile_module(self.model, self.cfg.compile)  # in place; undone when train() returns
@@ -364,16 +362,11 @@ class Trainer:
         log.info(json.dumps(record))
 
     def _record(self, record: dict[str, Any]) -> None:
-        """Append to the history; rank 0 writes metrics.jsonl (what the seed determines: two identical runs
-        write identical files) and speed.jsonl (the timing of training records, under the same step)."""
+        """Append to the history; rank 0 hands it to each reporter (metrics.jsonl: what the seed determines, two
+        identical runs write identical files; speed.jsonl: the timing; the trackers of cfg.report_to)."""
         self.history.append(record)
-        if self._logs is None:
-            return
-        metrics, speed = self._logs
-        metrics.write({k: v for k, v in record.items() if k not in TIMING_KEYS})
-        timing = {k: record[k] for k in TIMING_KEYS if k in record}
-        if timing:
-            speed.write({"step": record["step"], **timing})
+        for reporter in self._logs or ():
+            reporter.write(record)
 
     def _epoch(self) -> float | None:
         state = self._loader_position() or {}

@@ -36,8 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--batch-size", type=int, default=32)
     g.add_argument("--lr", type=float, default=5e-4)
     g.add_argument("--max-blocks", type=int, help="use at most this many blocks of the corpus")
+    g.add_argument("--heldout-fraction", type=float, default=0.05, metavar="F",
+                   help="without --heldout-corpus: the corpus' share held out for the MLM accuracy (default: 0.05)")
     g.add_argument("--heldout-corpus", nargs="+", metavar="PATH",
-                   help="held-out text for the MLM accuracy (default: the corpus' last 5%%)")
+                   help="held-out text for the MLM accuracy (default: the corpus' last --heldout-fraction)")
     g.add_argument("--teacher-precision", choices=("fp32", "bf16"), default="fp32")
     g.add_argument("--precision", choices=("fp32", "bf16"),
                    help="training autocast (default: bf16 where the CPU / GPU computes bf16 natively, else fp32)")

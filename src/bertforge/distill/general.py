@@ -154,6 +154,8 @@ def _check(cfg: GeneralDistillConfig) -> None:
         raise BertforgeError("--alpha-ce / --alpha-mlm / --alpha-cos: must be >= 0 and not all 0")
     if cfg.max_steps is None and cfg.time_budget is None:
         raise BertforgeError("give --max-steps N or --time-budget DUR")
+    if not 0.0 < cfg.heldout_fraction < 1.0:
+        raise BertforgeError(f"--heldout-fraction {cfg.heldout_fraction}: must be between 0 and 1")
     from bertforge.training.accel import check_precision
 
     for flag, value in (("--teacher-precision", cfg.teacher_precision), ("--precision", cfg.precision or "fp32")):

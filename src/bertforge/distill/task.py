@@ -243,7 +243,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
 
     evaluate = (lambda m: data.evaluate(m.student)) if data.evaluate else None  # noqa: E731
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()
-               if k not in ("overwrite", "resume", "report_to", "logging_dir")} | {"precision": precision}
+               if k not in ("overwrite", "resume", "report_to", "logging_dir", "extra")} | {"precision": precision}
     with claim_output_dir(out, resume=cfg.resume, overwrite=cfg.overwrite, options=options, may_change=MAY_CHANGE):
         loader = ResumableLoader(rows, cfg.batch_size, collate_fn=make_collate(tokenizer.pad_token_id), shuffle=True,
                                  seed=cfg.seed, group_by_length=[row_length(r) for r in rows])

@@ -9,7 +9,7 @@ scalar is named `SPLIT/KEY` ("train/loss", "eval/accuracy"): the split and key o
 """
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import time
@@ -22,31 +22,35 @@ from bertforge.training.state import TIMING_KEYS, MetricsLog
 
 REPORT_TO = ("tensorboard", "mlflow")
 # what each tracker imports, and the extra that installs it (named in the one line when it is missing)
-_NEEDS = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow")}
+_NEEDS = {"tensorboard": ("tensorboard", "torch.utils.tensorboard", "tensorboard"),
+          "mlflow": ("mlflow", "mlflow.tracking", "mlflow")}
 MLFLOW_PARAM_MAX = 6000  # MLflow refuses longer param values
 
 
 def parse_report_to(values: Sequence[str] | str | None, flag: str = "--report-to") -> tuple[str, ...]:
     """The trackers named by `--report-to` (repeated and/or comma-separated, like transformers' report_to; "none"
-    alone: none), each checked importable now, before any work: a missing library is one line naming its extra."""
+    drops those named before it), each imported now, before any work: a missing library is one line naming its
+    extra."""
     if values is None:
         return ()
     if isinstance(values, str):
         values = [values]
-    names = [n.strip().lower() for v in values for n in str(v).split(",") if n.strip()]
-    if names == ["none"] or not names:
-        return ()
     chosen: list[str] = []
-    for name in names:
-        if name not in REPORT_TO:
+    for name in (n.strip().lower() for v in values for n in str(v).split(",") if n.strip()):
+        if name == "none":  # clears the trackers named before it (a --config file's too)
+            chosen = []
+        elif name not in REPORT_TO:
             raise BertforgeError(f"{flag}: unknown tracker {name!r} (choose from tensorboard, mlflow, none; "
                                  "several comma-separated)")
-        if name not in chosen:
+        elif name not in chosen:
             chosen.append(name)
     for name in chosen:
-        module, extra = _NEEDS[name]
-        if importlib.util.find_spec(module) is None:
-            raise BertforgeError(f"{flag} {name} needs the {module} package: pip install 'bertforge[{extra}]'")
+        package, module, extra = _NEEDS[name]
+        try:  # imported, not only found: a broken install is also one line now rather than a traceback later
+            importlib.import_module(module)
+        except ImportError:
+            raise BertforgeError(f"{flag} {name} needs the {package} package: "
+                                 f"pip install 'bertforge[{extra}]'") from None
     return tuple(chosen)
 
 

@@ -246,3 +246,17 @@ def test_config_errors_are_one_line_naming_the_key_and_file(base, sst, tmp_path)
     one_line(cli("ablate", "--config", cfg), f"{cfg}: expected a JSON dict, found list")
     one_line(cli("distill", "general", "--config", tmp_path / "missing.json"), "missing.json: no such file")
     assert not (tmp_path / "o").exists()
+
+
+def test_distill_task_run_options_reproduce_the_run(base, sst, tmp_path):
+    teacher, first, again = tmp_path / "teacher", tmp_path / "first", tmp_path / "again"
+    proc = cli("finetune", "--model", base, "--data", sst, "--out", teacher, *FINETUNE)
+    assert proc.returncode == 0, proc.stderr
+    proc = cli("distill", "task", "--teacher", teacher, "--task", "sst2", "--data", sst, "--out", first,
+               "--student", "layers:1", "--max-steps", "4", "--report-to", "tensorboard")
+    assert proc.returncode == 0, proc.stderr
+    assert tensorboard_scalars(first / "runs").keys() == expected_scalars(first).keys()
+    # --teacher, --task and --data are required flags: the file gives them
+    proc = cli("distill", "task", "--config", first / "run_options.json", "--out", again)
+    assert proc.returncode == 0, proc.stderr
+    assert (again / "metrics.jsonl").read_bytes() == (first / "metrics.jsonl").read_bytes()

@@ -260,3 +260,14 @@ def test_distill_task_run_options_reproduce_the_run(base, sst, tmp_path):
     proc = cli("distill", "task", "--config", first / "run_options.json", "--out", again)
     assert proc.returncode == 0, proc.stderr
     assert (again / "metrics.jsonl").read_bytes() == (first / "metrics.jsonl").read_bytes()
+
+
+def test_a_run_that_fails_is_marked_failed_in_mlflow(base, sst, tmp_path):
+    out = tmp_path / "ft"
+    proc = cli("finetune", "--model", base, "--data", sst, "--out", out, *FINETUNE[:-3], "--lr", "1e9",
+               "--no-progress", "--precision", "fp32", "--report-to", "mlflow")
+    one_line(proc, "training stopped: the loss became nan")
+    run, metrics = mlflow_run(out / "mlruns")
+    assert run.info.status == "FAILED"
+    # what was logged up to the failure, as in metrics.jsonl (the NaN loss included: compared as JSON, NaN == NaN)
+    assert json.dumps(metrics, sort_keys=True) == json.dumps(expected_scalars(out), sort_keys=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -156,7 +157,10 @@ class MlflowReporter(Reporter):
             self.client.log_batch(self.run_id, metrics=metrics)
 
     def close(self) -> None:
-        self.client.set_terminated(self.run_id)
+        # called from the Trainer's `finally`: an exception on its way out marks the run failed (or killed: ^C)
+        error = sys.exc_info()[0]
+        status = "FINISHED" if error is None else "KILLED" if issubclass(error, KeyboardInterrupt) else "FAILED"
+        self.client.set_terminated(self.run_id, status=status)
 
 
 def open_reporters(out_dir: Path, report_to: Iterable[str], logging_dir: str | Path | None,

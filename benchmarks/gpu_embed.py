@@ -56,7 +56,7 @@ def default_texts() -> list[str]:
 
 def random_copy(src: Path, dst: Path) -> Path:
     """src's files with the encoder's weights replaced by random ones (same architecture and tokenizer)."""
-    from bertforge.checkpoint import save_pretrained
+    from bertforge.model.checkpoint import save_pretrained
     from bertforge.config import ModelConfig
     from bertforge.model import Encoder
     from bertforge.tokenization import Tokenizer

@@ -42,12 +42,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertforge.checkpoint import load_pretrained
+from bertforge.model.checkpoint import load_pretrained
 from bertforge.config import ModelConfig
 from bertforge.data.corpus import find_files, iter_documents, split_sentences
 from bertforge.data.masking import IGNORE_INDEX, Masker, mask_rng
-from bertforge.fileio import atomic_write_text
-from bertforge.files import read_json
+from bertforge.io.write import atomic_write_text
+from bertforge.io.read import read_json
 from bertforge.pretrain.objectives import build_objective
 from bertforge.tokenization import Tokenizer
 

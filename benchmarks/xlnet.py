@@ -24,7 +24,7 @@ import torch
 
 from bertforge.config import compose
 from bertforge.data import PermutationSampler
-from bertforge.fileio import atomic_write_text
+from bertforge.io.write import atomic_write_text
 from bertforge.model import permutation_mask, target_mapping_of
 from bertforge.pretrain.objectives import build_objective
 from bertforge.training.accel import default_precision

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from bertforge.analysis.attention import attention_html, attention_maps, load_encoder
-from bertforge.analysis.heads import js_distances, sentence_sums
+from bertforge.analysis.head_statistics import js_distances, sentence_sums
 from bertforge.analysis.probe import fit_probes, layer_features
-from bertforge.checkpoint import save_pretrained
+from bertforge.model.checkpoint import save_pretrained
 from bertforge.config import preset
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder

@@ -14,10 +14,11 @@ import transformers
 
 from bertforge.config import ModelConfig, compose
 from bertforge.errors import BertforgeError
-from bertforge.heads import MaskedLM
-from bertforge.model import Encoder, block_sparse
-from bertforge.model import sparse
-from bertforge.model.sparse import SparseLayout
+from bertforge.model.heads import MaskedLM
+from bertforge.model import Encoder
+from bertforge.model.sparse import bigbird as block_sparse
+from bertforge.model.sparse import layout as sparse
+from bertforge.model.sparse.layout import SparseLayout
 
 transformers.logging.set_verbosity_error()
 

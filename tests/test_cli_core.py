@@ -13,7 +13,7 @@ import torch
 
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.heads import MaskedLM
+from bertforge.model.heads import MaskedLM
 from bertforge.tokenization import Tokenizer
 
 BERTFORGE = shutil.which("bertforge", path=str(Path(sys.executable).parent)) or shutil.which("bertforge")

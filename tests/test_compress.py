@@ -157,7 +157,7 @@ def test_quantized_folder_stores_int8_and_reloads_exactly(tiny, sentence_encoder
 
 def test_predict_evaluate_and_embed_run_the_onnx_export(tiny, sentence_encoder, tmp_path):  # noqa: F811
     from bertforge.distill.compress import export_onnx
-    from bertforge.runtime import OnnxModel
+    from bertforge.model.onnx import OnnxModel
 
     cls = tmp_path / "cls"
     export_onnx(tiny["teacher"], cls, int8=True)

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-import bertforge.checkpoint as checkpoint
-from bertforge.config import FAMILIES, PRESETS, SIZES, ModelConfig, compose, preset
+import bertforge.model.checkpoint as checkpoint
+from bertforge.families import FAMILIES
+from bertforge.config import PRESETS, ModelConfig, compose, preset
+from bertforge.config.sizes import SIZES
 from bertforge.errors import BertforgeError
 from bertforge.pretrain.recipes import RECIPES
-from bertforge.pretrain.recipes import SIZES as SIZE_FLAGS
+from bertforge.pretrain.recipes import SIZE_NAMES as SIZE_FLAGS
 
 # ModelConfig fields a family fixes, as (config field, Family field)
 FAMILY_FIELDS = [("type_vocab_size", "type_vocab_size"), ("layer_norm_eps", "layer_norm_eps"),
@@ -48,7 +50,7 @@ def test_presets_are_size_times_family_with_their_published_values():
 
 
 @pytest.mark.parametrize("recipe", [r for r in RECIPES if RECIPES[r].model_type in FAMILIES])  # (T5 / BART:
-def test_every_recipe_takes_its_family_settings_from_the_table(recipe):  # config_seq2seq, tests/test_seq2seq_*)
+def test_every_recipe_takes_its_family_settings_from_the_table(recipe):  # config.seq2seq, tests/test_seq2seq_*)
     r = RECIPES[recipe]
     fam = FAMILIES[r.model_type]
     for size in SIZE_FLAGS:
@@ -94,11 +96,11 @@ def test_checkpoint_does_not_import_model():
     tree = ast.parse(Path(checkpoint.__file__).read_text(encoding="utf-8"))
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert not any(m and m.startswith(("bertforge.model", "bertforge.heads")) for m in imported), imported
+    assert not any(m and m.startswith(("bertforge.model", "bertforge.model.heads")) for m in imported), imported
 
 
 def test_bare_encoder_is_told_apart_from_a_wrapper(tmp_path):
-    from bertforge.heads import MaskedLM
+    from bertforge.model.heads import MaskedLM
     from bertforge.model import Encoder
     cfg = preset("bert-tiny", vocab_size=60, num_hidden_layers=1)
     enc, mlm = Encoder(cfg), MaskedLM(cfg)

@@ -147,7 +147,7 @@ def test_truncated_gzip_keeps_what_was_read(tmp_path, doc_boundary):
 
 
 def test_damaged_gzip_in_strict_readers_and_tiny_cut(tmp_path):
-    from bertforge.files import text_lines
+    from bertforge.io.read import text_lines
     f = tmp_path / "rows.txt.gz"
     f.write_bytes(gzip.compress(b"".join(b"row %d\n" % i for i in range(50_000)))[:4000])
     with pytest.raises(BertforgeError, match=r"rows\.txt\.gz:\d+: cannot read further"):

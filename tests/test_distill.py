@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertforge.checkpoint import save_pretrained
+from bertforge.model.checkpoint import save_pretrained
 from bertforge.config import preset
-from bertforge.distill.bilstm import augment
+from bertforge.model.bilstm import augment
 from bertforge.distill.losses import TeacherCache, cosine_loss, kd_loss, logit_mse
 from bertforge.distill.task import TaskDistillConfig, distill_task, pick_layers
 from bertforge.errors import BertforgeError
-from bertforge.heads import MaskedLM
+from bertforge.model.heads import MaskedLM
 from bertforge.model import Encoder
 from bertforge.tasks.config import FinetuneConfig
 from bertforge.tasks.finetune import evaluate_model
@@ -128,7 +128,7 @@ def test_task_distillation_loss_falls_and_predict_evaluate_load_it(tiny, tmp_pat
 
 @pytest.mark.parametrize("kind", ["classify", "tag"])
 def test_bilstm_rows_give_the_same_outputs_alone_and_padded_in_a_batch(kind):
-    from bertforge.distill.bilstm import BiLSTMConfig, BiLSTMStudent
+    from bertforge.model.bilstm import BiLSTMConfig, BiLSTMStudent
 
     torch.manual_seed(0)
     model = BiLSTMStudent(BiLSTMConfig(vocab_size=50, embedding_dim=16, hidden_size=8, mlp_size=12, num_labels=3,

@@ -12,7 +12,7 @@ import transformers
 from bertforge.config import ModelConfig
 from bertforge.distill import student_from_teacher
 from bertforge.errors import BertforgeError
-from bertforge.heads import PreTrainingModel
+from bertforge.model.heads import PreTrainingModel
 
 TEACHER = ModelConfig(vocab_size=80, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
                       intermediate_size=64, max_position_embeddings=32)

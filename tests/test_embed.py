@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge.checkpoint import save_pretrained
+from bertforge.model.checkpoint import save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.embed import Dense, SentenceEncoder
 from bertforge.embed.data import Dataset, Example, read_examples, read_texts

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge.checkpoint import save_pretrained
+from bertforge.model.checkpoint import save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.embed import SentenceEncoder
 from bertforge.embed.evaluate import retrieval_metrics, sts_metrics, top_k

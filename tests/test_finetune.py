@@ -11,7 +11,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bertforge.checkpoint import read_state_dict, save_pretrained  # noqa: E402
+from bertforge.model.checkpoint import read_state_dict, save_pretrained  # noqa: E402
 from bertforge.config import preset  # noqa: E402
 from bertforge.model import Encoder  # noqa: E402
 from bertforge.tasks.finetune import FinetuneConfig, finetune  # noqa: E402

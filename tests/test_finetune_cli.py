@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertforge.checkpoint import save_pretrained
+from bertforge.model.checkpoint import save_pretrained
 from bertforge.config import preset
 from bertforge.model import Encoder
 from bertforge.tasks.models import init_from_pretrained, load_task_model, save_task_model

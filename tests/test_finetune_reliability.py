@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertforge.checkpoint import save_pretrained
+from bertforge.model.checkpoint import save_pretrained
 from bertforge.config import preset
 from bertforge.model import Encoder
-from bertforge.rundir import LOCK_FILE, OPTIONS_FILE, is_locked
+from bertforge.io.rundir import LOCK_FILE, OPTIONS_FILE, is_locked
 from bertforge.tasks.models import init_from_pretrained, save_task_model
 from bertforge.tokenization import Tokenizer
 

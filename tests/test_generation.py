@@ -198,3 +198,48 @@ def test_config_defaults_per_mode():
     assert GenerationConfig().resolved() == GenerationConfig(temperature=1.0, top_k=0, top_p=0.9)
     assert GenerationConfig(greedy=True).resolved().top_p is None
     assert GenerationConfig(num_beams=3).resolved().mode == "beam"
+
+
+def test_generate_cli_greedy_equals_transformers_generate_on_a_transformers_checkpoint(tmp_path):
+    """The installed console script, fp32, on a GPT-2 saved by transformers with a GPT-2 style tokenizer: the
+    prompt's tokens alone (no <|endoftext|> before them), as `GPT2LMHeadModel.generate`; --prepend-bos puts it
+    back; an empty prompt starts from it."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = shutil.which("bertforge", path=str(Path(sys.executable).parent)) or shutil.which("bertforge")
+    assert exe, "the bertforge console script is not installed"
+    texts = ["It was the best of times, it was the worst of times.", "Call me Ishmael. Some years ago."] * 40
+    tok = Tokenizer.train(texts, kind="gpt2", vocab_size=300)
+    tok.save_pretrained(tmp_path)
+    eot = tok.cls_token_id
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=tok.vocab_size, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                                  bos_token_id=eot, eos_token_id=eot, initializer_range=0.2)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(tmp_path)
+    ref = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path)
+
+    def theirs(ids: list[int]) -> str:
+        out = ref.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                           max_new_tokens=20, do_sample=False, pad_token_id=eot)[0, len(ids):].tolist()
+        return hf_tok.decode(out[:out.index(eot)] if eot in out else out)
+
+    def ours(prompt: str, *flags: str) -> str:
+        proc = subprocess.run([exe, "generate", "--model", str(tmp_path), "--prompt", prompt, "--greedy",
+                               "--precision", "fp32", "--device", "cpu", "--max-new-tokens", "20", *flags],
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith(prompt) and proc.stdout.endswith("\n")
+        return proc.stdout[len(prompt):-1]
+
+    prompt = "It was the best of times"
+    ids = hf_tok(prompt)["input_ids"]
+    assert eot not in ids
+    plain, with_bos = theirs(ids), theirs([eot, *ids])
+    assert plain != with_bos  # the two prompts continue differently: the test tells them apart
+    assert ours(prompt) == plain
+    assert ours(prompt, "--prepend-bos") == with_bos
+    assert ours("") == theirs([eot])

@@ -212,7 +212,7 @@ def test_cli_embed_fp16_on_cpu_is_one_line(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def tiny_encoder_dir(tmp_path_factory):
-    from bertforge.checkpoint import save_pretrained
+    from bertforge.model.checkpoint import save_pretrained
     from bertforge.config import ModelConfig
     from bertforge.model import Encoder
     from bertforge.tokenization import Tokenizer

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.heads import mean_pool, task_loss
+from bertforge.model.heads import mean_pool, task_loss
 from bertforge.model import Encoder, FusedSelfAttention, SelfAttention, for_inference
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

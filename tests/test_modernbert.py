@@ -12,10 +12,10 @@ import pytest
 import torch
 import transformers
 
-from bertforge.checkpoint import hf_state_dict, load_pretrained
+from bertforge.model.checkpoint import hf_state_dict, load_pretrained
 from bertforge.config import ModelConfig, compose, preset
 from bertforge.errors import BertforgeError
-from bertforge.heads import MaskedLM
+from bertforge.model.heads import MaskedLM
 from bertforge.model import Encoder, apply_rotary, for_inference, rotary_cos_sin, sliding_window_mask
 
 transformers.logging.set_verbosity_error()

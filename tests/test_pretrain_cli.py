@@ -71,7 +71,7 @@ def test_pretrain_end_to_end_loads_in_transformers_with_same_fill_mask(corpus, t
     tok = Tokenizer.from_pretrained(out)
     ours = MLMObjective.__new__(MLMObjective)
     from bertforge.config import ModelConfig
-    from bertforge.checkpoint import load_pretrained
+    from bertforge.model.checkpoint import load_pretrained
     ours = MLMObjective(ModelConfig.from_file(out), relation="nsp")
     load_pretrained(ours, out)
     texts = [f"the cat sat on the {tok.mask_token} .", f"a small {tok.mask_token} ran under the old tree ."]

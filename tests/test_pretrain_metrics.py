@@ -10,7 +10,7 @@ from bertforge.config import preset
 from bertforge.pretrain.metrics import STUCK_AFTER_STEPS, mlm_metrics, stuck_at_baseline
 from bertforge.pretrain.objectives import IGNORE
 from bertforge.pretrain.options import PretrainOptions, schedule
-from bertforge.pretrain.recipes import SIZES, resolve, size_of
+from bertforge.pretrain.recipes import SIZE_NAMES, resolve, size_of
 from bertforge.pretrain.report import stuck_warning
 
 VOCAB, MOST_FREQUENT = 12, 5
@@ -62,7 +62,7 @@ def test_stuck_warning_is_one_line_naming_the_likely_cause():
 
 def test_default_lr_and_warmup_follow_the_size():
     roberta = resolve("roberta")
-    lrs = [roberta.default_lr(size) for size in SIZES]
+    lrs = [roberta.default_lr(size) for size in SIZE_NAMES]
     assert lrs == [1e-3, 1e-3, 5e-4, 3e-4, 1e-4, 1e-4, 7e-4]  # bert-tiny ... bert-large, bert-l6-h384 (GPT-small)
     assert resolve("electra").default_lr("bert-base") == pytest.approx(2e-4)  # ELECTRA: twice BERT's rate
     opts = PretrainOptions(recipe=roberta, out="x", size="bert-base")

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertforge import heads
+from bertforge.model import heads
 from bertforge.config import ModelConfig
 from bertforge.pretrain.objectives import (ELECTRAObjective, MLMObjective, SpanBERTObjective, build_objective,
                                            generator_config)

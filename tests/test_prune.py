@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bertforge.analysis.importance import head_importance, iterative_mask, prune_masked
-from bertforge.checkpoint import save_pretrained
+from bertforge.model.checkpoint import save_pretrained
 from bertforge.config import ModelConfig, preset
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder, for_inference

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, atomic_write_text, ensure_dir, prepare_output_file, remove_stale_temps
-from bertforge.rundir import LOCK_FILE, OPTIONS_FILE, claim_output_dir, is_locked, lock_dir
+from bertforge.io.write import atomic_write, atomic_write_text, ensure_dir, prepare_output_file, remove_stale_temps
+from bertforge.io.rundir import LOCK_FILE, OPTIONS_FILE, claim_output_dir, is_locked, lock_dir
 
 BERTFORGE = shutil.which("bertforge", path=str(Path(sys.executable).parent)) or shutil.which("bertforge")
 
@@ -288,7 +288,7 @@ def test_lock_dir_excludes_a_second_writer_in_another_process(tmp_path):
 # ---- the command line ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_encoder(tmp_path_factory) -> Path:
-    from bertforge.checkpoint import save_pretrained
+    from bertforge.model.checkpoint import save_pretrained
     from bertforge.config import ModelConfig
     from bertforge.model import Encoder
     from bertforge.tokenization import Tokenizer

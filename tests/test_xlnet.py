@@ -12,7 +12,7 @@ import torch
 
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.heads import XLNetLM
+from bertforge.model.heads import XLNetLM
 from bertforge.model import Encoder, XLNetEncoder, permutation_mask, target_mapping_of
 from bertforge.model.xlnet import rel_shift
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from bertforge.commands.options import apply_config_file
 from bertforge.errors import BertforgeError
-from bertforge.fileio import is_write_failure, write_failure_reason
+from bertforge.io.write import is_write_failure, write_failure_reason
 
 COMMAND_MODULES = [
     "bertforge.commands.tokenizer",  # tokenizer train

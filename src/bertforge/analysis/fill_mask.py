@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from bertforge.errors import BertforgeError
-from bertforge.heads import MaskedLM
+from bertforge.model.heads import MaskedLM
 from bertforge.tokenization import Tokenizer
 
 MASK_SPELLINGS = ("[MASK]", "<mask>")

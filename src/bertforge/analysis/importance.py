@@ -35,12 +35,13 @@ def encoder_of(model: nn.Module) -> Encoder:
 
 def load_task_data(model_dir: str | Path, task: str, data: str | Path) -> tuple[nn.Module, Any, Any, Any, dict]:
     """A fine-tuned model and its labelled task data, encoded: (model, kind, encoded, labels, saved task)."""
-    from bertforge.tasks.folders import load_model_dir, saved_task
+    from bertforge.model.folder import inspect_folder
+    from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
     from bertforge.tasks.models import load_task_model
     from bertforge.tokenization import Tokenizer
 
-    path = load_model_dir(model_dir)
+    path = inspect_folder(model_dir).path
     saved, labels = saved_task(path)
     if task not in (saved.get("name"), saved.get("kind")):
         raise BertforgeError(f"{path}: this model was fine-tuned for {saved.get('name')!r} "

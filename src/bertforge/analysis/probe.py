@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bertforge.errors import BertforgeError
-from bertforge.files import tsv_rows
+from bertforge.io.read import tsv_rows
 from bertforge.model import Encoder
 from bertforge.tokenization import Tokenizer
 

@@ -110,8 +110,8 @@ def attention_command(args: argparse.Namespace) -> int:
 
 def heads_command(args: argparse.Namespace) -> int:
     from bertforge.analysis.attention import load_encoder
-    from bertforge.analysis.heads import head_statistics, plot_clusters, plot_statistics
-    from bertforge.files import text_lines
+    from bertforge.analysis.head_statistics import head_statistics, plot_clusters, plot_statistics
+    from bertforge.io.read import text_lines
 
     sentences = [line.strip() for _, line in text_lines(args.input)][:args.max_sentences]
     encoder, tok = load_encoder(args.model)

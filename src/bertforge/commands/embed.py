@@ -143,7 +143,7 @@ def embed_command(args: argparse.Namespace) -> int:
     import numpy as np
 
     from bertforge.embed.data import read_texts
-    from bertforge.fileio import atomic_write, prepare_output_file
+    from bertforge.io.write import atomic_write, prepare_output_file
 
     _device(args)
     out = Path(args.out)
@@ -173,7 +173,7 @@ def train_command(args: argparse.Namespace) -> int:
     from bertforge.embed.data import read_examples
     from bertforge.embed.evaluate import evaluate_sts
     from bertforge.embed.train import fit
-    from bertforge.rundir import claim_output_dir
+    from bertforge.io.rundir import claim_output_dir
 
     trackers = tracking(args)  # a missing tracker library: one line before any work
     with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, what="--out", resume_flag=None):
@@ -242,7 +242,7 @@ def _read_qrels(path: str, n_passages: int) -> list[set[int]]:
 def index_build(args: argparse.Namespace) -> int:
     from bertforge.embed.data import read_corpus
     from bertforge.embed.index import VectorIndex, require_faiss
-    from bertforge.rundir import claim_output_dir
+    from bertforge.io.rundir import claim_output_dir
 
     require_faiss()  # before hours of embedding
     _device(args)
@@ -263,7 +263,7 @@ def index_build(args: argparse.Namespace) -> int:
 def index_add(args: argparse.Namespace) -> int:
     from bertforge.embed.data import read_corpus
     from bertforge.embed.index import VectorIndex, require_faiss
-    from bertforge.rundir import lock_dir
+    from bertforge.io.rundir import lock_dir
 
     require_faiss()
     _device(args)

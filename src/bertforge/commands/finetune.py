@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft = subparsers.add_parser(
         "finetune", help="fine-tune a model on a task",
         description="Fine-tune a pretrained model directory on a task with the BERT paper's recipe (AdamW, lr 3e-5, "
-                    "10%% warm-up then linear decay, batch 32, 3 epochs, weight decay 0.01), evaluating after every "
+                    "10% warm-up then linear decay, batch 32, 3 epochs, weight decay 0.01), evaluating after every "
                     "epoch; the best checkpoint ends in OUT itself (a Hugging Face directory that "
                     "BertFor<Task>.from_pretrained(OUT) loads), trainer checkpoints in OUT/checkpoints.",
         epilog="examples:\n  bertforge finetune --task sst2 --data ../shared/data/glue/SST-2 --model MODEL --out runs/sst2\n"
@@ -187,7 +187,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from bertforge.fileio import prepare_output_file
+    from bertforge.io.write import prepare_output_file
     from bertforge.tasks.predict import predict, write_jsonl
 
     _positive("--batch-size", args.batch_size)

@@ -20,6 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, metavar="DIR",
                    help="decoder (model_type gpt2) or encoder-decoder (t5, bart) checkpoint directory")
     p.add_argument("--prompt", default="", help='text to continue (default: "", a new document)')
+    p.add_argument("--prepend-bos", action="store_true",
+                   help="a decoder reads <bos> (GPT-2: <|endoftext|>) before a non-empty prompt, as at a document's "
+                        "start (default: the prompt's tokens alone, as transformers' generate; an empty prompt "
+                        "always starts from <bos>)")
     p.add_argument("--max-new-tokens", type=int, default=50, metavar="N", help="tokens to generate (default: 50)")
     p.add_argument("--greedy", action="store_true", help="always the most likely token (no sampling)")
     p.add_argument("--num-beams", type=int, default=1, metavar="B",
@@ -51,7 +55,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, greedy=args.greedy, temperature=args.temperature,
                            top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
-                           num_beams=args.num_beams, length_penalty=args.length_penalty, seed=args.seed)
+                           num_beams=args.num_beams, length_penalty=args.length_penalty, seed=args.seed,
+                           prepend_bos=args.prepend_bos)
     cfg = cfg.resolved()  # bad flags: one line, before the model is read
     device = resolve_device(args.device)
     precision = args.precision or default_precision(device)

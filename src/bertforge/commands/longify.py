@@ -27,7 +27,7 @@ def longify_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from bertforge.pretrain.longify import longify
-    from bertforge.rundir import claim_output_dir
+    from bertforge.io.rundir import claim_output_dir
 
     if Path(args.out).resolve() == Path(args.model).resolve():
         raise BertforgeError(f"--out {args.out} is the --model directory; write the long model elsewhere")

@@ -53,7 +53,7 @@ def describe(path: str | Path) -> dict:
     """What a checkpoint is, read from config.json, the safetensors header and the tokenizer files."""
     from safetensors import safe_open
 
-    from bertforge.checkpoint import read_state_dict
+    from bertforge.model.checkpoint import read_state_dict
     from bertforge.config import ModelConfig
     from bertforge.tokenization import Tokenizer
 
@@ -111,7 +111,7 @@ def info(args: argparse.Namespace) -> int:
 
 def fill_mask_command(args: argparse.Namespace) -> int:
     from bertforge.analysis.fill_mask import fill_mask
-    from bertforge.heads import MaskedLM
+    from bertforge.model.heads import MaskedLM
     from bertforge.tokenization import Tokenizer
 
     model = MaskedLM.from_pretrained(args.model)  # first: a checkpoint that cannot fill masks is the error to report

@@ -64,7 +64,7 @@ def _config_path(argv: Sequence[str]) -> str | None:
 
 def read_config_file(path: str) -> dict[str, Any]:
     """The file's mapping of options; a run_options.json gives its recorded "options"."""
-    from bertforge.files import read_json, require_file
+    from bertforge.io.read import read_json, require_file
 
     p = require_file(path, "--config")
     if p.suffix.lower() in (".yaml", ".yml"):

@@ -21,7 +21,7 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from bertforge.pretrain.objectives import OBJECTIVES
-    from bertforge.pretrain.recipes import INPUT_FORMATS, MASKINGS, RECIPES, SIZES
+    from bertforge.pretrain.recipes import INPUT_FORMATS, MASKINGS, RECIPES, SIZE_NAMES
     from bertforge.training.optim import SCHEDULES
 
     prep = subparsers.add_parser(
@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "the Python standard library's own documentation (docstrings + pydoc topics), a WordPiece "
                     "tokenizer of 8k is trained, and a small model trains for a few minutes.",
         epilog="recipes: " + RECIPE_HELP)
-    _add_model_args(pre, RECIPES, SIZES, OBJECTIVES, MASKINGS, INPUT_FORMATS, SCHEDULES)
+    _add_model_args(pre, RECIPES, SIZE_NAMES, OBJECTIVES, MASKINGS, INPUT_FORMATS, SCHEDULES)
     pre.add_argument("--corpus", nargs="+", metavar="PATH", help="text files, folders or globs (default: stdlib docs)")
     pre.add_argument("--data", metavar="DIR", help="shards from `bertforge prepare` (instead of --corpus)")
     pre.add_argument("--tokenizer", metavar="DIR", help="use this tokenizer instead of training one")
@@ -82,8 +82,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.set_defaults(func=run_pretrain)
 
     abl = subparsers.add_parser(
-        "ablate", help="the seeds' ablation tables (--table), or arms compared by held-out MLM (--arms)",
-        description="--table bert|roberta|albert|electra|spanbert|all: pretrain every arm of the paper's table for "
+        "ablate", help="re-run the BERT, RoBERTa, ALBERT, ELECTRA and SpanBERT papers' ablation tables at equal "
+                       "compute (--table), or compare pretraining arms by held-out MLM (--arms)",
+        description="--table bert|roberta|albert|electra|spanbert|all: re-run an ablation table of the BERT, "
+                    "RoBERTa, ALBERT, ELECTRA or SpanBERT paper: pretrain every arm of the paper's table for "
                     "the same --budget (or the same FLOPs where the paper compared so), fine-tune each on a fixed "
                     "downstream suite (SST-2, MRPC, RTE, STS-B, CoNLL; SQuAD for spanbert) from --downstream, "
                     "repeat over --seeds, and write TABLE.md / .json / .png with the seed spread and a verdict per "
@@ -110,7 +112,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     abl.add_argument("--arms", nargs="+", metavar="ARM",
                      help="subset of arms (default: all; see `bertforge ablate --list`)")
     abl.add_argument("--list", action="store_true", help="list the arms and exit")
-    abl.add_argument("--size", choices=SIZES, default="bert-mini", help="model size (default: bert-mini)")
+    abl.add_argument("--size", choices=SIZE_NAMES, default="bert-mini", help="model size (default: bert-mini)")
     abl.add_argument("--seq-len", type=int, default=128, metavar="N")
     abl.add_argument("--batch-size", type=int, default=32, metavar="N")
     abl.add_argument("--budget", default="2m", metavar="DUR", help="training wall clock per arm (default: 2m)")
@@ -157,8 +159,8 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules)
 
 def run_prepare(args: argparse.Namespace) -> int:
     from bertforge.data import prepare_corpus
-    from bertforge.fileio import ensure_dir
-    from bertforge.rundir import RunDir, lock_dir
+    from bertforge.io.write import ensure_dir
+    from bertforge.io.rundir import RunDir, lock_dir
     from bertforge.tokenization import Tokenizer
     out = Path(args.out)
     created = not out.exists()

@@ -14,7 +14,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Serve one or more models over HTTP. Concurrent requests are batched by a "
                                    "token budget and a short wait, then run through the offline API.")
     p.add_argument("--model", action="append", required=True, metavar="[NAME=]DIR",
-                   help="a model folder, optionally named (repeat for several; the first is the default)")
+                   help="a model folder, optionally named (repeat for several; the first is the default). "
+                        "Unnamed, it serves under its folder's name, or for a folder called model, best, ...: its "
+                        "model card's title or its parent folder's name")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--max-batch-tokens", type=int, default=16384, metavar="N",
@@ -27,9 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="requests that may wait; one more is refused with 429 (default 256)")
     p.add_argument("--max-inputs", type=int, default=128, metavar="N", help="inputs per request (default 128)")
-    p.add_argument("--max-body-bytes", type=int, default=8 << 20, metavar="N", help="request body size limit")
-    p.add_argument("--api-key", default=os.environ.get("BERTFORGE_API_KEY"), metavar="KEY",
-                   help="require 'Authorization: Bearer KEY' (default: $BERTFORGE_API_KEY; none: no auth)")
+    p.add_argument("--max-body-bytes", type=int, default=8 << 20, metavar="N",
+                   help="request body size limit, with or without Content-Length (default 8 MiB; more: 413)")
+    p.add_argument("--api-key", metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on every route but /health (default: "
+                        "$BERTFORGE_API_KEY; neither given, or that variable empty: no authentication)")
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "int8"), help="embedding precision")
     p.add_argument("--threads", type=int, metavar="N", help="torch intra-op threads for inference")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
@@ -49,6 +53,12 @@ def serve_command(args: argparse.Namespace) -> int:
         raise BertforgeError(f"--max-wait-ms must be 0 or more, got {args.max_wait_ms}")
     if not 0 <= args.port <= 65535:
         raise BertforgeError(f"--port must be 0..65535, got {args.port}")
+    # an empty key would silently turn authentication off: refuse it; an unset or empty variable means no key
+    api_key = (os.environ.get("BERTFORGE_API_KEY") or None) if args.api_key is None else args.api_key
+    if api_key is not None and not api_key.strip():
+        where = "--api-key" if args.api_key is not None else "$BERTFORGE_API_KEY"
+        raise BertforgeError(f"{where} is empty or blank: give a key, or leave {where} out to serve without "
+                             "authentication")
     import torch
 
     from bertforge.serve import ServeOptions, create_app, load_models
@@ -58,8 +68,10 @@ def serve_command(args: argparse.Namespace) -> int:
     models = load_models(args.model, args.precision)
     for m in models.values():
         print(f"bertforge serve: {m.name} ({m.path}): {', '.join(m.tasks)}", file=sys.stderr)
+    print(f"bertforge serve: authentication {'on (Bearer key)' if api_key else 'off (no --api-key)'}",
+          file=sys.stderr)
     app = create_app(models, ServeOptions(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_inputs,
-                                          args.max_body_bytes, args.api_key, args.batches_in_flight))
+                                          args.max_body_bytes, api_key, args.batches_in_flight))
     # uvicorn handles SIGTERM/SIGINT: it stops accepting, lets in-flight requests finish, then the app's
     # lifespan drains the batcher's queue
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,

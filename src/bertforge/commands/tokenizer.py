@@ -8,7 +8,8 @@ from pathlib import Path
 
 from bertforge.data.corpus import find_files, iter_texts
 from bertforge.errors import BertforgeError
-from bertforge.tokenization import KINDS, Tokenizer
+from bertforge.tokenization.tokenizer import TOKENIZER_KINDS
+from bertforge.tokenization import Tokenizer
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                "(one special token, <|endoftext|>; nothing added around a text; always cased).")
     train.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
                        help="text files, folders (every .txt/.txt.gz/.jsonl inside) or glob patterns")
-    train.add_argument("--kind", choices=KINDS, default="wordpiece", help="tokenizer model (default: wordpiece)")
+    train.add_argument("--kind", choices=TOKENIZER_KINDS, default="wordpiece", help="tokenizer model (default: wordpiece)")
     train.add_argument("--vocab-size", type=int, default=30522, metavar="N", help="vocabulary size (default: 30522)")
     train.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer to")
     train.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,

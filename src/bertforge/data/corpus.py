@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
-from bertforge.files import MAX_WARNINGS_PER_FILE, READ_ERRORS, LineReader, open_binary, warn
+from bertforge.io.read import MAX_WARNINGS_PER_FILE, READ_ERRORS, LineReader, open_binary, warn
 
 TEXT_SUFFIXES = (".txt", ".txt.gz")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz")

@@ -32,7 +32,7 @@ from tokenizers import Tokenizer as Backend
 
 from bertforge.data.corpus import find_files, iter_documents, split_sentences
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, atomic_write_text
+from bertforge.io.write import atomic_write, atomic_write_text
 from bertforge.tokenization import Tokenizer
 
 FORMAT = "bertforge-shards"

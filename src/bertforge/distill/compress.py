@@ -26,28 +26,16 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, atomic_write_text
-from bertforge.files import read_json
+from bertforge.io.write import atomic_write, atomic_write_text
+from bertforge.io.read import read_json
 from bertforge.model import INT8_WEIGHTS, QUANT_FIELD, for_inference, save_int8
-from bertforge.runtime import onnx_file
+from bertforge.model.folder import inspect_folder
+from bertforge.model.onnx import onnx_file
 
 EXPORTABLE = ("encoder", "sentence-encoder", "classify", "regress", "tag", "qa")
 PARITY_TOL = 1e-4
 SAMPLE = ["A quick test sentence.", "Distillation keeps most of the accuracy at a fraction of the cost, they say.",
           "Short."]
-
-
-def model_kind(path: Path) -> str:
-    """encoder | sentence-encoder | a task kind (classify, regress, tag, qa, choice) | bilstm | feature."""
-    if not (path / "config.json").is_file():
-        raise BertforgeError(f"--model {path}: not a model directory (no config.json)")
-    config = read_json(path / "config.json")
-    if config.get("model_type") == "bertforge-bilstm":
-        return "bilstm"
-    task = config.get("bertforge_task")
-    if isinstance(task, dict):
-        return "feature" if task.get("features") else str(task.get("kind"))
-    return "sentence-encoder" if (path / "modules.json").is_file() else "encoder"
 
 
 def _copy_tree(src: Path, dst: Path, skip: set[str] = frozenset()) -> None:
@@ -88,10 +76,10 @@ def _weights_bytes(path: Path) -> int:
 def quantize(model_dir: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
     """Write the dynamically int8-quantised model of `model_dir` to `out` (int8 weights on disk); returns its
     agreement with fp32 and the weight files' sizes."""
-    from bertforge.rundir import claim_output_dir
+    from bertforge.io.rundir import claim_output_dir
 
     src, out = Path(model_dir), Path(out)
-    kind = model_kind(src)
+    kind = inspect_folder(src).kind
     if kind in ("bilstm", "feature", "choice"):
         raise BertforgeError(f"--model {src}: a {kind} model cannot be quantised (quantize supports encoders, "
                              "sentence encoders and classify / regress / tag / qa task models)")
@@ -182,10 +170,10 @@ def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opse
     """Export to `out`/model.onnx (+ model.int8.onnx), checked in onnxruntime; returns the parity record."""
     import onnxruntime as ort
 
-    from bertforge.rundir import claim_output_dir
+    from bertforge.io.rundir import claim_output_dir
 
     src, out = Path(model_dir), Path(out)
-    kind = model_kind(src)
+    kind = inspect_folder(src).kind
     if kind not in EXPORTABLE:
         raise BertforgeError(f"--model {src}: a {kind} model cannot be exported to ONNX (export supports "
                              f"{', '.join(EXPORTABLE)} models)")

@@ -31,9 +31,9 @@ from bertforge.data.masking import Masker
 from bertforge.distill.init import check_same_vocab, student_from_teacher
 from bertforge.distill.losses import cosine_loss, kd_loss
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write_text
-from bertforge.heads import MaskedLM
-from bertforge.rundir import claim_output_dir
+from bertforge.io.write import atomic_write_text
+from bertforge.model.heads import MaskedLM
+from bertforge.io.rundir import claim_output_dir
 from bertforge.tokenization import Tokenizer
 
 

@@ -14,7 +14,7 @@ from torch import nn
 
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.heads import MaskedLM
+from bertforge.model.heads import MaskedLM
 from bertforge.model import Encoder
 from bertforge.tokenization import Tokenizer
 

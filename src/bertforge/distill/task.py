@@ -6,7 +6,7 @@
     hard = the task loss on the gold labels (rows without labels, e.g. augmented ones, add no hard loss)
 
 Students: `layers:N` (the teacher's family and width, N layers taken evenly from the teacher, its embeddings,
-pooler and head copied: DistilBERT's initialisation for a task model), `bilstm` (bertforge.distill.bilstm), or a
+pooler and head copied: DistilBERT's initialisation for a task model), `bilstm` (bertforge.model.bilstm), or a
 directory holding a pretrained encoder (e.g. `bertforge distill general`'s output; its vocabulary must be the
 teacher's). The teacher runs once per unique input (`TeacherCache`), not once per epoch. The output folder is a
 normal fine-tuned model folder: `bertforge predict` / `evaluate` work on it.
@@ -24,23 +24,24 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from bertforge.checkpoint import load_pretrained
+from bertforge.model.checkpoint import load_pretrained
 from bertforge.distill.init import check_same_vocab
-from bertforge.distill.bilstm import BiLSTMStudent, augment, student_from_teacher_embeddings
+from bertforge.model.bilstm import BiLSTMStudent, augment, student_from_teacher_embeddings
 from bertforge.distill.losses import TeacherCache, soft_target_loss
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write_text
-from bertforge.heads import task_loss
-from bertforge.rundir import claim_output_dir
+from bertforge.io.write import atomic_write_text
+from bertforge.model.heads import task_loss
+from bertforge.io.rundir import claim_output_dir
 from bertforge.tasks.batching import TRAIN_KEYS, forward_rows, make_collate, row_length
 from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
 from bertforge.tasks.finetune import encode_data, read_examples, resolve_files
-from bertforge.tasks.folders import install_model, load_model_dir, saved_task
+from bertforge.model.folder import inspect_folder
+from bertforge.tasks.folders import install_model, saved_task
 from bertforge.tasks.kinds import kind_for
 from bertforge.tasks.models import build_model, init_from_pretrained, load_task_model, save_task_model
 from bertforge.tokenization import Tokenizer
 
-KINDS = ("classify", "regress", "tag")
+DISTILLABLE_KINDS = ("classify", "regress", "tag")
 
 
 @dataclass
@@ -177,14 +178,14 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     if cfg.resume and (out / "results.json").is_file():  # before any long work
         raise BertforgeError(f"--out {out}: this run has finished (results.json); there is nothing to resume")
-    teacher_dir = load_model_dir(cfg.teacher)
+    teacher_dir = inspect_folder(cfg.teacher, "--teacher").path
     saved, labels = saved_task(teacher_dir)
     kind_name = TASK_KINDS[cfg.task]
     if saved.get("kind") != kind_name or (saved.get("name") in TASK_KINDS and saved.get("name") != cfg.task):
         raise BertforgeError(f"--teacher {teacher_dir} was fine-tuned for {saved.get('name')} ({saved.get('kind')}), "
                              f"not for {cfg.task} ({kind_name}); give a teacher fine-tuned on this task")
-    if kind_name not in KINDS:
-        raise BertforgeError(f"--task {cfg.task}: task distillation supports {', '.join(KINDS)} tasks, not {kind_name}")
+    if kind_name not in DISTILLABLE_KINDS:
+        raise BertforgeError(f"--task {cfg.task}: task distillation supports {', '.join(DISTILLABLE_KINDS)} tasks, not {kind_name}")
     fcfg = FinetuneConfig(task=cfg.task, model=teacher_dir, out=cfg.out, data=cfg.data, max_seq_len=cfg.max_seq_len,
                           text_col=cfg.text_col, text_pair_col=cfg.text_pair_col, label_col=cfg.label_col,
                           train_limit=cfg.train_limit, eval_limit=cfg.eval_limit, progress=cfg.progress,

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertforge.checkpoint import load_pretrained
+from bertforge.model.checkpoint import load_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.tasks.models import SequenceClassifier, encoder_config, save_task_model

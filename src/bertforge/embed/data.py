@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
-from bertforge.files import jsonl_rows, text_lines
+from bertforge.io.read import jsonl_rows, text_lines
 from bertforge.labels import NLI3_IDS as NLI_LABELS
 
 log = logging.getLogger(__name__)

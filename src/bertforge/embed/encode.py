@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder, for_inference
-from bertforge.runtime import ONNX_INT8, OnnxModel
+from bertforge.model.onnx import ONNX_INT8, OnnxModel
 from bertforge.training.accel import check_precision, compile_module, pin
 
 _CHUNK = 16384  # texts tokenised and sorted together; bounds memory for very large inputs

@@ -23,10 +23,10 @@ import numpy as np
 
 from bertforge.embed.modules import SentenceEncoder
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, atomic_write_text
-from bertforge.rundir import is_locked
+from bertforge.io.write import atomic_write, atomic_write_text
+from bertforge.io.rundir import is_locked
 
-KINDS = ("flat", "hnsw", "ivf")
+INDEX_TYPES = ("flat", "hnsw", "ivf")
 CHECKED_FILES = ("index.faiss", "docs.jsonl")
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 200, 128
 
@@ -75,7 +75,7 @@ def make_index(kind: str, dim: int, train: np.ndarray | None = None):
         index.train(np.ascontiguousarray(train, dtype=np.float32))
         index.nprobe = default_nprobe(nlist)
         return index
-    raise BertforgeError(f"unknown index kind {kind!r} (expected {', '.join(KINDS)})")
+    raise BertforgeError(f"unknown index kind {kind!r} (expected {', '.join(INDEX_TYPES)})")
 
 
 def default_nprobe(nlist: int) -> int:
@@ -111,8 +111,8 @@ class VectorIndex:
     @classmethod
     def build(cls, path: str | Path, model: SentenceEncoder, ids: list[str], texts: list[str], kind: str = "flat",
               batch_size: int = 32, precision: str = "fp32", progress: bool = True) -> "VectorIndex":
-        if kind not in KINDS:
-            raise BertforgeError(f"unknown index kind {kind!r} (expected {', '.join(KINDS)})")
+        if kind not in INDEX_TYPES:
+            raise BertforgeError(f"unknown index kind {kind!r} (expected {', '.join(INDEX_TYPES)})")
         path = Path(path)
         if (path / "meta.json").exists():
             raise BertforgeError(f"{path}: an index already exists there (use `index add`, or another --out)")

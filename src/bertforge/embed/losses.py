@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.heads import task_loss
+from bertforge.model.heads import task_loss
 from bertforge.labels import NLI3_IDS
 
 # One NLI label order for the whole toolkit (HF's MNLI/SNLI: entailment=0, neutral=1, contradiction=2), so an integer

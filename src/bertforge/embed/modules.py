@@ -20,14 +20,14 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertforge.checkpoint import atomic_write, atomic_write_text, save_pretrained
+from bertforge.model.checkpoint import atomic_write, atomic_write_text, save_pretrained
 from bertforge.embed.encode import encode as encode_texts
 from bertforge.errors import BertforgeError
-from bertforge.files import read_json
-from bertforge.heads import mean_pool
+from bertforge.io.read import read_json
+from bertforge.model.heads import mean_pool
 from bertforge.config import ModelConfig
 from bertforge.model import Encoder
-from bertforge.runtime import OnnxModel, model_folder, onnx_file
+from bertforge.model.onnx import OnnxModel, model_folder, onnx_file
 from bertforge.tokenization import Tokenizer
 
 Features = dict[str, torch.Tensor]
@@ -244,7 +244,7 @@ class Normalize(nn.Module):
         path.mkdir(parents=True, exist_ok=True)
 
 
-_KINDS = {"Transformer": Transformer, "Pooling": Pooling, "Dense": Dense, "Normalize": Normalize}
+_MODULE_TYPES = {"Transformer": Transformer, "Pooling": Pooling, "Dense": Dense, "Normalize": Normalize}
 _TYPE_NAMES = {Transformer: ST_TRANSFORMER, Pooling: ST_POOLING, Dense: ST_DENSE, Normalize: ST_NORMALIZE}
 _FOLDERS = {Pooling: "Pooling", Dense: "Dense", Normalize: "Normalize"}
 
@@ -340,10 +340,10 @@ class SentenceEncoder(nn.Sequential):
             entries = read_json(path / "modules.json", expect=list)
             for entry in sorted(entries, key=lambda e: e.get("idx", 0)):
                 kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
-                if kind not in _KINDS:
+                if kind not in _MODULE_TYPES:
                     raise BertforgeError(f"{path / 'modules.json'}: unsupported module type {entry.get('type')!r}")
                 sub = path / entry.get("path", "")
-                modules.append(Transformer.load(sub, onnx) if kind == "Transformer" else _KINDS[kind].load(sub))
+                modules.append(Transformer.load(sub, onnx) if kind == "Transformer" else _MODULE_TYPES[kind].load(sub))
             if not isinstance(modules[0], Transformer):
                 raise BertforgeError(f"{path / 'modules.json'}: the first module must be a Transformer")
         else:

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertforge.checkpoint import load_pretrained
+from bertforge.model.checkpoint import load_pretrained
 from bertforge.embed.data import Dataset, Example
 from bertforge.embed.losses import ENTAILMENT, SoftmaxLoss, make_loss
 from bertforge.embed.modules import Dense, SentenceEncoder

@@ -26,6 +26,7 @@ class GenerationConfig:
     length_penalty: float = 1.0        # beam search: a finished beam scores sum(log p) / (new tokens ** this)
     seed: int | None = None            # sampling: the same seed gives the same text
     stop_at_eos: bool = True           # a row ends at the model's eos token
+    prepend_bos: bool = False          # a decoder's non-empty prompt starts with <bos> (off: as transformers)
 
     @property
     def mode(self) -> str:

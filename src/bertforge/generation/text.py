@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from bertforge.config import ModelConfig
-from bertforge.config_seq2seq import is_seq2seq_dir
+from bertforge.model.folder import inspect_folder
 from bertforge.errors import BertforgeError
 from bertforge.generation.config import GenerationConfig
 from bertforge.generation.search import TokenSteps, beam_search, generate_ids
@@ -26,12 +26,13 @@ from bertforge.tokenization import Tokenizer
 def load(path: str | Path) -> tuple[DecoderLM | Seq2SeqLM, Tokenizer]:
     """The model and tokenizer of a checkpoint directory: a decoder (GPT-2 layout) or an encoder-decoder (T5,
     BART), bertforge's or transformers'."""
-    path = Path(path)
-    if is_seq2seq_dir(path):
+    folder = inspect_folder(path)
+    path = folder.path
+    if folder.holds == "encoder-decoder":
         model = Seq2SeqLM.from_pretrained(path)
         return model, Tokenizer.from_pretrained(path)
-    cfg = ModelConfig.from_file(path)
-    if not cfg.is_decoder:
+    if folder.holds != "decoder":
+        cfg = ModelConfig.from_file(path)
         arch = ", ".join(cfg.extra.get("architectures", [])) or cfg.family.base_architecture
         raise BertforgeError(f"{path}: a {cfg.model_type} encoder checkpoint ({arch}) cannot generate text; "
                              "give a decoder (GPT-2 layout, model_type gpt2, e.g. from `bertforge pretrain "
@@ -46,9 +47,10 @@ def reads_source(model) -> bool:
     return getattr(model, "prompt_padding", "left") == "right"
 
 
-def encode_prompts(model, tokenizer, prompts: Sequence[str],
-                   max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(input_ids, attention_mask or None) for the prompts: each as `model.prompt_ids` makes it, cut to
+def encode_prompts(model, tokenizer, prompts: Sequence[str], max_new_tokens: int,
+                   prepend_bos: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(input_ids, attention_mask or None) for the prompts: each as `model.prompt_ids` makes it (a decoder's
+    non-empty prompt with <bos> first only when `prepend_bos`), cut to
     `model.max_prompt_tokens` (with a warning saying so) and padded to one width. A decoder continues its prompt:
     it keeps the prompt's last tokens and pads on the left, so every row ends at its last token. An
     encoder-decoder (`model.prompt_padding == "right"`) reads its prompt as a source: it keeps the first tokens
@@ -60,7 +62,8 @@ def encode_prompts(model, tokenizer, prompts: Sequence[str],
                              f"is {model.config.max_position_embeddings} tokens")
     rows = []
     for i, text in enumerate(prompts):
-        ids = model.prompt_ids(tokenizer, text)
+        # an encoder-decoder's source has its own start and end tokens
+        ids = model.prompt_ids(tokenizer, text) if source else model.prompt_ids(tokenizer, text, prepend_bos)
         if len(ids) > room:
             which = "the prompt" if len(prompts) == 1 else f"prompt {i + 1}"
             if source:
@@ -135,10 +138,10 @@ def generate(model, tokenizer, prompt: str | Sequence[str], config: GenerationCo
              **options) -> str | list[str]:
     """The continuation of `prompt` (a list of them for a list), without the prompt and the eos. `options`
     override `config` fields: max_new_tokens, greedy, temperature, top_k, top_p, repetition_penalty, num_beams,
-    length_penalty, seed."""
+    length_penalty, seed, prepend_bos."""
     cfg = _config(config, options)
     prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-    input_ids, mask = encode_prompts(model, tokenizer, prompts, cfg.max_new_tokens)
+    input_ids, mask = encode_prompts(model, tokenizer, prompts, cfg.max_new_tokens, cfg.prepend_bos)
     ids = generate_ids(model, input_ids, mask, cfg)
     texts = _continuations(model, tokenizer, ids, _prefix_length(model, input_ids))
     return texts[0] if isinstance(prompt, str) else texts
@@ -148,7 +151,7 @@ def stream(model, tokenizer, prompt: str, config: GenerationConfig | None = None
     """The continuation of `prompt` as text pieces, each as soon as its tokens are generated (beam search knows
     its answer only at the end: one piece)."""
     cfg = _config(config, options)
-    input_ids, mask = encode_prompts(model, tokenizer, [prompt], cfg.max_new_tokens)
+    input_ids, mask = encode_prompts(model, tokenizer, [prompt], cfg.max_new_tokens, cfg.prepend_bos)
     if cfg.mode == "beam":
         yield _continuations(model, tokenizer, beam_search(model, input_ids, mask, cfg),
                              _prefix_length(model, input_ids))[0]

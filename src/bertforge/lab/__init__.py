@@ -1,4 +1,4 @@
-"""The ablation lab: the seeds' ablation tables (BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT) answered the way the
+"""The ablation lab: the ablation tables of the BERT, RoBERTa, ALBERT, ELECTRA and SpanBERT papers answered the way the
 papers answered them, by downstream scores at equal compute, over several seeds, with a verdict per claim.
 
 * ``tables``: which arms each paper compared, its claims and its numbers; the fixed downstream suite.

@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bertforge.fileio import atomic_write, atomic_write_text
+from bertforge.io.write import atomic_write, atomic_write_text
 from bertforge.lab.tables import CONTROL, Claim, Table, tasks_of
 from bertforge.pretrain.ablation import OWN_TASKS, table_cell
 

@@ -22,12 +22,12 @@ from torch import nn
 
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write_text
-from bertforge.files import read_json
+from bertforge.io.write import atomic_write_text
+from bertforge.io.read import read_json
 from bertforge.lab.flops import training_flops_per_token
 from bertforge.lab.report import write_reports
 from bertforge.lab.tables import CONTROL, CONTROL_DESCRIBE, SUITE, Table, tables_named, tasks_of
-from bertforge.rundir import claim_output_dir
+from bertforge.io.rundir import claim_output_dir
 from bertforge.training.config import parse_duration
 
 MIN_BUDGET_S = 30.0  # below this an arm has barely left its warm-up: nothing worth fine-tuning

@@ -1,4 +1,5 @@
-"""The seeds' ablation tables: which arms each paper compared, the claims it drew, and its own numbers.
+"""The ablation tables of the BERT, RoBERTa, ALBERT, ELECTRA and SpanBERT papers: which arms each paper compared,
+the claims it drew, and its own numbers.
 
 An arm is a pretraining configuration from `bertforge.pretrain.ablation.ARMS` (one registry for `ablate --arms`
 and for the tables); a table names the arms a paper's table compared, with the paper's labels, plus the control
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from bertforge.errors import BertforgeError
 
 # The fixed downstream suite: task -> (folder under the data root, training examples used, dev examples used).
-# Slices keep a CPU table inside a session; dev sets are the GLUE/CoNLL development files (test labels are private).
+# Slices keep a table affordable on a CPU; dev sets are the GLUE/CoNLL development files (test labels are private).
 SUITE: dict[str, tuple[str, int | None, int | None]] = {
     "sst2": ("glue/SST-2", 2000, None),
     "mrpc": ("glue/MRPC", 2000, None),

@@ -17,16 +17,16 @@ from bertforge.model.attention import (
 )
 from bertforge.model.cache import KVCache, Seq2SeqCache
 from bertforge.model.decoder import Decoder, DecoderLM
-from bertforge.model.seq2seq import Seq2SeqLM
+from bertforge.model.seq2seq.model import Seq2SeqLM
 from bertforge.model.encoder import (
     PRECISIONS,
     AddNorm,
-    Attention,
+    EncoderAttention,
+    EncoderFeedForward,
+    EncoderLayer,
     Embeddings,
     Encoder,
     EncoderOutput,
-    Intermediate,
-    Layer,
     LayerStack,
     Pooler,
     activation,
@@ -41,16 +41,26 @@ from bertforge.model.xlnet import (
     target_mapping_of,
 )
 from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8, save_int8
-from bertforge.model.block_sparse import BigBirdSelfAttention
-from bertforge.model.long_attention import LongformerSelfAttention
-from bertforge.model.sparse import SparseLayout, global_mask_from_indices, task_global_mask
+from bertforge.model.sparse.bigbird import BigBirdSelfAttention
+from bertforge.model.sparse.longformer import LongformerSelfAttention
+from bertforge.model.sparse.layout import SparseLayout, global_mask_from_indices, task_global_mask
 
-__all__ = ["ATTN_IMPLEMENTATIONS", "INT8_WEIGHTS", "PRECISIONS", "QUANT_FIELD", "AddNorm", "Attention", "Decoder",
+__all__ = ["ATTN_IMPLEMENTATIONS", "INT8_WEIGHTS", "PRECISIONS", "QUANT_FIELD", "AddNorm", "Decoder",
            "DecoderLM", "Embeddings", "Encoder", "EncoderOutput", "KVCache",
-           "FusedSelfAttention", "Intermediate", "Layer", "LayerStack", "MultiHeadAttention", "Pooler",
+           "EncoderAttention", "EncoderFeedForward", "EncoderLayer",
+           "FusedSelfAttention", "LayerStack", "MultiHeadAttention", "Pooler",
            "SelfAttention", "Seq2SeqCache", "Seq2SeqLM", "XLNetEncoder", "XLNetOutput", "activation", "apply_rotary", "attend", "for_inference",
            "is_quantised", "layer_norm", "load_int8", "permutation_mask", "rotary_cos_sin", "save_int8",
            "segment_mask", "sliding_window_mask", "target_mapping_of"]
 # Sparse long attention (Longformer, BigBird): docs/long.md
 __all__ += ["BigBirdSelfAttention", "LongformerSelfAttention", "SparseLayout", "global_mask_from_indices",
             "task_global_mask"]
+
+# Earlier names of the encoder's blocks, still importable from here.
+_RENAMED = {"Attention": "EncoderAttention", "Intermediate": "EncoderFeedForward", "Layer": "EncoderLayer"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module 'bertforge.model' has no attribute {name!r}")

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertforge.checkpoint import load_pretrained, save_pretrained
+from bertforge.model.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.model.attention import MultiHeadAttention
@@ -48,7 +48,7 @@ class CausalSelfAttention(MultiHeadAttention):
         return self.resid_dropout(self.c_proj(ctx)), probs
 
 
-class MLP(nn.Module):
+class DecoderFeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.c_fc = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
@@ -60,13 +60,13 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(self.act(self.c_fc(x))))
 
 
-class Block(nn.Module):
+class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.attn = CausalSelfAttention(cfg, attn_implementation)
         self.ln_2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = DecoderFeedForward(cfg)
 
     def forward(self, x, mask, kv_cache=None, eager=False):
         a, probs = self.attn(self.ln_1(x), mask, eager, kv_cache=kv_cache)
@@ -86,7 +86,7 @@ class Decoder(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.wpe = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
         self.drop = Dropout(cfg.hidden_dropout_prob)
-        self.h = nn.ModuleList([Block(cfg, attn_implementation) for _ in range(cfg.num_hidden_layers)])
+        self.h = nn.ModuleList([DecoderLayer(cfg, attn_implementation) for _ in range(cfg.num_hidden_layers)])
         self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.apply(lambda m: init_weights(m, cfg.initializer_range))
         # GPT-2's scaled initialisation: each block adds two residual branches, so their output projections start
@@ -173,11 +173,13 @@ class DecoderLM(nn.Module):
         """How long a prompt may be: the prompt and every new token share the context (n_positions)."""
         return self.config.max_position_embeddings - max_new_tokens
 
-    def prompt_ids(self, tokenizer, text: str) -> list[int]:
-        """A text as this model continues it: <bos> (the document start it was trained after) and the text's
-        tokens, nothing after them."""
+    def prompt_ids(self, tokenizer, text: str, prepend_bos: bool = False) -> list[int]:
+        """A text as this model continues it: the text's tokens, nothing around them, as transformers' `generate`
+        and GPT-2's own conditional sampling feed them. An empty text is <bos> alone (a new document: the start
+        the model was trained after); `prepend_bos` puts <bos> before a non-empty text too."""
         ids = tokenizer.encode_ids([text])[0]
-        return ids if self.config.bos_token_id is None else [self.config.bos_token_id, *ids]
+        bos = self.config.bos_token_id
+        return ids if bos is None or (ids and not prepend_bos) else [bos, *ids]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

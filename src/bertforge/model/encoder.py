@@ -8,7 +8,7 @@ modern switches (rotary positions, GeGLU, no biases, sliding-window layers) are 
 layers below read them, so every family runs the same code.
 Longformer and BigBird (`Family.sparse`) are the same encoder too: `model.sparse.prepare` turns a batch into a
 `SparseLayout` that the layers get in place of the mask, and their self-attention is `long_attention` /
-`block_sparse` (chosen per layer in `Attention`).
+`block_sparse` (chosen per layer in `EncoderAttention`).
 
 There is one forward pass. Its variants are chosen when a model is built, as transformers chooses attention
 classes: `attn_implementation` "sdpa" (torch's fused kernel) or "eager" (probabilities materialised; forced when
@@ -27,17 +27,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-from bertforge.checkpoint import load_pretrained, save_pretrained
+from bertforge.model.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
-from bertforge.config_schemas import SLIDING
+from bertforge.families.modernbert import SLIDING
 from bertforge.errors import BertforgeError
-from bertforge.files import read_json
+from bertforge.io.read import read_json
 from bertforge.model.attention import (FusedSelfAttention, MultiHeadAttention, SelfAttention, rotary_cos_sin,
                                        sliding_window_mask)
 from bertforge.model.dropout import Dropout
 from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8
-from bertforge.model.long_attention import sparse_self_attention
-from bertforge.model.sparse import prepare as prepare_sparse
+from bertforge.model.sparse.longformer import sparse_self_attention
+from bertforge.model.sparse.layout import prepare as prepare_sparse
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -107,7 +107,7 @@ class Embeddings(nn.Module):
 
 class AddNorm(nn.Module):
     """dense -> dropout -> residual add -> LayerNorm (HF's BertSelfOutput / BertOutput); pre-norm blocks normalise
-    their input instead (`Layer`), so here they stop at the residual add."""
+    their input instead (`EncoderLayer`), so here they stop at the residual add."""
 
     def __init__(self, d_in: int, cfg: ModelConfig, bias: bool = True):
         super().__init__()
@@ -120,7 +120,7 @@ class AddNorm(nn.Module):
         return x if self.LayerNorm is None else self.LayerNorm(x)
 
 
-class Attention(nn.Module):
+class EncoderAttention(nn.Module):
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None,
                  index: int = 0):
         super().__init__()
@@ -163,7 +163,7 @@ class Attention(nn.Module):
         attn.n_heads = len(keep)
 
 
-class Intermediate(nn.Module):
+class EncoderFeedForward(nn.Module):
     """act(x W) (BERT), or GeGLU act(x W_a) * (x W_g) with `dense` holding [W_a; W_g] (one matmul; ModernBERT's
     `Wi`, whose first half is activated and second half gates)."""
 
@@ -181,12 +181,12 @@ class Intermediate(nn.Module):
         return self.act(self.dense(x))
 
 
-class Layer(nn.Module):
+class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None,
                  index: int = 0):
         super().__init__()
-        self.attention = Attention(cfg, attn_implementation, n_heads, index)
-        self.intermediate = Intermediate(cfg)
+        self.attention = EncoderAttention(cfg, attn_implementation, n_heads, index)
+        self.intermediate = EncoderFeedForward(cfg)
         self.output = AddNorm(cfg.intermediate_size, cfg, cfg.mlp_bias)
         # Pre-norm: a norm before each sub-block. Layer 0's input is already the embedding norm's output, so it
         # gets no second one (ModernBERT's Identity attn_norm).
@@ -205,7 +205,7 @@ class LayerStack(nn.Module):
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
         heads = cfg.heads_per_layer or [cfg.num_attention_heads] * cfg.num_hidden_layers  # pruned: fewer
-        layers = [Layer(cfg, attn_implementation, n, i) for i, n in enumerate(heads)]
+        layers = [EncoderLayer(cfg, attn_implementation, n, i) for i, n in enumerate(heads)]
         # Cross-layer sharing (ALBERT) ties modules by identity: state_dict() still lists every layer, which keeps
         # the Hugging Face layout, while named_parameters() (and so the optimiser) sees each tensor once.
         for layer in layers[1:]:

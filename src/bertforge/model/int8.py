@@ -18,9 +18,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-from bertforge.checkpoint import INT8_WEIGHTS
+from bertforge.model.checkpoint import INT8_WEIGHTS
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write
+from bertforge.io.write import atomic_write
 
 QUANT_FIELD = "bertforge_quantization"  # config.json: how the folder was quantised (also: "load me as int8")
 _SCALE = ".weight_scale"

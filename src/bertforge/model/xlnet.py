@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertforge.checkpoint import load_pretrained, save_pretrained
+from bertforge.model.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.model.attention import ATTN_IMPLEMENTATIONS, attend
@@ -114,7 +114,7 @@ class RelativeAttention(nn.Module):
         return out_h, self.post(g, ctx_g)
 
 
-class FeedForward(nn.Module):
+class XLNetFeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
@@ -132,7 +132,7 @@ class XLNetLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
         self.rel_attn = RelativeAttention(cfg, attn_implementation)
-        self.ff = FeedForward(cfg)
+        self.ff = XLNetFeedForward(cfg)
 
     def forward(self, h, g, mask_h, mask_g, r, seg_diff, mems=None, target_mapping=None):
         h, g = self.rel_attn(h, g, mask_h, mask_g, r, seg_diff, mems, target_mapping)

@@ -19,7 +19,7 @@ from torch import nn
 
 from bertforge.data import ShardedCorpus
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, atomic_write_text
+from bertforge.io.write import atomic_write, atomic_write_text
 from bertforge.pretrain.inputs import heldout_batches
 from bertforge.pretrain.metrics import mlm_metrics, most_frequent_token
 from bertforge.pretrain.objectives import LEFT_TO_RIGHT

@@ -113,10 +113,11 @@ def samples(model: nn.Module, tok, corpus, n: int, prompt_words: int = 8, max_ne
         prompt = " ".join(tok.decode(corpus.document(d)[0].tolist()).split()[:prompt_words])
         if not prompt:
             continue
-        room = model.max_prompt_tokens(1) - len(model.prompt_ids(tok, prompt))
+        # the prompt is a document's start: <bos> first, as the model saw it in training
+        room = model.max_prompt_tokens(1) - len(model.prompt_ids(tok, prompt, prepend_bos=True))
         if room < 1:
             continue
-        out.append({"prompt": prompt, "continuation": generate(model, tok, prompt, seed=seed,
+        out.append({"prompt": prompt, "continuation": generate(model, tok, prompt, seed=seed, prepend_bos=True,
                                                                max_new_tokens=min(max_new_tokens, room))})
     model.train(was_training)
     return out

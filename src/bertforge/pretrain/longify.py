@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from bertforge.checkpoint import load_pretrained, read_state_dict
+from bertforge.model.checkpoint import load_pretrained, read_state_dict
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.heads import MaskedLM
+from bertforge.model.heads import MaskedLM
 from bertforge.model import Encoder
 from bertforge.tokenization import Tokenizer
 

@@ -28,10 +28,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.config import ModelConfig
-from bertforge.heads import (ARCHITECTURES, MaskedLM, PreTrainingModel, ReplacedTokenDetector,
-                             SentenceRelationHead, XLNetLM, masked_lm_loss, vocab_loss)
+from bertforge.model.heads import (ARCHITECTURES, MaskedLM, PreTrainingModel, ReplacedTokenDetector,
+                                   SentenceRelationHead, XLNetLM, masked_lm_loss, vocab_loss)
 from bertforge.model import DecoderLM, activation, permutation_mask, target_mapping_of
-from bertforge.model.sparse import task_global_mask
+from bertforge.model.sparse.layout import task_global_mask
 
 IGNORE = -100
 RELATIONS = (None, "nsp", "sop")
@@ -83,7 +83,7 @@ class MLMObjective(PreTrainingModel):
         return self.cls.predictions(hidden, positions)
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        from bertforge.checkpoint import save_pretrained
+        from bertforge.model.checkpoint import save_pretrained
         kind = "pretraining" if self.relation is not None else "mlm"
         if (kind, self.config.model_type) not in ARCHITECTURES:
             kind = "mlm"  # RoBERTa / ELECTRA have no *ForPreTraining with a sentence head in transformers
@@ -333,7 +333,7 @@ class LeftToRightObjective(MaskedLM):
         return {"loss": loss, "lm_loss": loss.detach(), "lm_acc": acc}
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        from bertforge.checkpoint import save_pretrained
+        from bertforge.model.checkpoint import save_pretrained
         save_pretrained(self, path, self.config, architecture=ARCHITECTURES[("ltr", self.config.model_type)],
                         tokenizer=tokenizer)
 

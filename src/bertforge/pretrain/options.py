@@ -9,7 +9,7 @@ from typing import Callable
 
 from torch import nn
 
-from bertforge.config import SIZES as SHAPES
+from bertforge.config.sizes import SIZES
 from bertforge.config import ModelConfig
 from bertforge.pretrain.recipes import Recipe, shape_name, size_of
 
@@ -58,7 +58,7 @@ def schedule(opts: PretrainOptions, cfg: ModelConfig) -> tuple[float, float, str
     (bertforge.config.SIZES) times the recipe's scale. A --init-from checkpoint is sized by its own shape."""
     size = size_of(cfg) if opts.init_from is not None else opts.size
     lr = opts.lr if opts.lr is not None else opts.recipe.default_lr(size)
-    warmup = opts.warmup_ratio if opts.warmup_ratio is not None else SHAPES[shape_name(size)].pretrain_warmup
+    warmup = opts.warmup_ratio if opts.warmup_ratio is not None else SIZES[shape_name(size)].pretrain_warmup
     return lr, warmup, size
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from bertforge.errors import BertforgeError
 from bertforge.pretrain.options import PretrainOptions
 from bertforge.pretrain.prepare import corpus_fingerprint
-from bertforge.rundir import RunDir, claim_output_dir
+from bertforge.io.rundir import RunDir, claim_output_dir
 from bertforge.training.distributed import broadcast_object
 
 # How long and how it is watched, not what is learned: a resume may change these.

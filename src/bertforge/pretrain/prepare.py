@@ -14,7 +14,7 @@ from pathlib import Path
 from bertforge.data import ShardedCorpus, find_files, prepare_corpus
 from bertforge.data.corpus import iter_texts
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write_text
+from bertforge.io.write import atomic_write_text
 from bertforge.pretrain.default_corpus import default_corpus
 from bertforge.pretrain.options import DEFAULT_VOCAB, DEFAULT_VOCAB_EMBEDDED, PREPARE_HELDOUT, PretrainOptions
 from bertforge.tokenization import Tokenizer

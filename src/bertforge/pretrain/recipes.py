@@ -2,7 +2,7 @@
 
 A `Recipe` fixes the objective, masking, input format, static vs dynamic masks, tokenizer kind and model family;
 model size, sequence length, batch size and duration are separate. `resolve(name, **overrides)` applies flags.
-Family settings (activation, dropout, positions, ...) come from `bertforge.config.FAMILIES`, shapes and default
+Family settings (activation, dropout, positions, ...) come from `bertforge.families.FAMILIES`, shapes and default
 learning rates from `bertforge.config.SIZES`; a recipe only names the knobs that are ablation arms.
 """
 from __future__ import annotations
@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from bertforge.config import SIZES as SHAPES
-from bertforge.config import CAUSAL_ENCODERS, FAMILIES, ModelConfig, compose
-from bertforge.config_seq2seq import SEQ2SEQ_FAMILIES
+from bertforge.config.sizes import SIZES
+from bertforge.config import CAUSAL_ENCODERS, ModelConfig, compose
+from bertforge.families import FAMILIES
+from bertforge.families import SEQ2SEQ_FAMILIES
 from bertforge.errors import BertforgeError
 from bertforge.pretrain.objectives import LEFT_TO_RIGHT, OBJECTIVES, SENTENCE_OBJECTIVES
 from bertforge.pretrain.seq2seq import SEQ2SEQ_OBJECTIVES
@@ -20,7 +21,7 @@ from bertforge.training.optim import SCHEDULES
 
 MASKINGS = ("token", "whole_word", "span")
 INPUT_FORMATS = ("segment-pair", "sentence-pair", "full-sentences", "doc-sentences")
-SIZES = tuple(f"bert-{size}" for size in SHAPES)  # --size names the BERT shape: bert-tiny ... bert-large
+SIZE_NAMES = tuple(f"bert-{size}" for size in SIZES)  # --size names the BERT shape: bert-tiny ... bert-large
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class Recipe:
     dynamic: bool              # re-mask every epoch (RoBERTa) vs masks fixed at preparation (BERT, dupe_factor)
     input_format: str          # segment-pair | sentence-pair | full-sentences | doc-sentences
     tokenizer_kind: str        # wordpiece | bpe | unigram
-    model_type: str            # the family: a key of bertforge.config.FAMILIES
+    model_type: str            # the family: a key of bertforge.families.FAMILIES
     dupe_factor: int = 1       # static masking: how many differently-masked copies of the data
     mask_prob: float = 0.15
     embedding_size: int | None = None  # factorised E (ALBERT, ELECTRA); None: the family's
@@ -120,20 +121,20 @@ class Recipe:
 
     def default_lr(self, size: str) -> float:
         """Peak learning rate when --lr is not given: the size's (see config.Size) times the recipe's scale."""
-        return SHAPES[shape_name(size)].pretrain_lr * self.lr_scale
+        return SIZES[shape_name(size)].pretrain_lr * self.lr_scale
 
 
 def shape_name(size: str) -> str:
     """"bert-base" (a --size choice) -> "base" (a key of config.SIZES)."""
-    if size not in SIZES:
-        raise BertforgeError(f"--size: unknown {size!r} (choose from {', '.join(SIZES)})")
+    if size not in SIZE_NAMES:
+        raise BertforgeError(f"--size: unknown {size!r} (choose from {', '.join(SIZE_NAMES)})")
     return size.removeprefix("bert-")
 
 
 def size_of(cfg: ModelConfig) -> str:
     """The --size name whose shape best describes cfg (a --init-from checkpoint): the smallest size at least as
     wide and as deep, else the largest. Its defaults are the conservative choice for a model between sizes."""
-    by_cost = sorted(SHAPES.items(), key=lambda kv: kv[1].layers * kv[1].hidden ** 2)  # the table is not in order
+    by_cost = sorted(SIZES.items(), key=lambda kv: kv[1].layers * kv[1].hidden ** 2)  # the table is not in order
     for name, shape in by_cost:
         layers = getattr(cfg, "num_hidden_layers", None) or max(cfg.encoder_layers, cfg.decoder_layers)  # (T5 / BART)
         if shape.hidden >= cfg.hidden_size and shape.layers >= layers:

@@ -23,11 +23,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertforge.checkpoint import load_pretrained
+from bertforge.model.checkpoint import load_pretrained
 from bertforge.config import ModelConfig
 from bertforge.data import ShardedCorpus
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write_text
+from bertforge.io.write import atomic_write_text
 from bertforge.pretrain.inputs import check_model_fits_recipe
 from bertforge.pretrain.metrics import stuck_at_baseline
 from bertforge.pretrain.objectives import ELECTRAObjective, build_objective, uses_pooler
@@ -37,7 +37,7 @@ from bertforge.pretrain.prepare import barrier, corpus_paths, prepare_data, prep
 from bertforge.pretrain.report import curves_line, print_summary, setup_line, stuck_warning
 from bertforge.pretrain import seq2seq as s2s
 from bertforge.pretrain.scoring import kind_for
-from bertforge.rundir import is_locked
+from bertforge.io.rundir import is_locked
 from bertforge.training import ResumableLoader, TrainConfig, Trainer, distributed_context, resolve_device
 from bertforge.training.distributed import init_distributed, is_distributed
 

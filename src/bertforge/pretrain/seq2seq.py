@@ -2,7 +2,7 @@
 t5`) and BART's text infilling + sentence permutation (`--recipe bart`).
 
 The model is `bertforge.model.Seq2SeqLM` (saved as T5ForConditionalGeneration / BartForConditionalGeneration),
-its shape the --size's (`config_seq2seq.compose_seq2seq`: the size's layers in the encoder and in the decoder);
+its shape the --size's (`config.seq2seq.compose_seq2seq`: the size's layers in the encoder and in the decoder);
 the examples and their noise come from `data.seq2seq`. Held-out metrics: the decoder's loss, perplexity and
 accuracy on the targets of fixed held-out noise, beside a unigram model of the training text (add-one smoothed)
 scoring the same targets; a few held-out examples are denoised greedily for the run's eval_results.json.
@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertforge.config_seq2seq import SEQ2SEQ_FAMILIES, Seq2SeqConfig, compose_seq2seq
+from bertforge.families import SEQ2SEQ_FAMILIES
+from bertforge.config.seq2seq import Seq2SeqConfig, compose_seq2seq
 from bertforge.data.masking import IGNORE_INDEX
 from bertforge.data.seq2seq import Seq2SeqCollator, Seq2SeqPretrainingDataset, make_noise
 from bertforge.errors import BertforgeError

@@ -28,7 +28,7 @@ from bertforge.serve.metrics import Metrics
 from bertforge.serve.registry import (CLASSIFY, EMBED, FILL_MASK, RERANK, SIMILARITY, TOKENIZE, ServedModel,
                                       normalize_rows)
 
-ROUTES = ("/embed", "/v1/embeddings", "/classify", "/fill-mask", "/rerank", "/similarity", "/tokenize",
+ROUTES = ("/embed", "/v1/embeddings", "/v1/models", "/classify", "/fill-mask", "/rerank", "/similarity", "/tokenize",
           "/health", "/info", "/metrics")
 
 
@@ -66,8 +66,9 @@ def _field_name(loc: tuple) -> str:
 
 
 class Around:
-    """Around every HTTP request: the bearer token (401), the body limit (413), JSON as the body's type, the
-    in-flight gauge, the X-Total-Time-Ms header and the request metrics."""
+    """Around every HTTP request: the bearer token (401), the body limit (413: a Content-Length over it at once, a
+    chunked body as soon as the bytes read pass it), JSON as the body's type, the in-flight gauge, the
+    X-Total-Time-Ms header and the request metrics."""
 
     def __init__(self, app: Any, opts: ServeOptions, metrics: Metrics) -> None:
         self.app, self.opts, self.metrics = app, opts, metrics
@@ -78,7 +79,7 @@ class Around:
             return
         start = time.perf_counter()
         path, headers = scope["path"], dict(scope["headers"])
-        route = path if path in ROUTES else "other"  # bounded label values
+        route = path if path in ROUTES else "/v1/models/{id}" if path.startswith("/v1/models/") else "other"
         status = 500  # what the client gets if the app fails before it answers
         opts = self.opts
         size = headers.get(b"content-length", b"").decode("latin-1")
@@ -89,7 +90,7 @@ class Around:
                              "unauthorized", {"WWW-Authenticate": "Bearer"})
         elif size.isdigit() and int(size) > opts.max_body_bytes:
             refusal = _error(413, f"request body of {size} bytes is over the limit of {opts.max_body_bytes}",
-                             "body", "too_large")
+                             "body", "too_large", {"Connection": "close"})  # close: the body is never read
         if refusal is not None:
             status = refusal.status_code
             refusal.headers["X-Total-Time-Ms"] = f"{(time.perf_counter() - start) * 1000:.2f}"
@@ -100,9 +101,34 @@ class Around:
                 scope["headers"] = [(k, v) for k, v in scope["headers"] if k != b"content-type"] \
                     + [(b"content-type", b"application/json")]
 
+            received, refused, started = 0, False, False
+
+            async def limited_receive() -> dict:
+                # A body without Content-Length (chunked) is counted as it streams in: past the limit the client
+                # gets 413 at once (and the connection is closed, so the rest is never read) and the app sees a
+                # disconnect, so at most one chunk over the limit is ever held.
+                nonlocal received, refused, status
+                if refused:
+                    return {"type": "http.disconnect"}
+                message = await receive()
+                if message["type"] == "http.request":
+                    received += len(message.get("body", b""))
+                    if received > opts.max_body_bytes:
+                        refused, status = True, 413
+                        if not started:
+                            await _error(413, f"request body over the limit of {opts.max_body_bytes} bytes",
+                                         "body", "too_large", {"Connection": "close", "X-Total-Time-Ms":
+                                                               f"{(time.perf_counter() - start) * 1000:.2f}"}
+                                         )(scope, receive, send)
+                        return {"type": "http.disconnect"}
+                return message
+
             async def timed_send(message: dict) -> None:
-                nonlocal status
+                nonlocal status, started
+                if refused:  # the 413 went out: whatever the app answers to the disconnect is dropped
+                    return
                 if message["type"] == "http.response.start":
+                    started = True
                     status = message["status"]
                     elapsed_ms = f"{(time.perf_counter() - start) * 1000:.2f}".encode()
                     message["headers"] = [*message.get("headers", ()), (b"x-total-time-ms", elapsed_ms)]
@@ -111,7 +137,7 @@ class Around:
             counted = path != "/metrics"
             self.metrics.in_flight += counted  # one event loop: no lock needed
             try:
-                await self.app(scope, receive, timed_send)
+                await self.app(scope, limited_receive, timed_send)
             finally:
                 self.metrics.in_flight -= counted
         self.metrics.request(route, status, time.perf_counter() - start)
@@ -156,6 +182,13 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, err: StarletteHTTPException) -> JSONResponse:
+        # FastAPI answers 400 "error parsing the body" to JSON that json.loads refuses other than by
+        # JSONDecodeError: nesting past the recursion limit, bytes that are not UTF-8
+        cause = err.__cause__
+        if err.status_code == 400 and isinstance(cause, (RecursionError, ValueError)):
+            why = "nested too deeply" if isinstance(cause, RecursionError) else \
+                f"not UTF-8 ({cause})" if isinstance(cause, UnicodeDecodeError) else str(cause).splitlines()[0]
+            return _error(422, f"malformed JSON: {why}", "body", "invalid_json")
         return _error(err.status_code, str(err.detail), None, "not_found" if err.status_code == 404 else "http")
 
     # ---- auth, body limit, timing, metrics: a plain ASGI middleware (Starlette's BaseHTTPMiddleware, which
@@ -300,6 +333,21 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
                         for i, name, (a, b), s in zip(ids, names, offsets, special)
                         if body.add_special_tokens or not s])
         return respond(out)
+
+    # OpenAI's model list (what `client.models.list()` / `retrieve()` read)
+    def model_card(model: ServedModel) -> dict[str, Any]:
+        return {"id": model.name, "object": "model", "created": model.created, "owned_by": "bertforge"}
+
+    @app.get("/v1/models")
+    async def list_models() -> JSONResponse:
+        return respond({"object": "list", "data": [model_card(m) for m in models.values()]})
+
+    @app.get("/v1/models/{model_id:path}")  # :path: a name may hold a slash ("org/name")
+    async def get_model(model_id: str) -> JSONResponse:
+        if model_id not in models:
+            raise ApiError(404, f"unknown model {model_id!r} (models: {', '.join(models)})", "model",
+                           "model_not_found")
+        return respond(model_card(models[model_id]))
 
     @app.get("/health")
     async def health() -> JSONResponse:

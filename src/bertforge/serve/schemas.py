@@ -3,13 +3,25 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, Field, StrictBool, StrictInt, StrictStr
 
-Texts = StrictStr | list[StrictStr]
+
+def _text(value: str) -> str:
+    # JSON may escape a lone UTF-16 surrogate ("\ud800"): Python holds it, but it is no text, and the tokenizer
+    # (and every UTF-8 writer, the error response included) fails on it
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"a lone surrogate ({value[err.start]!r}) at character {err.start} is not text") from None
+    return value
+
+
+Text = Annotated[StrictStr, AfterValidator(_text)]
+Texts = Text | list[Text]
 
 
 class _Request(BaseModel):
-    model: StrictStr | None = None  # a --model NAME; None: the first model that serves the route
+    model: Text | None = None  # a --model NAME; None: the first model that serves the route
 
 
 class EmbedRequest(_Request):
@@ -20,13 +32,13 @@ class EmbedRequest(_Request):
 
 class OpenAIEmbeddingRequest(_Request):
     input: Texts
-    encoding_format: StrictStr = "float"
+    encoding_format: Text = "float"
     truncate: StrictBool = False
 
 
 class ClassifyRequest(_Request):
     # a text, a list of texts, or a list of [text, text_pair] pairs
-    inputs: StrictStr | list[StrictStr | Annotated[list[StrictStr], Field(min_length=2, max_length=2)]]
+    inputs: Text | list[Text | Annotated[list[Text], Field(min_length=2, max_length=2)]]
     truncate: StrictBool = False
 
 
@@ -37,15 +49,15 @@ class FillMaskRequest(_Request):
 
 
 class RerankRequest(_Request):
-    query: StrictStr
-    texts: list[StrictStr]
+    query: Text
+    texts: list[Text]
     truncate: StrictBool = False
     return_text: StrictBool = False
 
 
 class SimilarityRequest(_Request):
-    source_sentence: StrictStr
-    sentences: list[StrictStr]
+    source_sentence: Text
+    sentences: list[Text]
     truncate: StrictBool = False
 
 

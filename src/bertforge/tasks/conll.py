@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
-from bertforge.files import require_file, text_lines
-from bertforge.files import where as _where
+from bertforge.io.read import require_file, text_lines
+from bertforge.io.read import where as _where
 from bertforge.tasks.examples import TaggingExample
 
 

@@ -31,12 +31,13 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write_text
-from bertforge.files import read_json
-from bertforge.rundir import claim_output_dir
+from bertforge.io.write import atomic_write_text
+from bertforge.io.read import read_json
+from bertforge.io.rundir import claim_output_dir
 from bertforge.tasks.batching import TRAIN_KEYS, make_collate, row_length, unpad  # noqa: F401 (re-exported)
 from bertforge.tasks.config import TASK_KINDS, TASKS, FinetuneConfig  # noqa: F401 (re-exported)
-from bertforge.tasks.folders import install_model, load_model_dir, remove_stale_temp_dirs, saved_task
+from bertforge.model.folder import inspect_folder
+from bertforge.tasks.folders import install_model, remove_stale_temp_dirs, saved_task
 from bertforge.tasks.kinds import TaskKind, kind_for
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> FinetuneResult:
     With several runs the model at OUT is the run with the best main metric (the BERT paper's choice among
     restarts); the reported summary is still the median and spread over all runs. OUT must be new or empty
     unless `cfg.resume` (continue it) or `overwrite` (delete the earlier run first); see the module docstring."""
-    model_dir = load_model_dir(cfg.model)
+    model_dir = inspect_folder(cfg.model).path
     if cfg.lr is None:
         cfg = dataclasses.replace(cfg, lr=default_lr(cfg.task, model_dir))
     cfg = dataclasses.replace(cfg, precision=cfg.training_precision)
@@ -315,7 +316,7 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
 # ---- evaluate a fine-tuned model ---------------------------------------------------------------------------------
 def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "dev") -> dict[str, float]:
     """Metrics of a fine-tuned directory on the task's `split` (dev, or test where a folder has one)."""
-    from bertforge.runtime import onnx_file
+    from bertforge.model.onnx import onnx_file
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
     from bertforge.training.accel import autocast, check_precision, compile_module
@@ -323,7 +324,7 @@ def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "de
     device = resolve_device(cfg.device)  # a missing GPU or an impossible precision: before any reading
     precision = cfg.precision or "fp32"  # evaluation is exact unless asked otherwise
     check_precision(precision, device, allowed=("fp32", "bf16", "fp16"))
-    path = load_model_dir(model_path)
+    path = inspect_folder(model_path).path
     task, labels = saved_task(path)
     if task.get("kind") != cfg.kind:
         raise BertforgeError(f"{path} was fine-tuned for {task.get('name')} ({task.get('kind')}), "

@@ -1,8 +1,8 @@
 """Fine-tuned model folders: the model in an OUT folder, its task read without loading weights, installing a model.
 
 A finished `bertforge finetune --out OUT` leaves the model in OUT itself (as transformers' Trainer users expect:
-`AutoModelFor...from_pretrained(OUT)` works); folders written by older versions kept it in OUT/best, which
-`load_model_dir` still finds.
+`AutoModelFor...from_pretrained(OUT)` works); what any folder holds is `bertforge.model.folder.inspect_folder`'s
+to say (it also finds the OUT/best folders that older versions wrote).
 """
 from __future__ import annotations
 
@@ -13,25 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, write_errors
-from bertforge.files import read_json
-from bertforge.runtime import model_folder
+from bertforge.io.write import atomic_write, write_errors
+from bertforge.io.read import read_json
 from bertforge.tasks.config import TASK_KINDS
 
 # the files of a saved model (save_task_model: weights, config, tokenizer) and the Trainer's best_metrics.json
 MODEL_FILES = ("model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                "vocab.txt", "best_metrics.json", "config.json")  # config.json last: a model is complete with it
-
-
-def load_model_dir(path: str | Path) -> Path:
-    """A model directory; a fine-tuning folder written by an older bertforge resolves to its best/ checkpoint, an
-    exported .onnx file to the folder beside it (config.json, tokenizer)."""
-    p = model_folder(path)
-    if not (p / "config.json").is_file() and (p / "best" / "config.json").is_file():
-        return p / "best"
-    if not (p / "config.json").is_file():
-        raise BertforgeError(f"{p}: not a model directory (no config.json)")
-    return p
 
 
 def saved_task(path: Path) -> tuple[dict[str, Any], list[str] | None]:

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
-from bertforge.files import jsonl_rows, tsv_rows
-from bertforge.files import where as _where  # `where` is the usual local name for a file:line string here
+from bertforge.io.read import jsonl_rows, tsv_rows
+from bertforge.io.read import where as _where  # `where` is the usual local name for a file:line string here
 from bertforge.labels import NLI2_LABELS, NLI3_LABELS
 from bertforge.tasks.examples import Label, TextExample, class_label, float_label, text_field
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.files import jsonl_rows, require_file, text_lines, where
+from bertforge.io.read import jsonl_rows, require_file, text_lines, where
 from bertforge.tasks.conll import read_conll
 from bertforge.tasks.examples import ChoiceExample, TaggingExample, TextExample, text_field
 from bertforge.tasks.registry import TaskSpec

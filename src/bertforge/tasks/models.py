@@ -29,16 +29,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.checkpoint import load_pretrained, read_state_dict, save_pretrained
-from bertforge.config import FAMILIES, ModelConfig
+from bertforge.model.checkpoint import load_pretrained, read_state_dict, save_pretrained
+from bertforge.families import FAMILIES
+from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.heads import mean_pool, task_loss
+from bertforge.model.heads import mean_pool, task_loss
 from bertforge.model import INT8_WEIGHTS, Encoder, for_inference, is_quantised, load_int8
 from bertforge.model.dropout import Dropout
-from bertforge.model.sparse import task_global_mask
-from bertforge.runtime import OnnxModel, model_folder, onnx_file
+from bertforge.model.sparse.layout import task_global_mask
+from bertforge.model.bilstm import load_bilstm
+from bertforge.model.folder import inspect_folder
+from bertforge.model.onnx import OnnxModel
 
-KINDS = ("classify", "regress", "tag", "qa", "choice")
+HEAD_KINDS = ("classify", "regress", "tag", "qa", "choice")
 HF_PREFIX = {name: family.hf_prefix for name, family in FAMILIES.items()}  # "Bert", "Roberta", ...
 HF_SUFFIX = {"classify": "ForSequenceClassification", "regress": "ForSequenceClassification",
              "tag": "ForTokenClassification", "qa": "ForQuestionAnswering", "choice": "ForMultipleChoice"}
@@ -303,8 +306,8 @@ class FeatureModel(nn.Module):
 # ---- building, saving, loading -------------------------------------------------------------------------------------
 def build_model(cfg: ModelConfig, kind: str, num_labels: int = 2, freeze: dict[str, Any] | None = None) -> nn.Module:
     """A fresh task model of `kind` on an encoder of `cfg` (weights initialised; load a checkpoint next)."""
-    if kind not in KINDS:
-        raise BertforgeError(f"unknown task kind {kind!r} (choose from {', '.join(KINDS)})")
+    if kind not in HEAD_KINDS:
+        raise BertforgeError(f"unknown task kind {kind!r} (choose from {', '.join(HEAD_KINDS)})")
     if freeze:
         return FeatureModel(cfg, kind, num_labels, **freeze)
     cfg = encoder_config(cfg, kind)
@@ -373,15 +376,13 @@ def init_from_pretrained(path: str | Path, kind: str, num_labels: int = 2,
 
 def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[str] | None]:
     """Load a fine-tuned directory written by `save_task_model`: (model in eval mode, task info, label names)."""
-    from bertforge.distill.bilstm import is_bilstm_dir, load_bilstm
-
-    onnx = onnx_file(path)
-    path = model_folder(path)
-    if is_bilstm_dir(path):  # a distilled BiLSTM student (bertforge distill task --student bilstm)
+    folder = inspect_folder(path)
+    onnx, path = folder.graph, folder.path
+    if folder.holds == "bilstm":  # a distilled BiLSTM student (bertforge distill task --student bilstm)
         return load_bilstm(path)
     cfg = ModelConfig.from_file(path)
-    task = cfg.extra.get("bertforge_task")
-    if not isinstance(task, dict) or task.get("kind") not in KINDS:
+    task = folder.task
+    if task is None or task.get("kind") not in HEAD_KINDS:
         raise BertforgeError(f"{Path(path) / 'config.json'}: not a bertforge fine-tuned model (no bertforge_task "
                              "field); fine-tune it first with `bertforge finetune`")
     labels = None

@@ -11,23 +11,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bertforge.fileio import atomic_write_text, write_errors
+from bertforge.io.write import atomic_write_text, write_errors
 
 
 def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64, device: str = "auto",
             progress: bool = True, precision: str = "fp32", compile: bool = False) -> list[dict[str, Any]]:
     """Predictions for every example in `input_path`, in input order, on `device` (fp32, or bf16 / fp16
     autocast; torch.compile'd with `compile`)."""
-    from bertforge.tasks.folders import load_model_dir, saved_task
+    from bertforge.model.folder import inspect_folder
+    from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
-    from bertforge.runtime import onnx_file
+    from bertforge.model.onnx import onnx_file
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
     from bertforge.training.accel import autocast, check_precision, compile_module
 
     run_on = resolve_device(device)  # a missing GPU or an impossible precision: before any reading
     check_precision(precision, run_on, allowed=("fp32", "bf16", "fp16"))
-    path = load_model_dir(model_dir)
+    path = inspect_folder(model_dir).path
     kind = kind_from_saved(path, *saved_task(path))
     examples = kind.read_inputs(Path(input_path))
     kind.check(examples, Path(input_path), labelled=False)  # before the model is loaded

@@ -16,7 +16,7 @@ from typing import Any
 
 from bertforge.data.corpus import split_sentences
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write_text
+from bertforge.io.write import atomic_write_text
 from bertforge.tasks.squad import SquadExample, read_squad, split_by_article
 
 CONTEXTS = ("paragraph", "sentence")

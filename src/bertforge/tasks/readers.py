@@ -17,7 +17,7 @@ Only the standard library is imported, so importing readers is cheap::
 """
 from __future__ import annotations
 
-from bertforge.files import jsonl_rows
+from bertforge.io.read import jsonl_rows
 from bertforge.labels import NLI2_LABELS, NLI3_LABELS
 from bertforge.tasks.conll import detect_tag_scheme, iob1_to_iob2, read_conll, tag_list
 from bertforge.tasks.examples import ChoiceExample, Label, TaggingExample, TextExample

@@ -23,10 +23,10 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write_text
+from bertforge.io.write import atomic_write_text
 from bertforge.tasks.config import FinetuneConfig
 from bertforge.tasks.examples import TextExample
-from bertforge.tasks.kind_base import Encoded, TaskKind
+from bertforge.tasks.task_kind import Encoded, TaskKind
 from bertforge.tasks.table import read_table
 
 METRICS = ("bleu", "rouge1", "rouge2", "rougeL")

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from bertforge.errors import BertforgeError
-from bertforge.files import read_json
+from bertforge.io.read import read_json
 
 
 @dataclass

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
-from bertforge.files import csv_rows, jsonl_rows, require_file
-from bertforge.files import where as _where
+from bertforge.io.read import csv_rows, jsonl_rows, require_file
+from bertforge.io.read import where as _where
 from bertforge.tasks.examples import ChoiceExample, text_field
 
 

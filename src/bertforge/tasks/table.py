@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
-from bertforge.files import csv_rows, jsonl_rows, require_file, tsv_rows
-from bertforge.files import where as _where
+from bertforge.io.read import csv_rows, jsonl_rows, require_file, tsv_rows
+from bertforge.io.read import where as _where
 from bertforge.tasks.examples import Label, TextExample, class_label, float_label, text_field
 
 

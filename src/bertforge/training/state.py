@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, atomic_write_text, write_errors
+from bertforge.io.write import atomic_write, atomic_write_text, write_errors
 
 log = logging.getLogger("bertforge.train")
 

@@ -38,8 +38,8 @@ from bertforge.training.state import (
     restore_rng,
     set_seed,
 )
+from bertforge.training.log_window import LogWindow
 from bertforge.training.reporting import Reporter, open_reporters
-from bertforge.training.window import LogWindow
 
 log = logging.getLogger("bertforge.train")
 

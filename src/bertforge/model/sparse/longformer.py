@@ -24,8 +24,8 @@ from torch import nn
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.model.attention import SelfAttention, attend
-from bertforge.model.block_sparse import BigBirdSelfAttention
-from bertforge.model.sparse import SparseLayout, SparseProjection, gather_rows
+from bertforge.model.sparse.bigbird import BigBirdSelfAttention
+from bertforge.model.sparse.layout import SparseLayout, SparseProjection, gather_rows
 
 
 class LongformerSelfAttention(SparseProjection, SelfAttention):

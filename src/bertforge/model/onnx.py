@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertforge.checkpoint import INT8_WEIGHTS
+from bertforge.model.checkpoint import INT8_WEIGHTS
 from bertforge.errors import BertforgeError
 
 ONNX_FP32 = "model.onnx"

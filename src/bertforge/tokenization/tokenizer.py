@@ -27,13 +27,13 @@ from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, Unigram, WordPiece
 
 from bertforge.errors import BertforgeError
-from bertforge.files import read_json
-from bertforge.fileio import atomic_write_text
-from bertforge.tokenizer_pipelines import (ENDOFTEXT, HF_TOKENIZER_CLASS, KINDS, N_SENTINELS, ROLES,  # noqa: F401
-                                          SPECIAL_TOKENS, _albert_pipeline, _bert_pipeline, _json_lowercases,
-                                          _MODEL_KIND, _roberta_pipeline, _sentinel_tokens, _set_post_processor,
-                                          _special_added_tokens, _t5_pipeline, _token_str, sentinel)
-from bertforge.tokenizer_train import canonical_unigram, checked_texts, train_wordpiece
+from bertforge.io.read import read_json
+from bertforge.io.write import atomic_write_text
+from bertforge.tokenization.pipelines import (ENDOFTEXT, HF_TOKENIZER_CLASS, TOKENIZER_KINDS, N_SENTINELS, ROLES, SPECIAL_TOKENS,
+                                              _albert_pipeline, _bert_pipeline, _json_lowercases, _MODEL_KIND,
+                                              _roberta_pipeline, _sentinel_tokens, _set_post_processor,
+                                              _special_added_tokens, _t5_pipeline, _token_str, sentinel)
+from bertforge.tokenization.train import canonical_unigram, checked_texts, train_wordpiece
 
 # ----------------------------------------------------------------------------------------------- Tokenizer
 
@@ -49,7 +49,7 @@ class Tokenizer:
             kind = "gpt2"  # GPT-2's files: byte-level BPE whose only special token is <|endoftext|>
         if kind == "unigram" and sentinel(0) in vocab and SPECIAL_TOKENS["unigram"]["cls"] not in vocab:
             kind = "t5"  # T5's files: Unigram with sentinels and no [CLS]
-        if kind not in KINDS:
+        if kind not in TOKENIZER_KINDS:
             raise BertforgeError(f"unsupported tokenizer model {model_type!r} (expected WordPiece, BPE or Unigram)")
         self.kind = kind
         self.backend = backend
@@ -65,7 +65,7 @@ class Tokenizer:
             if chosen[role] is None and SPECIAL_TOKENS[kind][role] is None:
                 continue  # a role this kind does not have (GPT-2's mask)
             if chosen[role] not in vocab:
-                alt = next((SPECIAL_TOKENS[k][role] for k in KINDS
+                alt = next((SPECIAL_TOKENS[k][role] for k in TOKENIZER_KINDS
                             if SPECIAL_TOKENS[k][role] is not None and SPECIAL_TOKENS[k][role] in vocab), None)
                 if alt is None:
                     raise BertforgeError(f"tokenizer has no {role} token (looked for {chosen[role]!r})")
@@ -101,8 +101,8 @@ class Tokenizer:
         `min_frequency` applies to WordPiece and BPE (the Unigram trainer has none). `workers` > 1 counts the
         words of a large WordPiece corpus in that many processes (see bertforge.tokenizer_train.word_counts).
         """
-        if kind not in KINDS:
-            raise BertforgeError(f"unknown tokenizer kind {kind!r} (choose from {', '.join(KINDS)})")
+        if kind not in TOKENIZER_KINDS:
+            raise BertforgeError(f"unknown tokenizer kind {kind!r} (choose from {', '.join(TOKENIZER_KINDS)})")
         if isinstance(texts, (str, bytes, os.PathLike)):
             raise TypeError("Tokenizer.train takes an iterable of texts, not a single string or path")
         specials = _special_added_tokens(kind)

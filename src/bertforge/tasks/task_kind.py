@@ -109,7 +109,7 @@ class TaskKind:
 
     def load_into(self, model: nn.Module, directory: Path) -> None:
         """Load a saved checkpoint's weights into `model` (the Trainer's resume)."""
-        from bertforge.checkpoint import load_pretrained
+        from bertforge.model.checkpoint import load_pretrained
 
         load_pretrained(model, directory)
 

@@ -10,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from bertforge.config_seq2seq import Seq2SeqConfig
+from bertforge.config.seq2seq import Seq2SeqConfig
 from bertforge.errors import BertforgeError
 from bertforge.model.attention import ATTN_IMPLEMENTATIONS, attend
 from bertforge.model.dropout import Dropout
@@ -78,7 +78,7 @@ class RelativePositionBias(nn.Module):
         return self.relative_attention_bias(buckets).permute(2, 0, 1)[None]
 
 
-class Attention(nn.Module):
+class Seq2SeqAttention(nn.Module):
     """Multi-head attention with T5's module names (q, k, v, o); self-attention (keys from x, a KV cache when
     decoding) or cross-attention (keys and values from the encoder's output, projected once: `keys_values`)."""
 
@@ -118,7 +118,7 @@ class Attention(nn.Module):
         return self.o(ctx.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
 
-class FeedForward(nn.Module):
+class Seq2SeqFeedForward(nn.Module):
     """wo(act(wi x)), or T5 v1.1's gated form wo(act(wi_0 x) * wi_1 x); dropout after the activation."""
 
     def __init__(self, cfg: Seq2SeqConfig, width: int):
@@ -139,7 +139,7 @@ class FeedForward(nn.Module):
         return self.wo(self.dropout(h))
 
 
-class Layer(nn.Module):
+class Seq2SeqLayer(nn.Module):
     """One encoder layer (self-attention, FFN) or, with `cross`, one decoder layer (causal self-attention,
     cross-attention over the encoder's output, FFN). Each sub-block is a residual around it, normalised before
     (T5: x + f(norm(x))) or after (BART: norm(x + f(x)))."""
@@ -148,12 +148,12 @@ class Layer(nn.Module):
                  attn_implementation: str = "sdpa"):
         super().__init__()
         self.pre_norm = cfg.family.pre_norm
-        self.self_attn = Attention(cfg, n_heads, causal=cross, attn_implementation=attn_implementation)
+        self.self_attn = Seq2SeqAttention(cfg, n_heads, causal=cross, attn_implementation=attn_implementation)
         self.self_attn_norm = make_norm(cfg)
         if cross:
-            self.cross_attn = Attention(cfg, n_heads, attn_implementation=attn_implementation)
+            self.cross_attn = Seq2SeqAttention(cfg, n_heads, attn_implementation=attn_implementation)
             self.cross_attn_norm = make_norm(cfg)
-        self.ffn = FeedForward(cfg, ffn_width)
+        self.ffn = Seq2SeqFeedForward(cfg, ffn_width)
         self.ffn_norm = make_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
 
@@ -177,13 +177,13 @@ def init_t5(module: nn.Module, cfg: Seq2SeqConfig) -> None:
     f, d = cfg.initializer_factor, cfg.d_model
     if isinstance(module, RMSNorm):
         nn.init.constant_(module.weight, f)
-    elif isinstance(module, Attention):
+    elif isinstance(module, Seq2SeqAttention):
         inner = module.n_heads * module.head_dim
         nn.init.normal_(module.q.weight, 0.0, f * (d * module.head_dim) ** -0.5)
         nn.init.normal_(module.k.weight, 0.0, f * d ** -0.5)
         nn.init.normal_(module.v.weight, 0.0, f * d ** -0.5)
         nn.init.normal_(module.o.weight, 0.0, f * inner ** -0.5)
-    elif isinstance(module, FeedForward):
+    elif isinstance(module, Seq2SeqFeedForward):
         for lin in ((module.wi_0, module.wi_1) if module.gated else (module.wi,)):
             nn.init.normal_(lin.weight, 0.0, f * d ** -0.5)
         nn.init.normal_(module.wo.weight, 0.0, f * module.wo.in_features ** -0.5)

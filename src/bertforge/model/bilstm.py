@@ -19,9 +19,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, atomic_write_text
-from bertforge.files import read_json
-from bertforge.heads import task_loss
+from bertforge.io.write import atomic_write, atomic_write_text
+from bertforge.io.read import read_json
+from bertforge.model.heads import task_loss
 
 MODEL_TYPE = "bertforge-bilstm"
 ARCHITECTURE = "BertforgeBiLSTM"

@@ -17,12 +17,13 @@ ModernBERT (Warner et al. 2024) is the same encoder with its switches turned the
   - `attention_bias` / `mlp_bias` / `norm_bias` / `head_bias` = False -> no biases (the decoder keeps one)
   - `local_attention` = W, `global_attn_every_n_layers` = N -> every Nth layer (from 0) attends globally, the
                                         others within |i - j| <= W // 2 (Hugging Face's convention)
-Longformer and BigBird are the same encoder with sparse long attention (`Family.sparse`; fields in `config_long`):
+Longformer and BigBird are the same encoder with sparse long attention (`Family.sparse`; fields in `config.long`):
   - `attention_window`                -> Longformer: a window per layer + global tokens of the caller's choice
   - `attention_type`, `block_size`, `num_random_blocks` -> BigBird: block-sparse window + global + random blocks
-Everything a family fixes lives in `FAMILIES`; shapes live in `SIZES`; a config is size x family (+ overrides):
-`compose("albert", "base")`, or a named preset such as `preset("albert-base")`.
-`to_hf_dict` / `from_hf_dict` translate to and from each family's Hugging Face `config.json` schema.
+Everything a family fixes lives in its file in `bertforge.families` (`FAMILIES`); shapes live in `config.sizes.SIZES`;
+a config is size x family (+ overrides): `compose("albert", "base")`, or a named preset such as
+`preset("albert-base")`. `to_hf_dict` / `from_hf_dict` translate to and from the family's Hugging Face `config.json`
+schema, which the family's file holds.
 """
 from __future__ import annotations
 
@@ -32,16 +33,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertforge import config_long
-from bertforge.config_families import ACTIVATIONS, FAMILIES, MODEL_TYPES, SIZES, Family, Size  # noqa: F401 (re-exported)
-from bertforge.config_schemas import (TOKEN_IDS, gpt2_from_hf_dict, gpt2_hf_dict, layer_types, modernbert_hf_dict,
-                                      modernbert_settings, xlnet_from_hf_dict, xlnet_hf_dict)
+from bertforge.config import long as config_long
+from bertforge.config.sizes import SIZES
 from bertforge.errors import BertforgeError
+from bertforge.families import ACTIVATIONS, FAMILIES, MODEL_TYPES, Family
+from bertforge.families.big_bird import BLOCK as BIGBIRD_BLOCK
+from bertforge.families.big_bird import RANDOM_BLOCKS as BIGBIRD_RANDOM
+from bertforge.families.family import TOKEN_IDS
+from bertforge.families.modernbert import layer_types
 
 SHARE_MODES = ("none", "all", "attention", "ffn")
 NORM_POSITIONS = ("post", "pre")
 POSITION_TYPES = ("absolute", "rotary")
-CAUSAL_ENCODERS = ("bert", "roberta", "electra")  # the families whose HF encoder takes is_decoder=True
+# the families whose HF encoder takes is_decoder=True (a causal mask)
+CAUSAL_ENCODERS = tuple(name for name, fam in FAMILIES.items() if fam.causal_encoder)
 
 _BERT = FAMILIES["bert"]
 
@@ -89,12 +94,12 @@ class ModelConfig:
     # Left-to-right attention in an encoder: the BERT paper's "LTR & No NSP" arm (Devlin et al. 2019, sec. 5.1).
     # Hugging Face's `is_decoder` on a BERT / RoBERTa / ELECTRA config: the same causal mask.
     causal: bool = False
-    # Sparse long attention (`config_long`): Longformer's window per layer (an int: every layer); BigBird's
+    # Sparse long attention (`config.long`): Longformer's window per layer (an int: every layer); BigBird's
     # "block_sparse" | "original_full", block size and random blocks per query block. None: the family's default.
     attention_window: list[int] | int | None = None
     attention_type: str | None = None
-    block_size: int = config_long.BIGBIRD_BLOCK
-    num_random_blocks: int = config_long.BIGBIRD_RANDOM
+    block_size: int = BIGBIRD_BLOCK
+    num_random_blocks: int = BIGBIRD_RANDOM
     # Task metadata carried through config.json (id2label etc.); not used by the encoder itself.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -139,7 +144,7 @@ class ModelConfig:
         fam = self.family
         fixed = {"norm_position": fam.norm_position, "position_embedding_type": fam.position_embedding_type,
                  "gated_mlp": fam.gated_mlp}
-        if self.model_type != "modernbert":
+        if not fam.bias_switches:
             fixed.update(attention_bias=fam.bias, mlp_bias=fam.bias, norm_bias=fam.bias, head_bias=fam.bias,
                          decoder_bias=True, local_attention=fam.local_attention)
         for name, value in fixed.items():
@@ -163,7 +168,7 @@ class ModelConfig:
 
     @property
     def layer_types(self) -> list[str]:
-        """Per layer "full_attention" or "sliding_attention" (see `config_schemas.layer_types`)."""
+        """Per layer "full_attention" or "sliding_attention" (see `families.modernbert.layer_types`)."""
         return layer_types(self.num_hidden_layers, self.global_attn_every_n_layers, self.local_attention)
 
     @property
@@ -174,45 +179,14 @@ class ModelConfig:
     def replace(self, **changes: Any) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
 
-    # ---- Hugging Face config.json -------------------------------------------------------------------------
+    # ---- Hugging Face config.json: each family's schema lives in its file in bertforge.families -------------
     def to_hf_dict(self, architectures: list[str] | None = None) -> dict[str, Any]:
-        common = dict(vocab_size=self.vocab_size, initializer_range=self.initializer_range,
-                      pad_token_id=self.pad_token_id, max_position_embeddings=self.max_position_embeddings)
-        if self.model_type == "gpt2":
-            return {**gpt2_hf_dict(self), **({"architectures": architectures} if architectures else {}),
-                    **self.extra}
-        if self.model_type == "xlnet":
-            d: dict[str, Any] = xlnet_hf_dict(self)
-        elif self.model_type == "modernbert":
-            d = modernbert_hf_dict(self, common)
-        elif self.model_type == "distilbert":
-            d = dict(
-                model_type="distilbert", dim=self.hidden_size, n_layers=self.num_hidden_layers,
-                n_heads=self.num_attention_heads, hidden_dim=self.intermediate_size, activation=self.hidden_act,
-                dropout=self.hidden_dropout_prob, attention_dropout=self.attention_probs_dropout_prob,
-                sinusoidal_pos_embds=False, tie_weights_=True, **common)
-        else:
-            d = dict(
-                model_type=self.model_type, hidden_size=self.hidden_size, num_hidden_layers=self.num_hidden_layers,
-                num_attention_heads=self.num_attention_heads, intermediate_size=self.intermediate_size,
-                hidden_act=self.hidden_act, hidden_dropout_prob=self.hidden_dropout_prob,
-                attention_probs_dropout_prob=self.attention_probs_dropout_prob,
-                type_vocab_size=self.type_vocab_size, layer_norm_eps=self.layer_norm_eps,
-                position_embedding_type="absolute", **common)
-            if self.family.factorised:
-                d["embedding_size"] = self.embedding_size
-            if self.model_type == "albert":
-                d["num_hidden_groups"] = 1 if self.share_layers == "all" else self.num_hidden_layers
-                d["inner_group_num"] = 1
-            if self.model_type == "roberta":
-                d.update(bos_token_id=0, eos_token_id=2)
-            d.update(config_long.hf_fields(self))
-            if self.causal:
-                d["is_decoder"] = True
-        d["tie_word_embeddings"] = True
-        d["bertforge"] = {"share_layers": self.share_layers, "use_pooler": self.use_pooler}
-        if self.heads_per_layer is not None:
-            d["bertforge"]["heads_per_layer"] = list(self.heads_per_layer)
+        d = self.family.config_json(self)
+        if not self.family.decoder:  # bertforge's own switches ride along in an encoder's config.json
+            d["tie_word_embeddings"] = True
+            d["bertforge"] = {"share_layers": self.share_layers, "use_pooler": self.use_pooler}
+            if self.heads_per_layer is not None:
+                d["bertforge"]["heads_per_layer"] = list(self.heads_per_layer)
         if architectures:
             d["architectures"] = architectures
         d.update(self.extra)
@@ -224,53 +198,14 @@ class ModelConfig:
         if model_type not in FAMILIES:
             raise BertforgeError(f"{source}: unknown model_type {model_type!r} "
                                  f"(bertforge reads {', '.join(MODEL_TYPES)})")
-        ours = d.get("bertforge", {})
+        fam = FAMILIES[model_type]
         known_extra = ("id2label", "label2id", "problem_type", "num_labels", "architectures",
                        "classifier_dropout", "bertforge_task")
-        if model_type in ("modernbert", "longformer", "big_bird"):  # special-token ids no ModelConfig field holds
+        if fam.keeps_token_ids:  # special-token ids no ModelConfig field holds
             known_extra += tuple(k for k in TOKEN_IDS if d.get(k) is not None)
         extra = {k: d[k] for k in known_extra if k in d and k != "architectures"}
         try:
-            if model_type == "xlnet":
-                return xlnet_from_hf_dict(cls, d, source, extra)
-            if model_type == "gpt2":
-                return gpt2_from_hf_dict(cls, d, source, extra)
-            if model_type == "modernbert":
-                return cls(**modernbert_settings(d, source), heads_per_layer=ours.get("heads_per_layer"), extra=extra)
-            if model_type == "distilbert":
-                return cls(model_type="distilbert", vocab_size=d["vocab_size"], hidden_size=d["dim"],
-                           num_hidden_layers=d["n_layers"], num_attention_heads=d["n_heads"],
-                           intermediate_size=d["hidden_dim"], hidden_act=d.get("activation", "gelu"),
-                           hidden_dropout_prob=d.get("dropout", 0.1),
-                           attention_probs_dropout_prob=d.get("attention_dropout", 0.1),
-                           max_position_embeddings=d.get("max_position_embeddings", 512),
-                           type_vocab_size=FAMILIES["distilbert"].type_vocab_size,
-                           initializer_range=d.get("initializer_range", 0.02), layer_norm_eps=1e-12,
-                           pad_token_id=d.get("pad_token_id", 0), use_pooler=FAMILIES["distilbert"].use_pooler,
-                           heads_per_layer=ours.get("heads_per_layer"), extra=extra)
-            share = ours.get("share_layers", "none")
-            if model_type == "albert":
-                groups = d.get("num_hidden_groups", 1)
-                if d.get("inner_group_num", 1) != 1 or groups not in (1, d["num_hidden_layers"]):
-                    raise BertforgeError(f"{source}: ALBERT with num_hidden_groups={groups}, "
-                                         f"inner_group_num={d.get('inner_group_num')} is not supported")
-                if groups == 1:
-                    share = "all"
-            return cls(model_type=model_type, vocab_size=d["vocab_size"], hidden_size=d["hidden_size"],
-                       num_hidden_layers=d["num_hidden_layers"], num_attention_heads=d["num_attention_heads"],
-                       intermediate_size=d["intermediate_size"], hidden_act=d.get("hidden_act", "gelu"),
-                       hidden_dropout_prob=d.get("hidden_dropout_prob", 0.1),
-                       attention_probs_dropout_prob=d.get("attention_probs_dropout_prob", 0.1),
-                       max_position_embeddings=d.get("max_position_embeddings", 512),
-                       type_vocab_size=d.get("type_vocab_size", 2),
-                       initializer_range=d.get("initializer_range", 0.02),
-                       layer_norm_eps=d.get("layer_norm_eps", 1e-12), pad_token_id=d.get("pad_token_id") or 0,
-                       embedding_size=d.get("embedding_size") if FAMILIES[model_type].factorised else None,
-                       share_layers=share,
-                       use_pooler=ours.get("use_pooler", FAMILIES[model_type].use_pooler),
-                       heads_per_layer=ours.get("heads_per_layer"),
-                       causal=bool(d.get("is_decoder", False)) and model_type in CAUSAL_ENCODERS, extra=extra,
-                       **config_long.settings(d, source))
+            return cls(**fam.config_settings(d, source, d.get("bertforge", {})), extra=extra)
         except KeyError as err:
             raise BertforgeError(f"{source}: missing field {err.args[0]!r} for model_type {model_type!r}") from None
 
@@ -288,21 +223,12 @@ class ModelConfig:
         return cls.from_hf_dict(d, source=str(path))
 
 
-# name -> (family, size, overrides). The ones with overrides are the published shapes that are no BERT size.
+# name -> (family, size, overrides): "bert-SIZE" for every size, then each family's published shapes (its file's
+# `presets`; the ones with overrides are shapes that are no BERT size).
 PRESETS: dict[str, tuple[str, str, dict[str, Any]]] = {
     **{f"bert-{size}": ("bert", size, {}) for size in SIZES},
-    "roberta-base": ("roberta", "base", {}),
-    "albert-base": ("albert", "base", {}),
-    "albert-large": ("albert", "large", {}),
-    "distilbert-base": ("distilbert", "base", dict(num_hidden_layers=6)),  # half of BERT-base's layers
-    "electra-small": ("electra", "mini", dict(num_hidden_layers=12, embedding_size=128)),  # Clark et al., Table 6
-    "electra-base": ("electra", "base", {}),
-    "xlnet-base": ("xlnet", "base", {}),
-    "xlnet-large": ("xlnet", "large", {}),
-    "gpt2": ("gpt2", "base", dict(bos_token_id=50256, eos_token_id=50256)),  # GPT-2 small (124M)
-    # Warner et al. 2024: deeper and narrower than BERT's sizes (GLU expansion 2,304 / 5,248 = 2 x intermediate)
-    "modernbert-base": ("modernbert", "base", dict(num_hidden_layers=22, intermediate_size=1152)),
-    "modernbert-large": ("modernbert", "large", dict(num_hidden_layers=28, intermediate_size=2624)),
+    **{name: (fam.model_type, size, overrides) for fam in FAMILIES.values()
+       for name, (size, overrides) in fam.presets.items()},
 }
 
 

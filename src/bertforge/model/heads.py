@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.checkpoint import load_pretrained, save_pretrained
+from bertforge.model.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder, XLNetEncoder, activation

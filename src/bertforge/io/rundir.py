@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write_text, ensure_dir, new_file_mode, remove_stale_temps, write_errors
+from bertforge.io.write import atomic_write_text, ensure_dir, new_file_mode, remove_stale_temps, write_errors
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@
 
 `sub` is the residual around a sub-block, normalised before (T5, with a final norm per stack) or after (BART);
 T5 adds a bucketed relative position bias to the scores (computed once per stack, shared by its layers), BART
-learned absolute positions. Which one is a `Seq2SeqConfig` (`config_seq2seq`), not a class.
+learned absolute positions. Which one is a `Seq2SeqConfig` (`config.seq2seq`), not a class.
 
 Inside, both families share one module tree (`shared`, `encoder.layers.N.self_attn.q`, `.ffn.wi`, ...); `hf_key`
 maps each name to transformers' T5ForConditionalGeneration / BartForConditionalGeneration name, so a directory
@@ -27,13 +27,13 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import nn
 
-from bertforge.checkpoint import read_state_dict
-from bertforge.config_seq2seq import Seq2SeqConfig
+from bertforge.model.checkpoint import read_state_dict
+from bertforge.config.seq2seq import Seq2SeqConfig
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, atomic_write_text
+from bertforge.io.write import atomic_write, atomic_write_text
 from bertforge.model.cache import KVCache, Seq2SeqCache
 from bertforge.model.dropout import Dropout
-from bertforge.model.seq2seq_parts import Layer, RelativePositionBias, init_bart, init_t5, make_norm
+from bertforge.model.seq2seq.layers import Seq2SeqLayer, RelativePositionBias, init_bart, init_t5, make_norm
 
 
 def _key_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -59,7 +59,7 @@ class Stack(nn.Module):
         else:
             self.embed_positions = nn.Embedding(cfg.max_position_embeddings + fam.position_offset, cfg.d_model)
             self.layernorm_embedding = make_norm(cfg)
-        self.layers = nn.ModuleList([Layer(cfg, n_heads, width, cross, attn_implementation)
+        self.layers = nn.ModuleList([Seq2SeqLayer(cfg, n_heads, width, cross, attn_implementation)
                                      for _ in range(getattr(cfg, f"{side}_layers"))])
         if fam.pre_norm:
             self.final_norm = make_norm(cfg)
@@ -253,41 +253,17 @@ class Seq2SeqLM(nn.Module):
         return path
 
 
-# ---- transformers' names ------------------------------------------------------------------------------------------
-_STACK = r"^(encoder|decoder)\."
-_T5_RULES = [  # (pattern, replacement); the first match wins. T5 numbers a block's sub-layers 0, 1 (, 2).
-    (_STACK + r"position_bias\.", r"\1.block.0.layer.0.SelfAttention."),
-    (_STACK + r"layers\.(\d+)\.self_attn\.", r"\1.block.\2.layer.0.SelfAttention."),
-    (_STACK + r"layers\.(\d+)\.self_attn_norm\.", r"\1.block.\2.layer.0.layer_norm."),
-    (r"^decoder\.layers\.(\d+)\.cross_attn\.", r"decoder.block.\1.layer.1.EncDecAttention."),
-    (r"^decoder\.layers\.(\d+)\.cross_attn_norm\.", r"decoder.block.\1.layer.1.layer_norm."),
-    (r"^encoder\.layers\.(\d+)\.ffn\.", r"encoder.block.\1.layer.1.DenseReluDense."),
-    (r"^encoder\.layers\.(\d+)\.ffn_norm\.", r"encoder.block.\1.layer.1.layer_norm."),
-    (r"^decoder\.layers\.(\d+)\.ffn\.", r"decoder.block.\1.layer.2.DenseReluDense."),
-    (r"^decoder\.layers\.(\d+)\.ffn_norm\.", r"decoder.block.\1.layer.2.layer_norm."),
-    (_STACK + r"final_norm\.", r"\1.final_layer_norm."),
-]
-_BART_RULES = [
-    (r"^shared\.", "model.shared."),
-    (r"\.(self_attn|cross_attn)\.([qkv])\.", r".\1.\2_proj."),
-    (r"\.(self_attn|cross_attn)\.o\.", r".\1.out_proj."),
-    (r"\.cross_attn", ".encoder_attn"),
-    (r"\.self_attn_norm\.", ".self_attn_layer_norm."),
-    (r"\.encoder_attn_norm\.", ".encoder_attn_layer_norm."),
-    (r"\.ffn\.wi\.", ".fc1."),
-    (r"\.ffn\.wo\.", ".fc2."),
-    (r"\.ffn_norm\.", ".final_layer_norm."),
-    (_STACK, r"model.\1."),
-]
-_RULES = {"t5": [(re.compile(p), r, True) for p, r in _T5_RULES],
-          "bart": [(re.compile(p), r, False) for p, r in _BART_RULES]}
+# ---- transformers' names: each family's rules are in its file (bertforge.families.t5 / .bart) ----------------
+_COMPILED: dict[str, list[tuple[re.Pattern, str]]] = {}
 
 
 def hf_key(name: str, cfg: Seq2SeqConfig) -> str:
     """bertforge's parameter name -> transformers' (T5: the first matching rule; BART: every rule in turn)."""
-    for pattern, repl, first_only in _RULES[cfg.model_type]:
+    fam = cfg.family
+    rules = _COMPILED.setdefault(fam.model_type, [(re.compile(p), r) for p, r in fam.weight_rules])
+    for pattern, repl in rules:
         new = pattern.sub(repl, name, count=1)
-        if first_only and new != name:
+        if fam.first_rule_only and new != name:
             return new
         name = new
     return name

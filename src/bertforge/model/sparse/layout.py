@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.config import ModelConfig
-from bertforge.config_long import block_sparse_min_length
+from bertforge.config.long import block_sparse_min_length
 from bertforge.errors import BertforgeError
 
 

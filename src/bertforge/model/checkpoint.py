@@ -3,11 +3,11 @@
 Inside bertforge every encoder uses BERT's names (`bert.embeddings...`, `bert.encoder.layer.N...`, `cls.predictions...`,
 task heads such as `classifier`); `hf_name` translates one canonical name into a family's Hugging Face name. Loading
 walks the model's own parameters and looks each one up in the file under its HF name, so there is a single map,
-used in both directions. The decoder (gpt2) already uses GPT2LMHeadModel's names (`transformer.h.N.attn.c_attn`,
-`lm_head`); its only translation is the layout of GPT-2's Conv1D weights, stored [in, out] (transposed here).
-used in both directions. Where a family fuses tensors that bertforge keeps apart (ModernBERT's `Wqkv` holds Q, K and
-V), `hf_part` says which slice of the fused tensor a canonical one is: saving concatenates the parts in order,
-loading slices them out.
+used in both directions; each family's rules are in its file in `bertforge.families`. The decoder (gpt2) already uses
+GPT2LMHeadModel's names (`transformer.h.N.attn.c_attn`, `lm_head`); its only translation is the layout of GPT-2's
+Conv1D weights, stored [in, out] (transposed here). Where a family fuses tensors that bertforge keeps apart
+(ModernBERT's `Wqkv` holds Q, K and V), `hf_part` says which slice of the fused tensor a canonical one is: saving
+concatenates the parts in order, loading slices them out.
 """
 from __future__ import annotations
 
@@ -22,102 +22,24 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertforge.config import FAMILIES, ModelConfig
+from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.fileio import atomic_write, atomic_write_text
+from bertforge.families import FAMILIES
+from bertforge.families.family import LAYER
+from bertforge.io.write import atomic_write, atomic_write_text
 
 log = logging.getLogger(__name__)
 
-# Read off the one family table (bertforge.config.FAMILIES).
 INT8_WEIGHTS = "model.int8.safetensors"  # `bertforge quantize`'s int8 weights (bertforge.model.int8)
+# Read off the families (each family file holds its tensor-name rules: `Family.weight_rules`).
 FAMILY_PREFIX = {name: fam.weight_prefix for name, fam in FAMILIES.items()}
 BASE_ARCHITECTURE = {name: fam.base_architecture for name, fam in FAMILIES.items()}
-
-# (canonical pattern, family replacement); the first match wins. Names with no match keep their canonical name.
-_LAYER = r"bert\.encoder\.layer\.(\d+)\."
-_RULES: dict[str, list[tuple[str, str]]] = {
-    "bert": [],
-    "roberta": [
-        (r"^cls\.predictions\.transform\.dense\.", "lm_head.dense."),
-        (r"^cls\.predictions\.transform\.LayerNorm\.", "lm_head.layer_norm."),
-        (r"^cls\.predictions\.bias$", "lm_head.bias"),
-        (r"^cls\.predictions\.decoder\.", "lm_head.decoder."),
-        (r"^bert\.", "roberta."),
-    ],
-    "electra": [
-        (r"^bert\.embeddings_project\.", "electra.embeddings_project."),
-        (r"^cls\.predictions\.transform\.dense\.", "generator_predictions.dense."),
-        (r"^cls\.predictions\.transform\.LayerNorm\.", "generator_predictions.LayerNorm."),
-        (r"^cls\.predictions\.bias$", "generator_lm_head.bias"),
-        (r"^cls\.predictions\.decoder\.weight$", "generator_lm_head.weight"),
-        (r"^bert\.", "electra."),
-    ],
-    "albert": [
-        (r"^bert\.embeddings_project\.", "albert.encoder.embedding_hidden_mapping_in."),
-        (_LAYER + r"attention\.self\.(query|key|value)\.", r"albert.encoder.albert_layer_groups.\1.albert_layers.0.attention.\2."),
-        (_LAYER + r"attention\.output\.dense\.", r"albert.encoder.albert_layer_groups.\1.albert_layers.0.attention.dense."),
-        (_LAYER + r"attention\.output\.LayerNorm\.", r"albert.encoder.albert_layer_groups.\1.albert_layers.0.attention.LayerNorm."),
-        (_LAYER + r"intermediate\.dense\.", r"albert.encoder.albert_layer_groups.\1.albert_layers.0.ffn."),
-        (_LAYER + r"output\.dense\.", r"albert.encoder.albert_layer_groups.\1.albert_layers.0.ffn_output."),
-        (_LAYER + r"output\.LayerNorm\.", r"albert.encoder.albert_layer_groups.\1.albert_layers.0.full_layer_layer_norm."),
-        (r"^bert\.pooler\.dense\.", "albert.pooler."),
-        (r"^cls\.predictions\.transform\.dense\.", "predictions.dense."),
-        (r"^cls\.predictions\.transform\.LayerNorm\.", "predictions.LayerNorm."),
-        (r"^cls\.predictions\.", "predictions."),
-        (r"^cls\.seq_relationship\.", "sop_classifier.classifier."),
-        (r"^bert\.", "albert."),
-    ],
-    "distilbert": [
-        (_LAYER + r"attention\.self\.query\.", r"distilbert.transformer.layer.\1.attention.q_lin."),
-        (_LAYER + r"attention\.self\.key\.", r"distilbert.transformer.layer.\1.attention.k_lin."),
-        (_LAYER + r"attention\.self\.value\.", r"distilbert.transformer.layer.\1.attention.v_lin."),
-        (_LAYER + r"attention\.output\.dense\.", r"distilbert.transformer.layer.\1.attention.out_lin."),
-        (_LAYER + r"attention\.output\.LayerNorm\.", r"distilbert.transformer.layer.\1.sa_layer_norm."),
-        (_LAYER + r"intermediate\.dense\.", r"distilbert.transformer.layer.\1.ffn.lin1."),
-        (_LAYER + r"output\.dense\.", r"distilbert.transformer.layer.\1.ffn.lin2."),
-        (_LAYER + r"output\.LayerNorm\.", r"distilbert.transformer.layer.\1.output_layer_norm."),
-        (r"^cls\.predictions\.transform\.dense\.", "vocab_transform."),
-        (r"^cls\.predictions\.transform\.LayerNorm\.", "vocab_layer_norm."),
-        (r"^cls\.predictions\.bias$", "vocab_projector.bias"),
-        (r"^cls\.predictions\.decoder\.weight$", "vocab_projector.weight"),
-        (r"^bert\.", "distilbert."),
-    ],
-    # Longformer: RoBERTa's names under `longformer.` (the global Q/K/V keep their names: query_global, ...).
-    "longformer": [
-        (r"^cls\.predictions\.transform\.dense\.", "lm_head.dense."),
-        (r"^cls\.predictions\.transform\.LayerNorm\.", "lm_head.layer_norm."),
-        (r"^cls\.predictions\.bias$", "lm_head.bias"),
-        (r"^cls\.predictions\.decoder\.", "lm_head.decoder."),
-        (r"^bert\.", "longformer."),
-    ],
-    # BigBird: BERT's names, but the pooler is a bare Linear (BigBirdModel.pooler + a separate tanh).
-    "big_bird": [(r"^bert\.pooler\.dense\.", "bert.pooler.")],
-    # XLNet's modules already carry transformers' names (bertforge.model.xlnet); its LM head is `lm_loss`.
-    "xlnet": [(r"^bert\.", "transformer.")],
-    "gpt2": [],  # bertforge's decoder has GPT2LMHeadModel's names
-    "modernbert": [
-        (r"^bert\.embeddings\.word_embeddings\.", "model.embeddings.tok_embeddings."),
-        (r"^bert\.embeddings\.LayerNorm\.", "model.embeddings.norm."),
-        (_LAYER + r"attn_norm\.", r"model.layers.\1.attn_norm."),
-        (_LAYER + r"attention\.self\.(?:query|key|value)\.", r"model.layers.\1.attn.Wqkv."),  # see hf_part
-        (_LAYER + r"attention\.output\.dense\.", r"model.layers.\1.attn.Wo."),
-        (_LAYER + r"mlp_norm\.", r"model.layers.\1.mlp_norm."),
-        (_LAYER + r"intermediate\.dense\.", r"model.layers.\1.mlp.Wi."),  # GeGLU [W_a; W_g] in both layouts
-        (_LAYER + r"output\.dense\.", r"model.layers.\1.mlp.Wo."),
-        (r"^bert\.final_norm\.", "model.final_norm."),
-        (r"^cls\.predictions\.transform\.dense\.", "head.dense."),
-        (r"^cls\.predictions\.transform\.LayerNorm\.", "head.norm."),
-        (r"^cls\.predictions\.bias$", "decoder.bias"),
-        (r"^bert\.", "model."),
-    ],
-}
-# Canonical tensors stored as a slice of one fused HF tensor: family -> (pattern, group naming the part, parts).
-_FUSED = {"modernbert": (re.compile(_LAYER + r"attention\.self\.(query|key|value)\."), 2, ("query", "key", "value"))}
-_COMPILED = {fam: [(re.compile(p), r) for p, r in rules] for fam, rules in _RULES.items()}
+_COMPILED = {name: [(re.compile(p), r) for p, r in fam.weight_rules] for name, fam in FAMILIES.items()}
+_FUSED = {name: (re.compile(fam.fused_weights[0]), *fam.fused_weights[1:])
+          for name, fam in FAMILIES.items() if fam.fused_weights}
+_TRANSPOSED = {name: re.compile(fam.transposed_weights) for name, fam in FAMILIES.items() if fam.transposed_weights}
 # Weights every family ties to another tensor; checkpoints store them once (under the embedding / bias).
 _TIED = re.compile(r"^(cls\.predictions\.decoder\.(weight|bias)|lm_head\.weight|lm_loss\.weight)$")
-# GPT-2's Conv1D layers keep their weight as [in, out]; bertforge's nn.Linear as [out, in].
-_TRANSPOSED = {"gpt2": re.compile(r"\.(c_attn|c_proj|c_fc)\.weight$")}
 
 
 def _hf_layout(name: str, tensor: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
@@ -128,8 +50,8 @@ def _hf_layout(name: str, tensor: torch.Tensor, cfg: ModelConfig) -> torch.Tenso
 
 def hf_name(canonical: str, cfg: ModelConfig) -> str:
     """Translate a canonical (BERT-named, `bert.`-prefixed) parameter name to cfg's family naming."""
-    if cfg.model_type == "albert" and cfg.share_layers == "all":
-        canonical = re.sub(_LAYER, "bert.encoder.layer.0.", canonical)  # every layer is group 0
+    if cfg.family.shared_layers_as_one and cfg.share_layers == "all":
+        canonical = re.sub(LAYER, "bert.encoder.layer.0.", canonical)  # every layer is stored as layer 0
     for pattern, repl in _COMPILED[cfg.model_type]:
         if pattern.search(canonical):
             return pattern.sub(repl, canonical, count=1)

@@ -15,7 +15,7 @@ from typing import Any
 from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, processors
 from tokenizers import Tokenizer as Backend
 
-KINDS = ("wordpiece", "bpe", "unigram", "gpt2", "t5")
+TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram", "gpt2", "t5")
 _MODEL_KIND = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
 ROLES = ("pad", "unk", "cls", "sep", "mask")
 

@@ -1,20 +1,19 @@
-"""The long-attention settings of `ModelConfig` (Longformer and BigBird) and their `config.json` fields.
+"""The long-attention settings of `ModelConfig` (Longformer and BigBird): defaults and checks. Their `config.json`
+fields are the families' (`families/longformer.py`, `families/big_bird.py`).
 
 Longformer (`LongformerConfig`): `attention_window`, one even window per layer (an int means every layer); a token
 attends to the keys within window / 2 positions of it, plus the global tokens. BigBird (`BigBirdConfig`):
-`attention_type` ("block_sparse" or "original_full"), `block_size` and `num_random_blocks`. `config.ModelConfig`
-calls `normalise` from `__post_init__` and the two translations from `to_hf_dict` / `from_hf_dict`; this module
-does not import `config` (which imports it).
+`attention_type` ("block_sparse" or "original_full"), `block_size` and `num_random_blocks`. `ModelConfig` calls
+`normalise` from `__post_init__`.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from bertforge.errors import BertforgeError
+from bertforge.families.longformer import WINDOW as LONGFORMER_WINDOW
 
 ATTENTION_TYPES = ("block_sparse", "original_full")  # BigBird's, as transformers names them
-LONGFORMER_WINDOW = 512          # allenai/longformer-base-4096
-BIGBIRD_BLOCK, BIGBIRD_RANDOM = 64, 3  # google/bigbird-roberta-base
 
 
 def normalise(cfg: Any) -> None:
@@ -50,31 +49,3 @@ def block_sparse_min_length(cfg: Any) -> int:
     """BigBird's block-sparse attention needs more than (5 + 2 r) blocks (2 global + 3 window + r random, + r spare,
     transformers' `max_tokens_to_attend`); a batch this long or shorter runs full attention instead."""
     return (5 + 2 * cfg.num_random_blocks) * cfg.block_size
-
-
-def hf_fields(cfg: Any) -> dict[str, Any]:
-    """The extra `config.json` fields of a Longformer / BigBird config (added to BERT's schema)."""
-    if cfg.family.sparse == "longformer":
-        return dict(attention_window=list(cfg.attention_window), bos_token_id=0, eos_token_id=2, sep_token_id=2,
-                    onnx_export=False)
-    if cfg.family.sparse == "big_bird":
-        return dict(attention_type=cfg.attention_type, block_size=cfg.block_size,
-                    num_random_blocks=cfg.num_random_blocks, use_bias=True, rescale_embeddings=False,
-                    bos_token_id=1, eos_token_id=2, sep_token_id=66)
-    return {}
-
-
-def settings(d: dict[str, Any], source: str) -> dict[str, Any]:
-    """ModelConfig keyword arguments from a Longformer / BigBird `config.json` dict `d` ({} for other families);
-    the BigBird variants bertforge does not compute are refused by name."""
-    model_type = d.get("model_type")
-    if model_type == "longformer":
-        return dict(attention_window=d.get("attention_window", LONGFORMER_WINDOW))
-    if model_type == "big_bird":
-        for key, ok in (("use_bias", True), ("rescale_embeddings", False), ("is_decoder", False)):
-            if key in d and bool(d[key]) != ok:
-                raise BertforgeError(f"{source}: BigBird with {key}={d[key]} is not supported")
-        return dict(attention_type=d.get("attention_type", "block_sparse"),
-                    block_size=d.get("block_size", BIGBIRD_BLOCK),
-                    num_random_blocks=d.get("num_random_blocks", BIGBIRD_RANDOM))
-    return {}

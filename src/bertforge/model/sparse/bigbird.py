@@ -23,8 +23,8 @@ import torch
 
 from bertforge.config import ModelConfig
 from bertforge.model.attention import SelfAttention, attend
-from bertforge.model.bigbird_plan import training_plan
-from bertforge.model.sparse import SparseLayout, SparseProjection
+from bertforge.model.sparse.bigbird_plan import training_plan
+from bertforge.model.sparse.layout import SparseLayout, SparseProjection
 
 
 class BigBirdSelfAttention(SparseProjection, SelfAttention):

@@ -1,0 +1,45 @@
+"""GPT-2 (Radford et al. 2019): a pre-LN decoder, learned positions (1024), tied output embedding, gelu_new, a
+byte-level BPE of 50257 whose one special token <|endoftext|> is bos, eos and document separator. bertforge's
+decoder (`bertforge.model.decoder`) has GPT2LMHeadModel's tensor names; GPT-2's Conv1D layers store their weight
+as [in, out] (bertforge's nn.Linear: [out, in]). Its config.json is `GPT2Config`'s."""
+from typing import Any
+
+from bertforge.families.family import Family, refuse_unsupported
+
+
+def config_json(cfg: Any) -> dict[str, Any]:
+    """transformers' GPT2Config schema. GPT-2 has one residual dropout (resid_pdrop, also used after the
+    embeddings: embd_pdrop) and one attention dropout (attn_pdrop)."""
+    return dict(model_type="gpt2", vocab_size=cfg.vocab_size, n_positions=cfg.max_position_embeddings,
+                n_embd=cfg.hidden_size, n_layer=cfg.num_hidden_layers, n_head=cfg.num_attention_heads,
+                n_inner=cfg.intermediate_size, activation_function=cfg.hidden_act,
+                resid_pdrop=cfg.hidden_dropout_prob, embd_pdrop=cfg.hidden_dropout_prob,
+                attn_pdrop=cfg.attention_probs_dropout_prob, layer_norm_epsilon=cfg.layer_norm_eps,
+                initializer_range=cfg.initializer_range, bos_token_id=cfg.bos_token_id,
+                eos_token_id=cfg.eos_token_id, pad_token_id=cfg.pad_token_id, scale_attn_weights=True,
+                scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False, tie_word_embeddings=True)
+
+
+def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
+    # Variants of GPT-2's attention that bertforge's decoder does not compute: refused, not silently ignored.
+    refuse_unsupported(source, "GPT-2", d, {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+                                            "add_cross_attention": False, "tie_word_embeddings": True})
+    eos = d.get("eos_token_id", 50256)
+    pad = d.get("pad_token_id")
+    return dict(model_type="gpt2", vocab_size=d["vocab_size"], hidden_size=d["n_embd"],
+                num_hidden_layers=d["n_layer"], num_attention_heads=d["n_head"],
+                intermediate_size=d.get("n_inner") or 4 * d["n_embd"],
+                hidden_act=d.get("activation_function", "gelu_new"), hidden_dropout_prob=d.get("resid_pdrop", 0.1),
+                attention_probs_dropout_prob=d.get("attn_pdrop", 0.1),
+                max_position_embeddings=d.get("n_positions", 1024), type_vocab_size=0,
+                initializer_range=d.get("initializer_range", 0.02),
+                layer_norm_eps=d.get("layer_norm_epsilon", 1e-5),
+                pad_token_id=pad if pad is not None else (eos if eos is not None else 0), use_pooler=False,
+                bos_token_id=d.get("bos_token_id", 50256), eos_token_id=eos)
+
+
+FAMILY = Family("gpt2", "GPT2", "transformer", write_config=config_json, read_config=settings,
+                transposed_weights=r"\.(c_attn|c_proj|c_fc)\.weight$",
+                presets={"gpt2": ("base", dict(bos_token_id=50256, eos_token_id=50256))},  # GPT-2 small (124M)
+                vocab_size=50257, type_vocab_size=0, pad_token_id=50256, max_position_embeddings=1024,
+                layer_norm_eps=1e-5, hidden_act="gelu_new", use_pooler=False, decoder=True)

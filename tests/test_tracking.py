@@ -222,7 +222,8 @@ def test_a_yaml_config_with_flag_names(base, sst, tmp_path):
     json_cfg, yaml_cfg = tmp_path / "c.json", tmp_path / "c.yaml"
     json_cfg.write_text(json.dumps({"task": "sst2", "model": str(base), "data": str(sst), "max-steps": 3,
                                     "batch_size": 16, "--lr": 1e-3, "progress": False}))
-    yaml_cfg.write_text(f"task: sst2\nmodel: {base}\ndata: {sst}\nmax-steps: 3\nbatch_size: 16\n--lr: 1.0e-3\n"
+    # 1e-3 without a dot is a string to PyYAML: taken as the command line would take it
+    yaml_cfg.write_text(f"task: sst2\nmodel: {base}\ndata: {sst}\nmax-steps: 3\nbatch_size: 16\n--lr: 1e-3\n"
                         "progress: false\n")
     for cfg, out in ((json_cfg, tmp_path / "j"), (yaml_cfg, tmp_path / "y")):
         proc = cli("finetune", "--config", cfg, "--out", out)

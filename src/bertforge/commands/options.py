@@ -105,6 +105,11 @@ def _check(action: argparse.Action, key: str, value: Any, path: str) -> Any:
 
 def _scalar(action: argparse.Action, key: str, value: Any, path: str, wrong) -> Any:
     kind = action.type
+    if kind in (int, float) and isinstance(value, str):
+        try:  # text as on the command line: PyYAML reads 1e-3 (no dot) as a string
+            value = kind(value)
+        except ValueError:
+            pass
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise wrong("an integer")
@@ -115,7 +120,10 @@ def _scalar(action: argparse.Action, key: str, value: Any, path: str, wrong) -> 
     elif isinstance(value, (dict, list, bool)) or value is None:
         raise wrong("a string")
     else:
-        value = str(value) if kind is None else kind(str(value))
+        try:  # a flag's own parser (e.g. str.lower) sees the text it would see on the command line
+            value = str(value) if kind is None else kind(str(value))
+        except (ValueError, TypeError, argparse.ArgumentTypeError):
+            raise wrong("a valid " + (action.metavar or action.dest.upper())) from None
     if action.choices is not None and value not in action.choices:
         raise BertforgeError(f"--config {path}: {key}: {value!r} is not one of {', '.join(map(str, action.choices))}")
     return value

@@ -138,7 +138,8 @@ def _cases(tmp: Path) -> list[tuple[str, list[str], Path, str]]:
         if not any(a.dest in OUTPUT_DESTS for a in parser._actions):
             continue
         overwrite = ["--overwrite"] if any(a.dest == "overwrite" for a in parser._actions) else []
-        for i, action in enumerate(input_actions(parser)):
+        # --config is read (as a file) before anything else: its values are the verb's options, not an input here
+        for i, action in enumerate(a for a in input_actions(parser) if "--config" not in a.option_strings):
             flag = action.option_strings[-1]
             x = tmp / f"{verb.replace(' ', '-')}{flag}"
             (x / "src").mkdir(parents=True)

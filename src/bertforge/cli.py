@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 from tqdm import tqdm
 
+from bertforge.commands.options import apply_config_file
 from bertforge.errors import BertforgeError
 from bertforge.io.write import is_write_failure, write_failure_reason
 from bertforge.io.rundir import check_not_an_input, protect_inputs
@@ -117,6 +118,12 @@ def _discard_stdout() -> None:
 
 def _run(argv: list[str] | None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:  # --config FILE: the file's options become the verb's defaults before the command line is parsed
+        apply_config_file(parser, argv)
+    except BertforgeError as err:
+        print(f"bertforge {' '.join(argv[:1]) or '-'}: error: {err}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("distill", help="distil a teacher into a smaller student (general | task)",
@@ -34,8 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--batch-size", type=int, default=32)
     g.add_argument("--lr", type=float, default=5e-4)
     g.add_argument("--max-blocks", type=int, help="use at most this many blocks of the corpus")
+    g.add_argument("--heldout-fraction", type=float, default=0.05, metavar="F",
+                   help="without --heldout-corpus: the corpus' share held out for the MLM accuracy (default: 0.05)")
     g.add_argument("--heldout-corpus", nargs="+", metavar="PATH",
-                   help="held-out text for the MLM accuracy (default: the corpus' last 5%%)")
+                   help="held-out text for the MLM accuracy (default: the corpus' last --heldout-fraction)")
     g.add_argument("--teacher-precision", choices=("fp32", "bf16"), default="fp32")
     g.add_argument("--precision", choices=("fp32", "bf16"),
                    help="training autocast (default: bf16 where the CPU / GPU computes bf16 natively, else fp32)")
@@ -45,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     g.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
     g.add_argument("--progress", action="store_true")
+    add_tracking_args(g)
+    add_config_arg(g)
     g.set_defaults(func=general_command)
 
     t = dsub.add_parser("task", help="soft targets of a fine-tuned teacher -> layers:N, bilstm or a pretrained DIR")
@@ -79,13 +85,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     t.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
     t.add_argument("--progress", action="store_true")
+    add_tracking_args(t)
+    add_config_arg(t)
     t.set_defaults(func=task_command)
 
 
 def _run(args: argparse.Namespace, config_cls: type, run) -> int:
     """Build the verb's config dataclass from the parsed flags of the same names, run it, print its record."""
     keys = config_cls.__dataclass_fields__
-    record = run(config_cls(**{k: v for k, v in vars(args).items() if k in keys}))
+    trackers = tracking(args)  # a missing tracker library: one line before any work
+    record = run(config_cls(**{k: v for k, v in vars(args).items() if k in keys} | trackers))
     print(json.dumps(record, indent=2))
     print(f"-> {args.out}", file=sys.stderr)
     return 0

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from bertforge.commands.options import add_tracking_args, tracking
 from bertforge.errors import BertforgeError
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
@@ -40,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval", metavar="FILE", help="scored-pair file for STS Spearman after training")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (refused otherwise)")
+    add_tracking_args(p)
     p.set_defaults(func=train_command)
 
     p = sub.add_parser("embed-eval", help="STS correlation or retrieval metrics of a sentence encoder (JSON)",
@@ -173,13 +175,14 @@ def train_command(args: argparse.Namespace) -> int:
     from bertforge.embed.train import fit
     from bertforge.io.rundir import claim_output_dir
 
+    trackers = tracking(args)  # a missing tracker library: one line before any work
     with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, what="--out", resume_flag=None):
         model = _load(args)
         dataset = read_examples(args.train)
         eval_set = read_examples(args.eval) if args.eval else None
         before = evaluate_sts(model, eval_set) if eval_set else None
         fit(model, dataset, args.out, loss=args.loss, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-            max_steps=args.max_steps, seed=args.seed)
+            max_steps=args.max_steps, seed=args.seed, **trackers)
     report = {"out": str(args.out), "examples": len(dataset), "loss": args.loss}
     if eval_set:
         report.update(sts_before=before, sts_after=evaluate_sts(model, eval_set))

@@ -5,6 +5,7 @@ import argparse
 import json
 import logging
 
+from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
 from bertforge.errors import BertforgeError
 
 TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
@@ -93,6 +94,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--overwrite", action="store_true",
                     help="replace the earlier run in OUT (without it, or --resume, an OUT that holds files is refused)")
     ft.add_argument("--doc-stride", type=int, default=128, metavar="N", help="SQuAD window stride (default: 128)")
+    ft.add_argument("--max-query-length", type=int, default=64, metavar="N",
+                    help="SQuAD: question tokens kept (default: 64)")
+    add_tracking_args(ft)
+    add_config_arg(ft)
     ft.set_defaults(func=run_finetune)
 
     ev = subparsers.add_parser("evaluate", help="score a fine-tuned model on a task's data (JSON metrics)",
@@ -133,7 +138,7 @@ def _config(args: argparse.Namespace, model: str, out: str):
     from bertforge.tasks.finetune import FinetuneConfig
 
     for name in ("max_seq_len", "eval_batch_size", "limit", "epochs", "max_steps", "batch_size", "lr", "runs",
-                 "train_limit", "max_target_len", "num_beams"):
+                 "train_limit", "max_target_len", "num_beams", "max_query_length"):
         _positive("--" + name.replace("_", "-"), getattr(args, name, None))
     kw = dict(task=args.task, model=model, out=out, data=args.data, train=getattr(args, "train", None),
               eval=args.eval, max_seq_len=args.max_seq_len, eval_batch_size=args.eval_batch_size,
@@ -148,7 +153,7 @@ def _config(args: argparse.Namespace, model: str, out: str):
                   warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, seed=args.seed, runs=args.runs,
                   train_limit=args.train_limit, freeze=args.freeze, features=args.features, head=args.head,
                   precision=args.precision, group_by_length=args.group_by_length, resume=args.resume,
-                  doc_stride=args.doc_stride)
+                  doc_stride=args.doc_stride, max_query_length=args.max_query_length, **tracking(args))
     return FinetuneConfig(**kw)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
 from bertforge.errors import BertforgeError
 
 ABLATE_OUT = "runs/ablation"
@@ -76,6 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--compile", action="store_true",
                      help="torch.compile the model (falls back to eager with one line where it cannot)")
     pre.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_tracking_args(pre)
+    add_config_arg(pre)
     pre.set_defaults(func=run_pretrain)
 
     abl = subparsers.add_parser(
@@ -118,6 +121,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     abl.add_argument("--seed", type=int, default=0)
     abl.add_argument("--out", default=ABLATE_OUT, metavar="DIR",
                      help="output directory (default: runs/ablation; with --table: runs/ablation-tables)")
+    abl.add_argument("--report-to", action="append", metavar="NAME",
+                     help="--arms: experiment trackers for each arm's pretraining (OUT/arms/ARM): tensorboard, "
+                          "mlflow or none (default: none; several comma-separated or repeated)")
+    add_config_arg(abl)
     abl.set_defaults(func=run_ablate)
 
 
@@ -179,6 +186,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     from bertforge.pretrain.options import PretrainOptions
     from bertforge.training.accel import default_precision
     from bertforge.pretrain.run import pretrain
+    trackers = tracking(args)  # a missing tracker library: one line before any work
     recipe = resolve(args.recipe, objective=args.objective, masking=args.masking, dynamic=args.dynamic,
                      input_format=args.input_format, dupe_factor=args.dupe_factor, plm_k=args.plm_k,
                      mask_prob=args.mask_prob, schedule=args.schedule)
@@ -200,7 +208,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
         init_from=Path(args.init_from) if args.init_from else None, heldout_fraction=args.heldout_fraction,
         eval_batches=args.eval_batches, log_every=args.log_every, save_every=args.save_every,
         workers=args.workers, threads=args.threads, progress=not args.no_progress, device=args.device,
-        compile=args.compile)
+        compile=args.compile, **trackers)
     pretrain(opts)
     return 0
 
@@ -211,7 +219,10 @@ def run_ablate(args: argparse.Namespace) -> int:
         from bertforge.lab.tables import listing
         print(listing())
         return 0
+    report_to = tracking(args)["report_to"]
     if args.table:
+        if report_to:
+            raise BertforgeError("--report-to: with --arms (or no --table) only; a --table run reports in TABLE.md")
         if args.arms:
             raise BertforgeError("--arms and --table: a table fixes its arms; give one of them")
         from bertforge.lab.run import LabOptions, run_lab
@@ -230,5 +241,5 @@ def run_ablate(args: argparse.Namespace) -> int:
         return 0
     run_ablation(corpus=args.corpus, out=Path(args.out), arms=args.arms, size=args.size, seq_len=args.seq_len,
                  batch_size=args.batch_size, budget=args.budget, vocab_size=args.vocab_size,
-                 precision=args.precision, seed=args.seed)
+                 precision=args.precision, seed=args.seed, report_to=report_to)
     return 0

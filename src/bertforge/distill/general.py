@@ -66,6 +66,8 @@ class GeneralDistillConfig:
     resume: bool = False  # continue the interrupted run in `out` from its latest checkpoint
     overwrite: bool = False
     progress: bool = False
+    report_to: tuple[str, ...] = ()  # trackers besides metrics.jsonl (TrainConfig.report_to)
+    logging_dir: Path | None = None  # TensorBoard's event folder (default: OUT/runs)
 
 
 # What a resume may change: how long to train and where; everything else shapes the checkpoints.
@@ -152,6 +154,8 @@ def _check(cfg: GeneralDistillConfig) -> None:
         raise BertforgeError("--alpha-ce / --alpha-mlm / --alpha-cos: must be >= 0 and not all 0")
     if cfg.max_steps is None and cfg.time_budget is None:
         raise BertforgeError("give --max-steps N or --time-budget DUR")
+    if not 0.0 < cfg.heldout_fraction < 1.0:
+        raise BertforgeError(f"--heldout-fraction {cfg.heldout_fraction}: must be between 0 and 1")
     from bertforge.training.accel import check_precision
 
     for flag, value in (("--teacher-precision", cfg.teacher_precision), ("--precision", cfg.precision or "fp32")):
@@ -214,7 +218,7 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
     teacher_acc = mlm_accuracy(teacher, held)
     precision = cfg.precision or default_precision(cfg.device)
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()
-               if k not in ("overwrite", "resume")} | {"precision": precision}
+               if k not in ("overwrite", "resume", "report_to", "logging_dir")} | {"precision": precision}
     with claim_output_dir(out, resume=cfg.resume, overwrite=cfg.overwrite, options=options, may_change=MAY_CHANGE):
         loader = ResumableLoader(rows, cfg.batch_size, collate_fn=collate, shuffle=True, seed=cfg.seed)
         every = max(1, min(len(loader), cfg.max_steps or len(loader)))
@@ -222,7 +226,8 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
                          eval_every=every, save_every=cfg.save_every, keep_checkpoints=1, resume=cfg.resume,
                          seed=cfg.seed, device=cfg.device, precision=precision,
                          progress=cfg.progress, plot=False, overwrite=False, log_every=max(1, min(50, every)),
-                         warmup_ratio=0.05, extra={"distill": "general"})
+                         warmup_ratio=0.05, extra={"distill": "general"}, report_to=cfg.report_to,
+                         logging_dir=cfg.logging_dir)
         # checkpoints hold the student's tensors (the Trainer's default save / load: the teacher is not a sub-module)
         trainer = Trainer(model, loader, tc, eval_fn=lambda m: {"mlm_accuracy": mlm_accuracy(m.student, held)})
         teacher_dev = next(model.parameters()).device

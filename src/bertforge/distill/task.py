@@ -76,6 +76,8 @@ class TaskDistillConfig:
     resume: bool = False  # continue the interrupted run in `out` from its latest checkpoint
     overwrite: bool = False
     progress: bool = False
+    report_to: tuple[str, ...] = ()  # trackers besides metrics.jsonl (TrainConfig.report_to)
+    logging_dir: Path | None = None  # TensorBoard's event folder (default: OUT/runs)
     extra: dict = field(default_factory=dict)
 
 
@@ -242,7 +244,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
 
     evaluate = (lambda m: data.evaluate(m.student)) if data.evaluate else None  # noqa: E731
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()
-               if k not in ("overwrite", "resume")} | {"precision": precision}
+               if k not in ("overwrite", "resume", "report_to", "logging_dir", "extra")} | {"precision": precision}
     with claim_output_dir(out, resume=cfg.resume, overwrite=cfg.overwrite, options=options, may_change=MAY_CHANGE):
         loader = ResumableLoader(rows, cfg.batch_size, collate_fn=make_collate(tokenizer.pad_token_id), shuffle=True,
                                  seed=cfg.seed, group_by_length=[row_length(r) for r in rows])
@@ -253,7 +255,8 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
                          keep_checkpoints=1, resume=cfg.resume, seed=cfg.seed, precision=precision,
                          device=cfg.device, progress=cfg.progress, plot=False, overwrite=False,
                          best_metric=data.main_metric if evaluate else None, log_every=max(1, min(50, every)),
-                         weight_decay=0.0 if bilstm else 0.01, extra={"task": cfg.task, "distill": True})
+                         weight_decay=0.0 if bilstm else 0.01, extra={"task": cfg.task, "distill": True},
+                         report_to=cfg.report_to, logging_dir=cfg.logging_dir)
         trainer = Trainer(model, loader, tc, eval_fn=evaluate, save_fn=save_fn, load_fn=load_fn)
         history = trainer.train()
         if evaluate is None:

@@ -47,6 +47,8 @@ class PretrainOptions:
     progress: bool = True
     device: str = "auto"                   # auto | cpu | cuda | cuda:N (with torchrun: each rank its own GPU)
     compile: bool = False                  # torch.compile the model while training
+    report_to: tuple[str, ...] = ()        # trackers besides metrics.jsonl (TrainConfig.report_to)
+    logging_dir: Path | None = None        # TensorBoard's event folder (default: OUT/runs)
     fill_mask_examples: int = 3
     extra_eval: Callable[[nn.Module], dict[str, float]] | None = None  # run on the final model (ablation)
 

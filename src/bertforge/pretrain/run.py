@@ -179,7 +179,8 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
                       # a continued checkpoint's pooler gets no gradient from an objective without a sentence task
                       ddp_find_unused_parameters=(getattr(model.config, "use_pooler", False)
                                                   and not uses_pooler(opts.recipe.objective)),
-                      device=str(device), compile=opts.compile,
+                      device=str(device), compile=opts.compile, report_to=opts.report_to,
+                      logging_dir=opts.logging_dir,
                       extra={"recipe": asdict(opts.recipe), "size": size, "seq_len": opts.seq_len})
     trainer = Trainer(model, loader, cfg, eval_fn=eval_fn, save_fn=save_fn_for(tok), load_fn=load_objective)
     n_params = sum(p.numel() for p in model.parameters())

@@ -60,6 +60,8 @@ class FinetuneConfig:
     device: str = "auto"
     compile: bool = False  # torch.compile the model (training and evaluation; eager fallback with one line)
     progress: bool = True
+    report_to: tuple[str, ...] = ()  # trackers besides metrics.jsonl (TrainConfig.report_to)
+    logging_dir: Path | None = None  # TensorBoard's event folder (default: each run's folder / runs)
     # seq2seq: the source / target columns, the target length, and the search that evaluation generates with
     source_col: str = "source"
     target_col: str = "target"

@@ -286,7 +286,7 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
                      save_every=every if cfg.save_checkpoints else None, keep_checkpoints=1, seed=seed,
                      device=cfg.device, compile=cfg.compile, progress=cfg.progress, plot=False, resume=cfg.resume, overwrite=False,
                      best_metric=data.main_metric if data.evaluate else None, log_every=max(1, min(50, every)),
-                     extra={"task": cfg.task})
+                     extra={"task": cfg.task}, report_to=cfg.report_to, logging_dir=cfg.logging_dir)
     trainer = Trainer(model, loader, tc, eval_fn=data.evaluate, save_fn=save_fn, load_fn=kind.load_into)
     history = trainer.train()
     # the Trainer keeps the best model in run_dir/best while it trains; the finished run's model is run_dir itself

@@ -76,6 +76,8 @@ class TrainConfig:
     greater_is_better: bool = True
     load_best_at_end: bool = False  # reload out_dir/best/ into the model when training ends
     ddp_find_unused_parameters: bool = False
+    report_to: tuple[str, ...] = ()  # trackers besides metrics.jsonl: "tensorboard", "mlflow" (training.reporting)
+    logging_dir: str | Path | None = None  # TensorBoard's event folder (default: out_dir/runs)
     extra: dict = field(default_factory=dict)  # free-form, copied into trainer_state.pt for the record
 
     def __post_init__(self) -> None:
@@ -83,6 +85,7 @@ class TrainConfig:
         if self.time_budget_s is not None:
             self.time_budget_s = parse_duration(self.time_budget_s)
         self.betas = tuple(float(b) for b in self.betas)  # type: ignore[assignment]
+        self.report_to = tuple(self.report_to)
         if self.max_steps is None and self.num_epochs is None and self.time_budget_s is None:
             raise BertforgeError("TrainConfig: give max_steps, num_epochs or time_budget_s")
         if self.max_steps is not None and self.num_epochs is not None:

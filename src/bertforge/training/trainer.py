@@ -29,19 +29,17 @@ from bertforge.training.optim import build_optimizer, build_schedule
 from bertforge.training.state import (
     STATE_FILE,
     CheckpointDir,
-    MetricsLog,
     atomic_write_dir,
     capture_rng,
     default_load_fn,
     default_save_fn,
-    metrics_part,
     plot_curves,
     readable_checkpoint,
     restore_rng,
     set_seed,
-    speed_part,
 )
 from bertforge.training.log_window import LogWindow
+from bertforge.training.reporting import Reporter, open_reporters
 
 log = logging.getLogger("bertforge.train")
 
@@ -205,11 +203,11 @@ class Trainer:
             set_seed(self.cfg.seed + self.rank)  # distinct dropout per rank; weights come from rank 0 (DDP)
         if self.cfg.time_budget_s is not None and self._elapsed_before >= self.cfg.time_budget_s:
             self._stop = True  # resumed a run whose budget is already spent
-        self._logs: tuple[MetricsLog, MetricsLog] | None = None
-        if self.is_main:
-            resumed_at = self.step if resume_dir else None  # resumed: rewritten to the checkpoint's history
-            self._logs = (MetricsLog(self.out_dir / "metrics.jsonl", resumed_at, self.history, metrics_part),
-                          MetricsLog(self.out_dir / "speed.jsonl", resumed_at, self.history, speed_part))
+        self._logs: list[Reporter] | None = None
+        if self.is_main:  # metrics.jsonl / speed.jsonl, and the trackers of cfg.report_to
+            # resumed: metrics.jsonl / speed.jsonl are rewritten to the checkpoint's history
+            self._logs = open_reporters(self.out_dir, self.cfg.report_to, self.cfg.logging_dir,
+                                        self.step if resume_dir else None, self.history if resume_dir else None)
             self.checkpoints.clean_temp()
         self._batches: BackgroundBatches | None = None
         compile_module(self.model, self.cfg.compile)  # in place; undone when train() returns
@@ -365,16 +363,11 @@ class Trainer:
         log.info(json.dumps(record))
 
     def _record(self, record: dict[str, Any]) -> None:
-        """Append to the history; rank 0 writes metrics.jsonl (what the seed determines: two identical runs
-        write identical files) and speed.jsonl (the timing of training records, under the same step)."""
+        """Append to the history; rank 0 hands it to each reporter (metrics.jsonl: what the seed determines, two
+        identical runs write identical files; speed.jsonl: the timing; the trackers of cfg.report_to)."""
         self.history.append(record)
-        if self._logs is None:
-            return
-        metrics, speed = self._logs
-        metrics.write(metrics_part(record))
-        timing = speed_part(record)
-        if timing:
-            speed.write(timing)
+        for reporter in self._logs or ():
+            reporter.write(record)
 
     def _epoch(self) -> float | None:
         state = self._loader_position() or {}

@@ -1,0 +1,170 @@
+"""Options shared by the training verbs: `--report-to` / `--logging-dir` (experiment trackers) and `--config FILE`
+(a run's options from a JSON or YAML file, e.g. an earlier run's run_options.json).
+
+`--config` is applied by `cli` before argparse parses the command line (`apply_config_file`): the file's keys become
+the verb's parser defaults, so a flag given on the command line still wins. Keys are the option names that
+run_options.json records: the flag's name with or without its dashes, dashes or underscores ("max_steps",
+"--max-steps"); a recorded negation ("progress" for --no-progress, "no_group_by_length" for a store_false flag)
+maps onto its flag; a null value keeps the flag's default.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bertforge.errors import BertforgeError
+
+CONFIG_DEST = "config_file"
+
+
+def add_tracking_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--report-to", action="append", metavar="NAME",
+                   help="experiment trackers besides metrics.jsonl: tensorboard, mlflow or none (default: none; "
+                        "several comma-separated or repeated). Extras: bertforge[tensorboard], bertforge[mlflow]")
+    p.add_argument("--logging-dir", metavar="DIR", help="--report-to tensorboard: event files here (default: OUT/runs)")
+
+
+def tracking(args: argparse.Namespace) -> dict[str, Any]:
+    """{report_to, logging_dir} from the flags; a tracker whose library is missing is one line, now (before any
+    data is read or model built)."""
+    from bertforge.training.reporting import parse_report_to
+
+    return {"report_to": parse_report_to(getattr(args, "report_to", None)),
+            "logging_dir": Path(args.logging_dir) if getattr(args, "logging_dir", None) else None}
+
+
+def add_config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", dest=CONFIG_DEST, metavar="FILE",
+                   help="read options from FILE (JSON; YAML with bertforge[yaml]): keys are option names as in "
+                        "run_options.json (an earlier run's OUT/run_options.json reproduces it); flags given on "
+                        "the command line override the file")
+
+
+def _verb_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The (sub-)parser that parses `argv`'s verb: follow the sub-command names at the front of argv."""
+    current, rest = parser, list(argv)
+    while rest:
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or rest[0] not in subs[0].choices:
+            break
+        current = subs[0].choices[rest.pop(0)]
+    return current
+
+
+def _config_path(argv: Sequence[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """The file's mapping of options; a run_options.json gives its recorded "options"."""
+    from bertforge.io.read import read_json, require_file
+
+    p = require_file(path, "--config")
+    if p.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise BertforgeError(f"--config {p}: a YAML file needs PyYAML: pip install 'bertforge[yaml]'") from None
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as err:
+            raise BertforgeError(f"--config {p}: invalid YAML ({' '.join(str(err).split())})") from None
+        if not isinstance(data, dict):
+            raise BertforgeError(f"--config {p}: expected a mapping of option names, found {type(data).__name__}")
+    else:
+        data = read_json(p)
+    if isinstance(data.get("options"), dict) and "fingerprint" in data:  # a run's own run_options.json
+        data = data["options"]
+    return data
+
+
+def _check(action: argparse.Action, key: str, value: Any, path: str) -> Any:
+    """`value` as the flag would have parsed it, or one line naming the key."""
+    def wrong(expected: str) -> BertforgeError:
+        return BertforgeError(f"--config {path}: {key}: expected {expected}, got {value!r}")
+
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)) or (
+            isinstance(action, argparse._StoreConstAction) and isinstance(action.const, bool)):
+        if not isinstance(value, bool):
+            raise wrong("true or false")
+        return value
+    if action.nargs in ("+", "*") or isinstance(action, argparse._AppendAction):
+        items = value if isinstance(value, list) else [value] if isinstance(action, argparse._AppendAction) else None
+        if items is None:
+            raise wrong("a list")
+        return [_scalar(action, key, v, path, wrong) for v in items]
+    return _scalar(action, key, value, path, wrong)
+
+
+def _scalar(action: argparse.Action, key: str, value: Any, path: str, wrong) -> Any:
+    kind = action.type
+    if kind in (int, float) and isinstance(value, str):
+        try:  # text as on the command line: PyYAML reads 1e-3 (no dot) as a string
+            value = kind(value)
+        except ValueError:
+            pass
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise wrong("an integer")
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise wrong("a number")
+        value = float(value)
+    elif isinstance(value, (dict, list, bool)) or value is None:
+        raise wrong("a string")
+    else:
+        try:  # a flag's own parser (e.g. str.lower) sees the text it would see on the command line
+            value = str(value) if kind is None else kind(str(value))
+        except (ValueError, TypeError, argparse.ArgumentTypeError):
+            raise wrong("a valid " + (action.metavar or action.dest.upper())) from None
+    if action.choices is not None and value not in action.choices:
+        raise BertforgeError(f"--config {path}: {key}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+    return value
+
+
+def config_defaults(verb: argparse.ArgumentParser, data: dict[str, Any], path: str) -> dict[str, Any]:
+    """The file's options as {dest: value} of `verb`'s flags; an unknown key or a wrong type is one line."""
+    actions = {a.dest: a for a in verb._actions if a.option_strings and a.dest not in ("help", CONFIG_DEST)}
+    defaults: dict[str, Any] = {}
+    for raw, value in data.items():
+        key = str(raw).lstrip("-").replace("-", "_")
+        dest, negate = key, False
+        if dest not in actions:  # a recorded negation: progress for --no-progress, no_x for a store_false x
+            if "no_" + key in actions:
+                dest, negate = "no_" + key, True
+            elif key.startswith("no_") and key[3:] in actions:
+                dest, negate = key[3:], True
+        action = actions.get(dest)
+        if action is None:
+            raise BertforgeError(f"--config {path}: unknown option {raw!r} (not an option of this command)")
+        if value is None:
+            continue  # recorded as "not given": the flag's own default
+        value = _check(action, str(raw), value, path)
+        defaults[dest] = (not value) if negate else value
+    return defaults
+
+
+def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """With `--config FILE` in argv for a verb that takes it: the file's options become that verb's defaults
+    (flags on the command line override them), and required flags the file gives are no longer required."""
+    path = _config_path(argv)
+    if path is None:
+        return
+    verb = _verb_parser(parser, argv)
+    if not any(a.dest == CONFIG_DEST for a in verb._actions):
+        return  # argparse itself refuses --config for this verb
+    defaults = config_defaults(verb, read_config_file(path), path)
+    for action in verb._actions:
+        if action.dest in defaults:
+            action.required = False
+    for group in verb._mutually_exclusive_groups:  # a required choice the file makes is made
+        if any(a.dest in defaults for a in group._group_actions):
+            group.required = False
+    verb.set_defaults(**defaults)

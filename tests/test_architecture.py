@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bertforge"
 
 # Lowest first. A module may import its own layer (without circles) or any layer below it, never one above.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "fileio", "files", "labels", "rundir"),
+    ("errors", "device", "fileio", "files", "labels", "rundir"),
     ("config", "config_families", "config_long", "config_schemas", "config_seq2seq", "tokenization",
      "tokenizer_pipelines", "tokenizer_train"),
     ("model", "checkpoint", "heads", "runtime"),

@@ -109,7 +109,7 @@ def _device(args: argparse.Namespace):
     """--device resolved and --precision checked against it: the first thing a verb does (one line, nothing
     written). Kept on `args` for `_placed`."""
     from bertforge.training import resolve_device
-    from bertforge.training.accel import check_precision
+    from bertforge.device import check_precision
 
     if getattr(args, "_device", None) is None:
         args._device = resolve_device(getattr(args, "device", "auto"))

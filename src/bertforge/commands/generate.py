@@ -47,7 +47,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from bertforge.generation import GenerationConfig, load, stream
     from bertforge.generation.text import reads_source
     from bertforge.training import resolve_device
-    from bertforge.training.accel import check_precision, default_precision, weight_dtype
+    from bertforge.device import check_precision, default_precision, weight_dtype
 
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, greedy=args.greedy, temperature=args.temperature,
                            top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,

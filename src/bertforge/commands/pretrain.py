@@ -175,7 +175,7 @@ def run_prepare(args: argparse.Namespace) -> int:
 def run_pretrain(args: argparse.Namespace) -> int:
     from bertforge.pretrain.recipes import resolve
     from bertforge.pretrain.options import PretrainOptions
-    from bertforge.training.accel import default_precision
+    from bertforge.device import default_precision
     from bertforge.pretrain.run import pretrain
     recipe = resolve(args.recipe, objective=args.objective, masking=args.masking, dynamic=args.dynamic,
                      input_format=args.input_format, dupe_factor=args.dupe_factor, plm_k=args.plm_k,

@@ -152,7 +152,7 @@ def _check(cfg: GeneralDistillConfig) -> None:
         raise BertforgeError("--alpha-ce / --alpha-mlm / --alpha-cos: must be >= 0 and not all 0")
     if cfg.max_steps is None and cfg.time_budget is None:
         raise BertforgeError("give --max-steps N or --time-budget DUR")
-    from bertforge.training.accel import check_precision
+    from bertforge.device import check_precision
 
     for flag, value in (("--teacher-precision", cfg.teacher_precision), ("--precision", cfg.precision or "fp32")):
         check_precision(value, torch.device("cpu"), flag, allowed=("fp32", "bf16"))  # both run on either device
@@ -162,7 +162,7 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
     """Distil the masked LM in `cfg.teacher` into a DistilBERT student on `cfg.corpus`; returns the run record."""
     from bertforge.distill.task import pick_layers
     from bertforge.training import ResumableLoader, Trainer, TrainConfig, parse_duration, set_seed
-    from bertforge.training.accel import default_precision
+    from bertforge.device import default_precision
 
     _check(cfg)
     out = Path(cfg.out)

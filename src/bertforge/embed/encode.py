@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder, for_inference
 from bertforge.runtime import ONNX_INT8, OnnxModel
-from bertforge.training.accel import check_precision, compile_module, pin
+from bertforge.device import check_precision, compile_module, pin
 
 _CHUNK = 16384  # texts tokenised and sorted together; bounds memory for very large inputs
 # One model call's fixed cost in padded tokens' worth of compute: MiniLM on a 2-core CPU, fp32, took 8 ms for one
@@ -111,7 +111,7 @@ def encode(encoder: Encoder | OnnxModel, token_ids: Callable[[list[str]], list[l
     `attention_mask`) -> sentence vectors, run in fp32. precision: "fp32" (matches sentence-transformers to
     ~1e-6), "bf16" (weights and activations in bfloat16), "fp16" (GPU only), "int8" (dynamic int8 quantisation,
     CPU only). normalize: L2. The model runs on the encoder's device; compile: torch.compile it (see
-    `bertforge.training.accel.compile_module`).
+    `bertforge.device.compile_module`).
     """
     if isinstance(texts, str):
         raise BertforgeError("encode expects a list of texts, not a single string")

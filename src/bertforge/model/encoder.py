@@ -30,6 +30,7 @@ from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 from bertforge.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.config_schemas import SLIDING
+from bertforge.device import PRECISIONS, placement
 from bertforge.errors import BertforgeError
 from bertforge.files import read_json
 from bertforge.model.attention import (FusedSelfAttention, MultiHeadAttention, SelfAttention, rotary_cos_sin,
@@ -39,7 +40,6 @@ from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8
 from bertforge.model.long_attention import sparse_self_attention
 from bertforge.model.sparse import prepare as prepare_sparse
 
-PRECISIONS = ("fp32", "bf16", "int8")
 
 
 def activation(name: str):
@@ -398,8 +398,8 @@ def is_quantised(path: str | Path) -> bool:
 
 
 def for_inference(encoder: Encoder, precision: str = "fp32") -> Encoder:
-    """An eval-mode copy of `encoder` with Q/K/V fused per layer, in fp32, bf16 or int8. It runs the same
-    `Encoder.forward`; it shares no tensors with `encoder`, so rebuild it after the weights change."""
+    """An eval-mode copy of `encoder` with Q/K/V fused per layer, in its own dtype ("fp32"), bf16, fp16 or int8.
+    It runs the same `Encoder.forward`; it shares no tensors with `encoder`, so rebuild it after the weights change."""
     if precision not in PRECISIONS:
         raise BertforgeError(f"unknown precision {precision!r} (expected {', '.join(PRECISIONS)})")
     fast = copy.deepcopy(encoder)
@@ -407,8 +407,11 @@ def for_inference(encoder: Encoder, precision: str = "fp32") -> Encoder:
         if type(layer.attention.self) is SelfAttention:  # a shared (ALBERT) one is fused once; sparse ones stay
             layer.attention.self = FusedSelfAttention(layer.attention.self)
     fast.eval().requires_grad_(False)  # after the swap: new modules start in training mode (dropout on)
-    if precision == "bf16":
-        return fast.to(torch.bfloat16)
+    if placement(fast) != placement(encoder):  # what the swap built must sit where the source's weights are
+        raise BertforgeError(f"internal error: the inference copy holds {sorted(map(str, placement(fast)))}, its "
+                             f"source {sorted(map(str, placement(encoder)))}")
+    if precision in ("bf16", "fp16"):
+        return fast.to(torch.bfloat16 if precision == "bf16" else torch.float16)
     if precision == "int8":
         # Dynamic quantisation: int8 weights (per output channel), activations quantised per batch on the fly, no
         # calibration data. The FFN output projection stays fp32: its input (GELU of the up-projection) has

@@ -1,5 +1,5 @@
 """What one pretraining run is asked to do (`PretrainOptions`) and the defaults that depend on the machine or on
-the model size: threads, learning rate and warm-up (the precision's is `training.accel.default_precision`)."""
+the model size: threads, learning rate and warm-up (the precision's is `device.default_precision`)."""
 from __future__ import annotations
 
 import os

@@ -82,8 +82,8 @@ class FinetuneConfig:
     @property
     def training_precision(self) -> str:
         """`precision`, or where none was asked for: bf16 autocast where the CPU / GPU computes bf16 natively, else
-        fp32 (`training.accel.default_precision`; ~1.6x faster at the same scores on such CPUs)."""
-        from bertforge.training.accel import default_precision
+        fp32 (`device.default_precision`; ~1.6x faster at the same scores on such CPUs)."""
+        from bertforge.device import default_precision
 
         return self.precision or default_precision(self.device)
 

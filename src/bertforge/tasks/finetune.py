@@ -318,7 +318,7 @@ def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "de
     from bertforge.runtime import onnx_file
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
-    from bertforge.training.accel import autocast, check_precision, compile_module
+    from bertforge.device import autocast, check_precision, compile_module
 
     device = resolve_device(cfg.device)  # a missing GPU or an impossible precision: before any reading
     precision = cfg.precision or "fp32"  # evaluation is exact unless asked otherwise

@@ -23,7 +23,7 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
     from bertforge.runtime import onnx_file
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
-    from bertforge.training.accel import autocast, check_precision, compile_module
+    from bertforge.device import autocast, check_precision, compile_module
 
     run_on = resolve_device(device)  # a missing GPU or an impossible precision: before any reading
     check_precision(precision, run_on, allowed=("fp32", "bf16", "fp16"))

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import default_collate
 
 from bertforge.errors import BertforgeError
-from bertforge.training.accel import pin
+from bertforge.device import pin, to_device  # noqa: F401  (to_device re-exported)
 
 # Length grouping sorts inside chunks of this many batches: big enough to cut padding, small enough to stay random.
 _GROUP_CHUNK_BATCHES = 50
@@ -255,17 +255,6 @@ class InlineBatches(BackgroundBatches):
 def batch_stream(loader: Iterable, prefetch: int, pin_memory: bool = False) -> BackgroundBatches:
     """`(batch, loader state after it)` pairs, epoch after epoch: made `prefetch` ahead in a thread, or inline."""
     return BackgroundBatches(loader, prefetch, pin_memory) if prefetch else InlineBatches(loader)
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    """Move every tensor in a (nested) batch to `device`."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch
 
 
 def count_tokens(batch: Any) -> int:

@@ -23,7 +23,7 @@ from bertforge.errors import BertforgeError
 from bertforge.training import distributed as D
 from bertforge.training.config import TrainConfig
 from bertforge.training.distributed import resolve_device
-from bertforge.training.accel import compile_module, uncompile
+from bertforge.device import compile_module, uncompile
 from bertforge.training.loader import BackgroundBatches, batch_stream, count_tokens, to_device
 from bertforge.training.optim import build_optimizer, build_schedule
 from bertforge.training.state import (

@@ -157,21 +157,29 @@ def model_bytes(module: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
 
 
+def oom_error(module: nn.Module, device: torch.device, what: str) -> BertforgeError:
+    """The one line for a CUDA out-of-memory error: what ran out, the model's own size and the GPU's."""
+    need = model_bytes(module)
+    total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
+    rest = "its optimizer state and activations" if "train" in what else "activations"
+    return BertforgeError(f"{what}: out of GPU memory on {device} (the model alone needs {_gib(need)}, {rest} more; "
+                          f"the GPU has {_gib(total)}): use a smaller --batch-size, bf16, or a bigger GPU")
+
+
 @contextlib.contextmanager
 def out_of_memory(module: nn.Module, device: torch.device, what: str) -> Iterator[None]:
-    """A CUDA out-of-memory error inside becomes one line: what ran out, the model's own size and the GPU's."""
+    """A CUDA out-of-memory error inside becomes `oom_error`'s one line."""
     try:
         yield
     except torch.cuda.OutOfMemoryError:
-        need = model_bytes(module)
-        total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
-        raise BertforgeError(f"{what}: out of GPU memory on {device} (the model alone needs {_gib(need)}, "
-                             f"{'optimizer state and activations more' if 'train' in what else 'activations more'}; "
-                             f"the GPU has {_gib(total)}): use a smaller --batch-size, bf16, or a bigger GPU") from None
+        raise oom_error(module, device, what) from None
 
 
 def move_model(module: nn.Module, device: torch.device, what: str = "loading the model") -> nn.Module:
-    """`module.to(device)`, a model too big for the GPU being one line (see `out_of_memory`)."""
+    """`module.to(device)`, a model too big for the GPU being one line (see `out_of_memory`). A model that is not
+    a torch module (an ONNX graph) runs where its runtime puts it: returned as it is."""
+    if not isinstance(module, nn.Module):
+        return module
     with out_of_memory(module, device, what):
         return module.to(device)
 

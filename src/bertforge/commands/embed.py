@@ -6,10 +6,10 @@ import json
 import sys
 from pathlib import Path
 
+from bertforge.device import PRECISIONS, add_device_args
 from bertforge.errors import BertforgeError
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
-PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -91,18 +91,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _encode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="fp32 (exact), bf16, fp16 (GPU only), or int8 (CPU only: dynamic quantisation of the "
-                        "Linear layers)")
-    _device_options(p)
+    add_device_args(p, PRECISIONS, "fp32", "fp32 (exact), bf16, fp16 (GPU only), or int8 (CPU only: dynamic "
+                    "quantisation of the Linear layers)",
+                    compile="torch.compile the encoder (pays off on long inputs; falls back to eager with one line)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
 def _device_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", metavar="DEV",
-                   help="auto (a GPU when there is one) | cpu | cuda | cuda:N (default: auto)")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the encoder (pays off on long inputs; falls back to eager with one line)")
+    add_device_args(p, None, compile="torch.compile the encoder (pays off on long inputs; falls back to eager with "
+                                     "one line)")
 
 
 def _device(args: argparse.Namespace):

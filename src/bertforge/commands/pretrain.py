@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bertforge.device import TRAINING_PRECISIONS, add_device_args
 from bertforge.errors import BertforgeError
 
 ABLATE_OUT = "runs/ablation"
@@ -71,10 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--workers", type=int, default=1, metavar="N", help="tokenising processes (default: 1)")
     pre.add_argument("--threads", type=int, metavar="N",
                      help="torch threads per process (default: the cores divided among the processes; lower it on a machine shared with other jobs)")
-    pre.add_argument("--device", default="auto", metavar="DEV",
-                     help="auto (a GPU when there is one) | cpu | cuda | cuda:N (default: auto)")
-    pre.add_argument("--compile", action="store_true",
-                     help="torch.compile the model (falls back to eager with one line where it cannot)")
+    add_device_args(pre, None, compile="torch.compile the model (default: on when training on a GPU; falls back to eager with one line)")
     pre.add_argument("--no-progress", action="store_true", help="no progress bars")
     pre.set_defaults(func=run_pretrain)
 
@@ -112,7 +110,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     abl.add_argument("--batch-size", type=int, default=32, metavar="N")
     abl.add_argument("--budget", default="2m", metavar="DUR", help="training wall clock per arm (default: 2m)")
     abl.add_argument("--vocab-size", type=int, metavar="N", help="tokenizer vocabulary (default: 8192)")
-    abl.add_argument("--precision", choices=("fp32", "bf16"), help="default: bf16 where the CPU/GPU has it")
+    add_device_args(abl, TRAINING_PRECISIONS, None, device=False)
     abl.add_argument("--seed", type=int, default=0)
     abl.add_argument("--out", default=ABLATE_OUT, metavar="DIR",
                      help="output directory (default: runs/ablation; with --table: runs/ablation-tables)")
@@ -144,7 +142,7 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules)
     p.add_argument("--lr", type=float,
                    help="peak learning rate (default: by size, 1e-3 for bert-tiny/mini down to 1e-4 for "
                         "bert-base/large; twice that for electra and modern)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), help="default: bf16 where the CPU/GPU has it")
+    add_device_args(p, TRAINING_PRECISIONS, None, device=False)
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
 
 

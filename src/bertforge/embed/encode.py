@@ -141,13 +141,14 @@ def encode(encoder: Encoder | OnnxModel, token_ids: Callable[[list[str]], list[l
                     input_ids, mask = (None if t is None else pin(t).to(device, non_blocking=True)
                                        for t in (input_ids, mask))
                 hidden = fast(input_ids, mask).last_hidden_state
-                features = {"token_embeddings": hidden.float()}  # the head (Pooling, Dense) is cheap: fp32
+                # the head (Pooling, Dense) is cheap: fp32 (or the model's own float64), never half precision
+                features = {"token_embeddings": hidden.to(torch.promote_types(hidden.dtype, torch.float32))}
                 if mask is not None:
                     features["attention_mask"] = mask
                 emb = pool(features)
                 if normalize:
                     emb = F.normalize(emb, p=2, dim=1)
-                out[start + rows] = emb.cpu().numpy()
+                out[start + rows] = emb.float().cpu().numpy()
                 bar.update(len(rows))
     bar.close()
     return out

@@ -46,7 +46,7 @@ class PretrainOptions:
     threads: int | None = None             # torch threads per process; None: its share of the cores
     progress: bool = True
     device: str = "auto"                   # auto | cpu | cuda | cuda:N (with torchrun: each rank its own GPU)
-    compile: bool = False                  # torch.compile the model while training
+    compile: bool | None = None            # torch.compile the model while training (None: on a GPU only)
     fill_mask_examples: int = 3
     extra_eval: Callable[[nn.Module], dict[str, float]] | None = None  # run on the final model (ablation)
 

@@ -58,7 +58,7 @@ class FinetuneConfig:
     doc_stride: int = 128
     max_query_length: int = 64
     device: str = "auto"
-    compile: bool = False  # torch.compile the model (training and evaluation; eager fallback with one line)
+    compile: bool | None = None  # torch.compile (training: None = on a GPU only; evaluation: when True)
     progress: bool = True
     # seq2seq: the source / target columns, the target length, and the search that evaluation generates with
     source_col: str = "source"

@@ -66,7 +66,7 @@ class TrainConfig:
     keep_checkpoints: int | None = 2  # None keeps every checkpoint
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
-    compile: bool = False  # torch.compile the model's forward while training (falls back to eager with one line)
+    compile: bool | None = None  # torch.compile the forward while training (None: on a GPU only; eager fallback)
     prefetch: int = 2  # batches prepared ahead in a background thread (0: in the loop, between steps)
     progress: bool = True
     plot: bool = True

@@ -257,13 +257,15 @@ def batch_stream(loader: Iterable, prefetch: int, pin_memory: bool = False) -> B
     return BackgroundBatches(loader, prefetch, pin_memory) if prefetch else InlineBatches(loader)
 
 
-def count_tokens(batch: Any) -> int:
-    """Non-padding tokens (attention_mask.sum()), else input_ids.numel(), else the batch size."""
+def count_tokens(batch: Any, sync: bool = True) -> int | torch.Tensor:
+    """Non-padding tokens (attention_mask.sum()), else input_ids.numel(), else the batch size. `sync=False`: the
+    mask's sum stays a tensor on the batch's device (no host synchronisation; the Trainer reads it when it logs)."""
     if isinstance(batch, Mapping):
         for key, count in (("attention_mask", lambda t: t.sum()), ("input_ids", lambda t: t.numel())):
             t = batch.get(key)
             if isinstance(t, torch.Tensor):
-                return int(count(t))
+                n = count(t)
+                return n if not sync and isinstance(n, torch.Tensor) else int(n)
         for t in batch.values():
             if isinstance(t, torch.Tensor) and t.ndim > 0:
                 return int(t.shape[0])

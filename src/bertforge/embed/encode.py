@@ -49,7 +49,9 @@ def inference_copy(encoder: Encoder, precision: str, compile: bool = False) -> E
     """`for_inference(encoder, precision)` on the encoder's device (fp16: the fp32 copy in half precision),
     compiled when asked; rebuilt only when a source parameter has changed."""
     # Every in-place update (optimizer.step, load_state_dict) bumps a tensor's version counter.
-    stamp = tuple(p._version for p in encoder.parameters())
+    # `.to()` swaps the tensors without bumping versions: where they live is part of the stamp, so a copy made
+    # before `model.to("cuda")` (or to float64) is never reused after it.
+    stamp = tuple((p._version, p.data_ptr(), p.dtype, p.device) for p in encoder.parameters())
     copies = _COPIES.setdefault(encoder, {})
     hit = copies.get((precision, compile))
     if hit is None or hit[0] != stamp:

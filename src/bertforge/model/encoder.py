@@ -298,8 +298,13 @@ class Encoder(nn.Module):
         mask = None
         if attention_mask is not None and attention_mask.dim() == 3:
             mask = attention_mask[:, None].bool()
-        elif attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
-            mask = attention_mask[:, None, None, :].bool()  # (compiled: no data-dependent branch to split the graph)
+        elif attention_mask is not None:
+            # Dropping an all-ones mask (SDPA's unmasked kernel) means reading it: free on the CPU, which runs in
+            # step with the host, but a host sync on a GPU, so a GPU keeps it while training. Compiled: no
+            # data-dependent branch to split the graph.
+            keep = torch.compiler.is_compiling() or (self.training and attention_mask.device.type != "cpu")
+            if keep or not bool(attention_mask.all()):
+                mask = attention_mask[:, None, None, :].bool()
         if self.config.causal:
             earlier = torch.ones(length, length, dtype=torch.bool, device=device).tril()
             mask = earlier[None, None] if mask is None else mask & earlier

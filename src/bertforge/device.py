@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -238,6 +239,14 @@ def compile_by_default(device: torch.device, asked: bool | None) -> bool:
     """`--compile` unless said otherwise: on for training on a GPU (the step is launch-bound without it), off on
     the CPU (compile time would eat short CPU runs and CPU speed is measured eager)."""
     return device.type == "cuda" if asked is None else bool(asked)
+
+
+def loader_workers(device: torch.device, asked: int | None) -> int:
+    """Processes making training batches unless said otherwise: on a GPU up to 4 (the host must keep up with the
+    chip; the model's step leaves the cores free), on the CPU none (the step uses every core; one thread prefetches)."""
+    if asked is not None:
+        return int(asked)
+    return min(4, max(1, (os.cpu_count() or 2) - 1)) if device.type == "cuda" else 0
 
 
 # ---- the flags -------------------------------------------------------------------------------------------------------

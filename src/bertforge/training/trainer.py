@@ -22,8 +22,8 @@ from tqdm.auto import tqdm
 from bertforge.errors import BertforgeError
 from bertforge.training import distributed as D
 from bertforge.training.config import TrainConfig
-from bertforge.device import (compile_by_default, compile_module, configure_matmul, move_model, oom_error,
-                              resolve_device, to_device, uncompile)
+from bertforge.device import (compile_by_default, compile_module, configure_matmul, loader_workers, move_model,
+                              oom_error, resolve_device, to_device, uncompile)
 from bertforge.training.loader import BackgroundBatches, batch_stream, count_tokens
 from bertforge.training.optim import build_optimizer, build_schedule
 from bertforge.training.state import (
@@ -270,8 +270,9 @@ class Trainer:
         return self._stop or (self.total_steps is not None and self.step >= self.total_steps)
 
     def _next_batch(self) -> Any:
-        if self._batches is None:  # prefetch > 0: made ahead in a thread, pinned for a non-blocking copy to a GPU
-            self._batches = batch_stream(self.loader, self.cfg.prefetch, self.device.type == "cuda")
+        if self._batches is None:  # made ahead (worker processes, or a thread), pinned for a GPU's non-blocking copy
+            self._batches = batch_stream(self.loader, self.cfg.prefetch, self.device.type == "cuda",
+                                         loader_workers(self.device, self.cfg.loader_workers))
         return next(self._batches)[0]
 
     def _loader_position(self) -> dict | None:
@@ -351,8 +352,7 @@ class Trainer:
         epoch = self._epoch()
         if epoch is not None:
             record["epoch"] = round(epoch, 4)
-        record.update(totals.means)
-        record["lr"] = self._lr_used
+        record.update(totals.means, lr=self._lr_used)
         # timing: in the history and speed.jsonl, never in metrics.jsonl (see _record)
         record["tokens_per_s"] = totals.tokens / max(totals.seconds, 1e-9)
         record["elapsed_s"] = round(self._elapsed(), 3)

@@ -107,3 +107,28 @@ def test_trainer_with_loader_workers_trains_the_same(dataset, tmp_path):
 
     inline, workers = run("inline", 0), run("workers", 2)
     assert inline == workers and inline[-1]["loss"] < inline[0]["loss"]
+
+
+def test_batch_masking_keeps_the_rule_per_row():
+    from bertforge.data.masking import IGNORE_INDEX, batch_mask_rng
+
+    masker = Masker(1000, 4, [0, 1, 2, 3], mlm_probability=0.15)
+    rng = np.random.default_rng(0)
+    lengths = np.array([128, 90, 7, 128] * 64)
+    ids = np.zeros((len(lengths), 128), np.int64)
+    for r, n in enumerate(lengths):
+        ids[r, :n] = np.r_[2, rng.integers(5, 1000, n - 2), 3]
+    out = masker.mask_batch(ids, lengths, batch_mask_rng(0, 0, range(len(lengths))))
+    chosen = out["mlm_labels"] != IGNORE_INDEX
+    want = np.maximum(1, np.rint((lengths - 2) * 0.15)).astype(int)
+    assert (chosen.sum(1) == want).all()  # exactly the budget per row, as the per-example masker
+    assert not chosen[:, 0].any() and not chosen[np.arange(len(lengths)), lengths - 1].any()  # specials
+    assert not (chosen & (np.arange(128)[None] >= lengths[:, None])).any()  # padding
+    assert (out["mlm_labels"][chosen] == ids[chosen]).all() and (out["input_ids"][~chosen] == ids[~chosen]).all()
+    became = out["input_ids"][chosen]
+    share_mask, share_kept = (became == 4).mean(), (became == ids[chosen]).mean()
+    assert abs(share_mask - 0.8) < 0.03 and 0.07 < share_kept < 0.14  # 80% [MASK], ~10% (+ random hits) kept
+    again = masker.mask_batch(ids, lengths, batch_mask_rng(0, 0, range(len(lengths))))
+    assert (again["input_ids"] == out["input_ids"]).all()
+    other = masker.mask_batch(ids, lengths, batch_mask_rng(0, 1, range(len(lengths))))
+    assert (other["mlm_labels"] != out["mlm_labels"]).any()  # a new epoch, new masks

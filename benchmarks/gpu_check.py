@@ -226,9 +226,8 @@ def finetune_summary(d: dict) -> str:
 
 
 def serve_summary(d: dict) -> str:
-    rows = d.get("rows") or d.get("points") or []
-    return "; ".join(f"{r.get('server', '')} c{r.get('concurrency', '')} {r.get('requests_per_s', 0):.0f} req/s"
-                     for r in rows if isinstance(r, dict))
+    return "; ".join(f"concurrency {r['concurrency']}: {r['sentences_per_s']:.0f} sentences/s, p50 {r['p50_ms']:.0f} ms,"
+                     f" {r['ok']}/{r['requests']} answered, {r['wrong_answer']} wrong" for r in d["rows"])
 
 
 def main() -> None:

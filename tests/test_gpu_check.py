@@ -40,5 +40,8 @@ def test_gpu_check_quick_on_cpu_writes_every_row(tmp_path):
     assert max(r["max_abs_1_minus_cos_vs_st_fp32"] for r in embed if "fp32" in r["arm"]) < 1e-5
     arms = {r["arm"] for r in result["rows"]["pretrain modern vs roberta"]["result"]["arms"]}
     assert arms == {"roberta", "modern"}
+    serve = result["rows"]["serve"]
+    if serve["status"] == "ok":  # fastapi here: every request answered with its own sentence's vector
+        assert all(r["ok"] == r["requests"] and r["wrong_answer"] == 0 for r in serve["result"]["rows"])
     table = (tmp_path / "gpu_check.md").read_text().splitlines()
     assert table[2] == "| row | status | seconds | result |" and len(table) == 4 + len(ROWS)

@@ -132,3 +132,48 @@ def test_batch_masking_keeps_the_rule_per_row():
     assert (again["input_ids"] == out["input_ids"]).all()
     other = masker.mask_batch(ids, lengths, batch_mask_rng(0, 1, range(len(lengths))))
     assert (other["mlm_labels"] != out["mlm_labels"]).any()  # a new epoch, new masks
+
+
+def test_prepare_uses_every_core_by_default_with_the_same_bytes(tmp_path):
+    """`bertforge prepare` without --workers on a corpus big enough for workers: byte-identical to --workers 1."""
+    import subprocess
+    import sys
+
+    from bertforge.data import shards
+
+    rng = np.random.default_rng(0)
+    books = tmp_path / "books"
+    books.mkdir()
+    for b in range(3):  # 4.5 MB: past the size where the default starts workers
+        (books / f"b{b}.txt").write_text("\n\n".join(" ".join(WORDS[i] for i in rng.integers(0, len(WORDS), 60))
+                                                     for _ in range(5000)) + "\n")
+    tok = Tokenizer.train([(books / "b0.txt").read_text()], kind="wordpiece", vocab_size=60)
+    tok.save_pretrained(tmp_path / "tok")
+    assert sum(f.stat().st_size for f in books.iterdir()) >= shards._PARALLEL_BYTES
+    outs = {}
+    for name, extra in (("one", ["--workers", "1"]), ("default", [])):
+        cmd = [sys.executable, "-m", "bertforge.cli", "prepare", "--corpus", str(books), "--tokenizer",
+               str(tmp_path / "tok"), "--out", str(tmp_path / name), *extra]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        outs[name] = tmp_path / name
+    manifest = __import__("json").loads((outs["default"] / "manifest.json").read_text())
+    assert manifest["stats"]["workers"] == (__import__("os").cpu_count() or 1)
+    files = sorted(p.name for p in outs["one"].iterdir() if p.name.startswith("shard_"))
+    assert files and files == sorted(p.name for p in outs["default"].iterdir() if p.name.startswith("shard_"))
+    for f in files:
+        assert (outs["one"] / f).read_bytes() == (outs["default"] / f).read_bytes(), f
+
+
+def test_tokenizer_training_with_workers_is_identical(tmp_path):
+    from bertforge import tokenizer_train
+
+    texts = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(40)) for i in range(400)]
+    old = tokenizer_train._SERIAL_CHUNKS, tokenizer_train._CHUNK_CHARS
+    try:  # chunks of ~5 texts, one counted here: the rest of this small corpus goes to the workers
+        tokenizer_train._SERIAL_CHUNKS, tokenizer_train._CHUNK_CHARS = 1, 1000
+        one = Tokenizer.train(texts, kind="wordpiece", vocab_size=80, workers=1)
+        two = Tokenizer.train(texts, kind="wordpiece", vocab_size=80, workers=2)
+    finally:
+        tokenizer_train._SERIAL_CHUNKS, tokenizer_train._CHUNK_CHARS = old
+    assert one.backend.to_str() == two.backend.to_str()

@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prep.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files, folders or globs")
     prep.add_argument("--tokenizer", required=True, metavar="DIR", help="tokenizer directory (or tokenizer.json)")
     prep.add_argument("--out", required=True, metavar="DIR", help="output directory for the shards")
-    prep.add_argument("--workers", type=int, default=1, metavar="N", help="tokenising processes (default: 1)")
+    prep.add_argument("--workers", type=int, metavar="N",
+                      help="tokenising processes (default: one per core; a small corpus in this one)")
     prep.add_argument("--doc-boundary", choices=("blank", "file"), default="blank",
                       help="a blank line ends a document (default), or one document per file")
     prep.add_argument("--heldout-fraction", type=float, default=0.05, metavar="F",
@@ -69,7 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--heldout-fraction", type=float, default=None, metavar="F",
                      help="share of documents held out for evaluation (default: what --data's manifest says; "
                           "0.05 for shards prepared here)")
-    pre.add_argument("--workers", type=int, default=1, metavar="N", help="tokenising processes (default: 1)")
+    pre.add_argument("--workers", type=int, metavar="N",
+                      help="tokenising processes (default: one per core; a small corpus in this one)")
     pre.add_argument("--threads", type=int, metavar="N",
                      help="torch threads per process (default: the cores divided among the processes; lower it on a machine shared with other jobs)")
     add_device_args(pre, None, compile="torch.compile the model (default: on when training on a GPU; falls back to eager with one line)")

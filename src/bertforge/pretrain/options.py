@@ -42,7 +42,7 @@ class PretrainOptions:
     eval_batches: int = 20
     log_every: int = 10
     save_every: int | None = None
-    workers: int = 1
+    workers: int | None = None  # tokenising processes (None: one per core where the corpus is big enough)
     threads: int | None = None             # torch threads per process; None: its share of the cores
     progress: bool = True
     device: str = "auto"                   # auto | cpu | cuda | cuda:N (with torchrun: each rank its own GPU)

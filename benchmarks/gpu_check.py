@@ -106,8 +106,10 @@ class Check:
         a = self.args
         out = self.work / "pipeline.json"
         shape = (["--size", "bert-tiny", "--batch-size", "8", "--steps", "3", "--warmup", "1", "--max-files", "1",
-                  "--vocab-size", "2000", "--seq-len", "64"] if self.quick else
-                 ["--size", "bert-base", "--batch-size", "256", "--steps", "20", "--warmup", "5", "--max-files", "10"])
+                  "--vocab-size", "2000", "--seq-len", "64", "--make-workers", "1", "2", "--make-batches", "4",
+                  "--train-workers", "2"] if self.quick else
+                 ["--size", "bert-base", "--batch-size", "256", "--steps", "20", "--warmup", "5", "--max-files", "10",
+                  "--make-workers", "1", "2", "4", "8", "--train-workers", "4"])
         precision = "fp32" if self.cpu else "bf16"
         cmd = [sys.executable, str(BENCH / "gpu_pipeline.py"), "--corpus", str(Path(a.data) / "gutenberg"),
                "--device", a.device, "--precision", precision, *shape, "--work", str(self.work / "pipeline"),
@@ -207,7 +209,8 @@ def throughput_summary(d: dict) -> str:
 
 def pipeline_summary(d: dict) -> str:
     arms = "; ".join(f"{r['arm']} {r['tokens_per_s']:.0f} tok/s ({r['pct_of_synthetic']:.0f}%)" for r in d["rows"])
-    return f"{arms}; one batch made alone {d['batch_make_ms']:.1f} ms"
+    made = ", ".join(f"{n} workers {v:.1f}" for n, v in d["batches_made_per_s_by_workers"].items())
+    return f"{arms}; one batch made alone {d['batch_make_ms']:.1f} ms; batches/s made by {made}"
 
 
 def embed_summary(d: dict) -> str:

@@ -36,6 +36,9 @@ def test_gpu_check_quick_on_cpu_writes_every_row(tmp_path):
     assert {(r["library"], r["precision"]) for r in throughput["rows"]} == {
         ("bertforge", "fp32"), ("bertforge", "bf16"), ("transformers", "fp32"), ("transformers", "bf16")}
     assert all(r["tokens_per_s"] > 0 for r in throughput["rows"])
+    pipeline = result["rows"]["pipeline"]["result"]
+    assert [r["arm"] for r in pipeline["rows"]] == ["synthetic", "inline", "background", "workers"]
+    assert set(pipeline["batches_made_per_s_by_workers"]) == {"0", "1", "2"}
     embed = result["rows"]["embed"]["result"]["encode"]
     assert max(r["max_abs_1_minus_cos_vs_st_fp32"] for r in embed if "fp32" in r["arm"]) < 1e-5
     arms = {r["arm"] for r in result["rows"]["pretrain modern vs roberta"]["result"]["arms"]}

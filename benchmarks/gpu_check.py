@@ -9,7 +9,8 @@ always has every row. Rows:
   pipeline                              gpu_pipeline.py: synthetic / inline / background arms, one batch made alone
   embed                                 gpu_embed.py: bertforge vs sentence-transformers, fp32 / fp16 / bf16 /
                                         --compile, vectors compared (max |1 - cos|)
-  pretrain modern vs roberta            modern_recipe.py --arms roberta modern: 100 s each, held-out MLM accuracy
+  pretrain modern vs roberta            modern_recipe.py --arms roberta modern: 50 s each (a 100 s pair), held-out
+                                        MLM accuracy
   finetune sst2                         `bertforge finetune --task sst2 --device D` on an SST-2 slice
   serve                                 serve_load.py against `bertforge serve --device D` (skipped without fastapi)
 
@@ -92,7 +93,7 @@ class Check:
         a = self.args
         for name, seq, batch in (("throughput seq128 b128", 128, 128), ("throughput seq512 b32", 512, 32)):
             out = self.work / f"throughput_{seq}.json"
-            size, steps, warm = ("bert-tiny", 2, 1) if self.quick else ("bert-base", 10, 3)
+            size, steps, warm = ("bert-tiny", 2, 1) if self.quick else ("bert-base", 8, 2)
             if self.quick:
                 seq, batch = min(seq, 64), 4
             compile_ = [] if (self.quick and self.cpu) else ["--compile"]
@@ -139,10 +140,10 @@ class Check:
             for f in sorted((Path(a.data) / "gutenberg").glob("*.txt"))[:2]:
                 shutil.copy(f, corpus / f.name)
         shape = (["--budget", "5s", "--size", "bert-tiny", "--batch-size", "8", "--vocab-size", "2000", "--smoke"]
-                 if self.quick else ["--budget", "100s", "--size", "bert-base", "--batch-size", "256"])
+                 if self.quick else ["--budget", "50s", "--size", "bert-base", "--batch-size", "256"])  # 100 s a pair
         cmd = [sys.executable, str(BENCH / "modern_recipe.py"), "--corpus", str(corpus), "--arms", "roberta", "modern",
                "--tasks", *shape, "--out", str(self.work / "modern"), "--json", str(out)]
-        self.row("pretrain modern vs roberta", cmd, 300 if self.quick else 330, out, pretrain_summary)
+        self.row("pretrain modern vs roberta", cmd, 300 if self.quick else 240, out, pretrain_summary)
 
     def finetune(self) -> None:
         a = self.args
@@ -164,7 +165,7 @@ class Check:
             return
         out = self.work / "serve.json"
         cmd = [sys.executable, str(BENCH / "serve_load.py"), "--servers", "bertforge", "--requests",
-               "40" if self.quick else "2000", "--concurrency", *(["1", "8"] if self.quick else ["1", "8", "32", "64"]),
+               "40" if self.quick else "1000", "--concurrency", *(["1", "8"] if self.quick else ["1", "8", "32", "64"]),
                "--time-limit", "20" if self.quick else "30", "--memory-requests", "0" if self.quick else "2000",
                "--model", a.model, "--texts", str(self.sentences()), "--threads", str(min(4, os.cpu_count() or 1)),
                "--server-arg=--device", f"--server-arg={a.device}", "--out", str(out)]

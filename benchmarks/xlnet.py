@@ -27,7 +27,7 @@ from bertforge.data import PermutationSampler
 from bertforge.io.write import atomic_write_text
 from bertforge.model import permutation_mask, target_mapping_of
 from bertforge.pretrain.objectives import build_objective
-from bertforge.training.accel import default_precision
+from bertforge.device import default_precision
 from pretrain_throughput import Runner, interleaved  # same timing harness as the BERT throughput benchmark
 
 

@@ -216,7 +216,7 @@ def test_general_distillation_bad_inputs_are_one_line(tiny, mlm_teacher, tmp_pat
 def test_general_distillation_holds_out_a_corpus_of_its_own_and_trains_in_the_default_precision(
         tiny, mlm_teacher, tmp_path):
     from bertforge.distill.general import GeneralDistillConfig, distill_general, pack_corpus
-    from bertforge.training.accel import default_precision
+    from bertforge.device import default_precision
 
     held = tmp_path / "held.txt"
     held.write_text("\n".join(tiny["corpus"].read_text().splitlines()[:40]), encoding="utf-8")

@@ -290,7 +290,7 @@ def test_cli_finetune_predict_evaluate_round_trip(base, tmp_path, cli, capsys):
     out = tmp_path / "out"
     assert cli(["finetune", "--task", "sst2", "--data", str(data), "--model", str(base), "--out", str(out),
                 "--epochs", "3", "--lr", "1e-3", "--batch-size", "16", "--no-progress"]) == 0
-    from bertforge.training.accel import default_precision
+    from bertforge.device import default_precision
 
     said = capsys.readouterr().out
     assert "best accuracy median" in said and f", {default_precision('cpu')}, the default here -> " in said

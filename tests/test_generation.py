@@ -185,7 +185,7 @@ def test_generate_cli_bf16_weights_and_device_lines(text_model, capsys):
 
 
 def test_generate_cli_default_precision_is_the_hardwares(text_model, capsys, monkeypatch):
-    from bertforge.training import accel
+    from bertforge import device as accel
 
     for flags, want in (("avx512f avx512_bf16", "bf16"), ("avx2 fma", "fp32")):
         monkeypatch.setattr(accel, "cpu_info", lambda flags=flags: f"flags : {flags}")

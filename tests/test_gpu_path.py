@@ -15,7 +15,7 @@ from torch import nn
 from bertforge import cli
 from bertforge.errors import BertforgeError
 from bertforge.training import ResumableLoader, TrainConfig, Trainer, resolve_device
-from bertforge.training import accel
+from bertforge import device as dev
 from bertforge.training.loader import BackgroundBatches, batch_stream
 
 VOCAB, DIM, SEQ = 32, 16, 8
@@ -43,7 +43,7 @@ def dataset(n: int = 50) -> list[dict[str, torch.Tensor]]:
 def eager_compile(monkeypatch):
     """torch.compile with dynamo's eager backend: the same tracing and wrapping, without minutes of C++ builds."""
     real = torch.compile
-    monkeypatch.setattr(accel.torch, "compile", lambda fn, **kw: real(fn, backend="eager"))
+    monkeypatch.setattr(dev.torch, "compile", lambda fn, **kw: real(fn, backend="eager"))
 
 
 # ---- background batches ----------------------------------------------------------------------------------------------
@@ -94,36 +94,36 @@ def test_compile_module_keeps_numbers_and_names_and_undoes(monkeypatch):
     model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 2))
     x = torch.randn(3, 4)
     ref, names = model(x), list(model.state_dict())
-    accel.compile_module(model, True)
-    assert accel.is_compiled(model)
+    dev.compile_module(model, True)
+    assert dev.is_compiled(model)
     torch.testing.assert_close(model(x), ref, rtol=0, atol=0)
     assert list(model.state_dict()) == names  # no _orig_mod. prefix: checkpoints are unchanged
-    assert not accel.is_compiled(accel.uncompile(model))
-    assert not accel.is_compiled(accel.compile_module(model, False))
+    assert not dev.is_compiled(dev.uncompile(model))
+    assert not dev.is_compiled(dev.compile_module(model, False))
 
 
 def test_compile_failure_falls_back_with_one_line(monkeypatch, capsys):
     def failing_backend(gm, example_inputs):
         raise RuntimeError("no C++ compiler")
     real = torch.compile
-    monkeypatch.setattr(accel.torch, "compile", lambda fn, **kw: real(fn, backend=failing_backend))
+    monkeypatch.setattr(dev.torch, "compile", lambda fn, **kw: real(fn, backend=failing_backend))
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
     x = torch.randn(3, 4)
     ref = model(x)
-    accel.compile_module(model, True, what="--compile")
+    dev.compile_module(model, True, what="--compile")
     torch.testing.assert_close(model(x), ref)
-    assert not accel.is_compiled(model)  # eager from now on
+    assert not dev.is_compiled(model)  # eager from now on
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("--compile: torch.compile failed") and "running eagerly" in err[0]
 
 
 def test_compile_does_not_swallow_model_errors(monkeypatch):
     eager_compile(monkeypatch)
-    model = accel.compile_module(nn.Linear(4, 2), True)
+    model = dev.compile_module(nn.Linear(4, 2), True)
     with pytest.raises(RuntimeError, match="shape|size"):
         model(torch.randn(3, 5))  # the user's error, not the compiler's: raised, no fallback
-    assert accel.is_compiled(model)
+    assert dev.is_compiled(model)
 
 
 def test_trainer_compile_trains_the_same_and_leaves_the_model_eager(monkeypatch, tmp_path):
@@ -139,7 +139,7 @@ def test_trainer_compile_trains_the_same_and_leaves_the_model_eager(monkeypatch,
 
     (eager, _), (compiled, model) = run("eager", False), run("compiled", True)
     assert [r["loss"] for r in compiled] == pytest.approx([r["loss"] for r in eager], rel=1e-5)
-    assert not accel.is_compiled(model)
+    assert not dev.is_compiled(model)
 
 
 # ---- --device and --precision ----------------------------------------------------------------------------------------
@@ -158,27 +158,27 @@ def test_resolve_device_names_the_flag(name):
 def test_check_precision_lines():
     cpu = torch.device("cpu")
     with pytest.raises(BertforgeError, match="fp16 needs a GPU"):
-        accel.check_precision("fp16", cpu)
+        dev.check_precision("fp16", cpu)
     with pytest.raises(BertforgeError, match="int8 .* CPU only"):
-        accel.check_precision("int8", torch.device("cuda"))
+        dev.check_precision("int8", torch.device("cuda"))
     with pytest.raises(BertforgeError, match="expected one of fp32, bf16, fp16$"):
-        accel.check_precision("int8", cpu, allowed=accel.INFERENCE_PRECISIONS)
-    accel.check_precision("bf16", cpu)
+        dev.check_precision("int8", cpu, allowed=dev.INFERENCE_PRECISIONS)
+    dev.check_precision("bf16", cpu)
 
 
 @NO_GPU
 def test_default_precision_is_bf16_only_where_the_cpu_has_it(monkeypatch):
     from bertforge.tasks.config import FinetuneConfig
 
-    monkeypatch.setattr(accel, "cpu_info", lambda: "flags\t: fpu avx2 avx512f avx512_bf16")
-    assert accel.default_precision() == accel.default_precision("cpu") == "bf16"
+    monkeypatch.setattr(dev, "cpu_info", lambda: "flags\t: fpu avx2 avx512f avx512_bf16")
+    assert dev.default_precision() == dev.default_precision("cpu") == "bf16"
     assert FinetuneConfig(task="sst2", model="m", out="o").training_precision == "bf16"
     assert FinetuneConfig(task="sst2", model="m", out="o", precision="fp32").training_precision == "fp32"
     assert FinetuneConfig(task="sst2", model="m", out="o").precision is None  # evaluation: fp32 unless asked
-    monkeypatch.setattr(accel, "cpu_info", lambda: "flags\t: fpu avx2 avx512f")  # emulated bf16: many times slower
-    assert accel.default_precision("cpu") == "fp32"
+    monkeypatch.setattr(dev, "cpu_info", lambda: "flags\t: fpu avx2 avx512f")  # emulated bf16: many times slower
+    assert dev.default_precision("cpu") == "fp32"
     assert FinetuneConfig(task="sst2", model="m", out="o").training_precision == "fp32"
-    assert accel.default_precision("not-a-device") == "fp32"  # resolve_device names a bad --device, not this
+    assert dev.default_precision("not-a-device") == "fp32"  # resolve_device names a bad --device, not this
 
 
 @NO_GPU

@@ -58,14 +58,15 @@ def attention_maps(encoder: Encoder, tokenizer: Tokenizer, text: str, pair: str 
     truncated = full > enc["input_ids"].shape[1]
     if truncated:
         log.warning("the input has %d tokens, more than the model's maximum %d: truncated", full, limit)
+    device = next(encoder.parameters()).device  # the model's: a GPU model gets GPU inputs
     with torch.no_grad():
-        out = encoder(**enc, output_attentions=True)
+        out = encoder(**{k: v.to(device) for k, v in enc.items()}, output_attentions=True)
     if out.attentions is None or any(a is None for a in out.attentions):
         raise BertforgeError("this model returned no attention probabilities")
     width = encoder.config.num_attention_heads
     layers = []
     for a in out.attentions:  # pruned layers have fewer heads: pad with NaN so the array stays rectangular
-        a = a[0].float().numpy()
+        a = a[0].float().cpu().numpy()
         if a.shape[0] < width:
             a = np.concatenate([a, np.full((width - a.shape[0], *a.shape[1:]), np.nan)])
         layers.append(a)

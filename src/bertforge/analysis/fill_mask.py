@@ -38,9 +38,11 @@ def fill_mask(model: MaskedLM, tokenizer: Tokenizer, text: str, top_k: int = 5) 
     if not positions.any():
         raise BertforgeError(f"no mask token in the text (write {tokenizer.mask_token} where a word is missing)")
     model.eval()
+    device = next(model.parameters()).device  # the model's: a GPU model gets GPU inputs
     with torch.inference_mode():
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], positions=positions)
-    probs = logits.float().softmax(-1)
+        logits = model(*(batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")),
+                       positions=positions.to(device))
+    probs = logits.float().softmax(-1).cpu()
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     return [[Candidate(token_text(tokenizer, i), i, p)
              for i, p in zip(ids.tolist(), ps.tolist())] for ids, ps in zip(top.indices, top.values)]

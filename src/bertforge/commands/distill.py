@@ -6,6 +6,7 @@ import json
 import sys
 
 from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
+from bertforge.device import TRAINING_PRECISIONS, add_device_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,10 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--heldout-corpus", nargs="+", metavar="PATH",
                    help="held-out text for the MLM accuracy (default: the corpus' last --heldout-fraction)")
     g.add_argument("--teacher-precision", choices=("fp32", "bf16"), default="fp32")
-    g.add_argument("--precision", choices=("fp32", "bf16"),
-                   help="training autocast (default: bf16 where the CPU / GPU computes bf16 natively, else fp32)")
+    add_device_args(g, TRAINING_PRECISIONS, None, "training autocast", device=False)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--device", default="auto")
+    add_device_args(g, None)
     g.add_argument("--save-every", type=int, metavar="N", help="checkpoint every N steps (default: at the end)")
     g.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     g.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
@@ -77,10 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--p-ng", type=float, default=0.25)
     t.add_argument("--bilstm-hidden", type=int, default=300)
     t.add_argument("--teacher-precision", choices=("fp32", "bf16"), default="fp32")
-    t.add_argument("--precision", choices=("fp32", "bf16"),
-                   help="training autocast (default: bf16 where native for transformer students, fp32 for bilstm)")
+    add_device_args(t, TRAINING_PRECISIONS, None, "training autocast (a bilstm student: fp32)", device=False)
     t.add_argument("--seed", type=int, default=42)
-    t.add_argument("--device", default="auto")
+    add_device_args(t, None)
     t.add_argument("--save-every", type=int, metavar="N", help="checkpoint every N steps (default: every epoch)")
     t.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     t.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 from bertforge.commands.options import add_tracking_args, tracking
+from bertforge.device import PRECISIONS, add_device_args
 from bertforge.errors import BertforgeError
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
-PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -93,25 +93,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _encode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="fp32 (exact), bf16, fp16 (GPU only), or int8 (CPU only: dynamic quantisation of the "
-                        "Linear layers)")
-    _device_options(p)
+    add_device_args(p, PRECISIONS, "fp32", "fp32 (exact), bf16, fp16 (GPU only), or int8 (CPU only: dynamic "
+                    "quantisation of the Linear layers)",
+                    compile="torch.compile the encoder (pays off on long inputs; falls back to eager with one line)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
 def _device_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", metavar="DEV",
-                   help="auto (a GPU when there is one) | cpu | cuda | cuda:N (default: auto)")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the encoder (pays off on long inputs; falls back to eager with one line)")
+    add_device_args(p, None, compile="torch.compile the encoder (pays off on long inputs; falls back to eager with "
+                                     "one line)")
 
 
 def _device(args: argparse.Namespace):
     """--device resolved and --precision checked against it: the first thing a verb does (one line, nothing
     written). Kept on `args` for `_placed`."""
     from bertforge.training import resolve_device
-    from bertforge.training.accel import check_precision
+    from bertforge.device import check_precision
 
     if getattr(args, "_device", None) is None:
         args._device = resolve_device(getattr(args, "device", "auto"))
@@ -124,7 +121,9 @@ def _placed(model, args: argparse.Namespace):
     """`model` on --device, compiled with --compile."""
     if hasattr(model, "compile_inference"):  # the cross-encoder of --rerank runs eagerly
         model.compile_inference = bool(getattr(args, "compile", False))
-    return model.to(_device(args))
+    from bertforge.device import move_model
+
+    return move_model(model, _device(args), f"--model {getattr(args, 'model', 'the model')}")
 
 
 def _index_help(p: argparse.ArgumentParser) -> int:

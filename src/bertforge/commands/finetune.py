@@ -6,6 +6,7 @@ import json
 import logging
 
 from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
+from bertforge.device import INFERENCE_PRECISIONS, TRAINING_PRECISIONS, add_device_args
 from bertforge.errors import BertforgeError
 
 TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
@@ -42,9 +43,7 @@ def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
                    help="seq2seq: beam search width for evaluation (default: 1, greedy)")
     p.add_argument("--eval-batch-size", type=int, default=64, metavar="N", help="evaluation batch size (default: 64)")
     p.add_argument("--limit", type=int, metavar="N", help="use only the first N evaluation examples")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the model (falls back to eager with one line where it cannot)")
+    add_device_args(p, None, compile="torch.compile the model (default: on when training on a GPU; falls back to eager with one line)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
 
 
@@ -84,8 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="with --freeze: which hidden states feed the head (default: concat_last4; weighted = learned "
                          "softmax mix of all layers)")
     ft.add_argument("--head", default="linear", choices=("linear", "bilstm"), help="with --freeze: head (default: linear)")
-    ft.add_argument("--precision", choices=("fp32", "bf16"),
-                    help="bf16 autocast or fp32 (default: bf16 where the CPU / GPU has native bf16, else fp32)")
+    add_device_args(ft, TRAINING_PRECISIONS, None, "bf16 autocast or fp32", device=False)
     ft.add_argument("--no-group-by-length", dest="group_by_length", action="store_false",
                     help="random batches instead of length-grouped ones (more padding)")
     ft.add_argument("--resume", action="store_true",
@@ -107,8 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _data_args(ev, train=False)
     ev.add_argument("--split", default="dev", choices=("dev", "test"),
                     help="which file of --data to score: dev (dev/valid/validation) or test (default: dev)")
-    ev.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
-                    help="fp32 (default), bf16 or fp16 (GPU only) autocast")
+    add_device_args(ev, INFERENCE_PRECISIONS, "fp32", "bf16 or fp16 (GPU only) autocast", device=False)
     ev.set_defaults(func=run_evaluate)
 
     pr = subparsers.add_parser("predict", help="predictions of a fine-tuned model as JSONL",
@@ -120,11 +117,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pr.add_argument("--input", required=True, metavar="FILE", help="inputs to predict")
     pr.add_argument("--out", metavar="FILE", help="write JSONL here (default: stdout)")
     pr.add_argument("--batch-size", type=int, default=64, metavar="N", help="batch size (default: 64)")
-    pr.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
-    pr.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
-                    help="fp32 (default), bf16 or fp16 (GPU only) autocast")
-    pr.add_argument("--compile", action="store_true",
-                    help="torch.compile the model (falls back to eager with one line where it cannot)")
+    add_device_args(pr, INFERENCE_PRECISIONS, "fp32", "bf16 or fp16 (GPU only) autocast", compile="torch.compile the model (falls back to eager with one line where it cannot)")
     pr.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     pr.set_defaults(func=run_predict)
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 import time
 
+from bertforge.device import INFERENCE_PRECISIONS, add_device_args
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -38,12 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="beam search: finished beams score sum(log p) / length**L (default: 1.0)")
     p.add_argument("--seed", type=int, metavar="S", help="random seed: the same seed gives the same text")
     p.add_argument("--no-stream", action="store_true", help="print the whole text at the end")
-    p.add_argument("--device", default="auto", metavar="DEV",
-                   help="auto (a GPU when there is one) | cpu | cuda | cuda:N (default: auto)")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"),
-                   help="the weights' type while decoding. Default: bf16 where the CPU / GPU computes it natively "
-                        "(half the bytes each new token reads: 1.8-1.9x faster at batch 1), else fp32. fp32 is "
-                        "token-identical to transformers; bf16 tokens may differ where two are nearly tied; fp16: GPU")
+    add_device_args(p, INFERENCE_PRECISIONS, None,
+                    "the weights' type while decoding (bf16: half the bytes each new token reads, 1.8-1.9x faster "
+                    "at batch 1). fp32 is token-identical to transformers; bf16 tokens may differ where two are "
+                    "nearly tied; fp16: GPU only")
     p.set_defaults(func=run_generate)
 
 
@@ -51,7 +51,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from bertforge.generation import GenerationConfig, load, stream
     from bertforge.generation.text import reads_source
     from bertforge.training import resolve_device
-    from bertforge.training.accel import check_precision, default_precision, weight_dtype
+    from bertforge.device import check_precision, default_precision, move_model, weight_dtype
 
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, greedy=args.greedy, temperature=args.temperature,
                            top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
@@ -60,10 +60,10 @@ def run_generate(args: argparse.Namespace) -> int:
     cfg = cfg.resolved()  # bad flags: one line, before the model is read
     device = resolve_device(args.device)
     precision = args.precision or default_precision(device)
-    check_precision(precision, device, allowed=("fp32", "bf16", "fp16"))
+    check_precision(precision, device, allowed=INFERENCE_PRECISIONS)
     model, tokenizer = load(args.model)
     # At batch 1 each new token reads every weight once: stored in bf16 / fp16 they are half the bytes to read.
-    model = model.to(device=device, dtype=weight_dtype(precision))
+    model = move_model(model.to(dtype=weight_dtype(precision)), device)
     t0, pieces = time.perf_counter(), []
     if not reads_source(model):  # a decoder continues the prompt: show it first
         print(args.prompt, end="", flush=True)

@@ -5,6 +5,7 @@ import argparse
 from pathlib import Path
 
 from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
+from bertforge.device import TRAINING_PRECISIONS, add_device_args
 from bertforge.errors import BertforgeError
 
 ABLATE_OUT = "runs/ablation"
@@ -31,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prep.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files, folders or globs")
     prep.add_argument("--tokenizer", required=True, metavar="DIR", help="tokenizer directory (or tokenizer.json)")
     prep.add_argument("--out", required=True, metavar="DIR", help="output directory for the shards")
-    prep.add_argument("--workers", type=int, default=1, metavar="N", help="tokenising processes (default: 1)")
+    prep.add_argument("--workers", type=int, metavar="N",
+                      help="tokenising processes (default: one per core; a small corpus in this one)")
     prep.add_argument("--doc-boundary", choices=("blank", "file"), default="blank",
                       help="a blank line ends a document (default), or one document per file")
     prep.add_argument("--heldout-fraction", type=float, default=0.05, metavar="F",
@@ -69,13 +71,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--heldout-fraction", type=float, default=None, metavar="F",
                      help="share of documents held out for evaluation (default: what --data's manifest says; "
                           "0.05 for shards prepared here)")
-    pre.add_argument("--workers", type=int, default=1, metavar="N", help="tokenising processes (default: 1)")
+    pre.add_argument("--workers", type=int, metavar="N",
+                      help="tokenising processes (default: one per core; a small corpus in this one)")
     pre.add_argument("--threads", type=int, metavar="N",
                      help="torch threads per process (default: the cores divided among the processes; lower it on a machine shared with other jobs)")
-    pre.add_argument("--device", default="auto", metavar="DEV",
-                     help="auto (a GPU when there is one) | cpu | cuda | cuda:N (default: auto)")
-    pre.add_argument("--compile", action="store_true",
-                     help="torch.compile the model (falls back to eager with one line where it cannot)")
+    add_device_args(pre, None, compile="torch.compile the model (default: on when training on a GPU; falls back to eager with one line)")
     pre.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_tracking_args(pre)
     add_config_arg(pre)
@@ -117,7 +117,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     abl.add_argument("--batch-size", type=int, default=32, metavar="N")
     abl.add_argument("--budget", default="2m", metavar="DUR", help="training wall clock per arm (default: 2m)")
     abl.add_argument("--vocab-size", type=int, metavar="N", help="tokenizer vocabulary (default: 8192)")
-    abl.add_argument("--precision", choices=("fp32", "bf16"), help="default: bf16 where the CPU/GPU has it")
+    add_device_args(abl, TRAINING_PRECISIONS, None, device=False)
     abl.add_argument("--seed", type=int, default=0)
     abl.add_argument("--out", default=ABLATE_OUT, metavar="DIR",
                      help="output directory (default: runs/ablation; with --table: runs/ablation-tables)")
@@ -153,7 +153,7 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules)
     p.add_argument("--lr", type=float,
                    help="peak learning rate (default: by size, 1e-3 for bert-tiny/mini down to 1e-4 for "
                         "bert-base/large; twice that for electra and modern)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), help="default: bf16 where the CPU/GPU has it")
+    add_device_args(p, TRAINING_PRECISIONS, None, device=False)
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
 
 
@@ -184,7 +184,7 @@ def run_prepare(args: argparse.Namespace) -> int:
 def run_pretrain(args: argparse.Namespace) -> int:
     from bertforge.pretrain.recipes import resolve
     from bertforge.pretrain.options import PretrainOptions
-    from bertforge.training.accel import default_precision
+    from bertforge.device import default_precision
     from bertforge.pretrain.run import pretrain
     trackers = tracking(args)  # a missing tracker library: one line before any work
     recipe = resolve(args.recipe, objective=args.objective, masking=args.masking, dynamic=args.dynamic,

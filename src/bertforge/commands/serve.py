@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 
+from bertforge.device import PRECISIONS, add_device_args
 from bertforge.errors import BertforgeError
 
 
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on every route but /health (default: "
                         "$BERTFORGE_API_KEY; neither given, or that variable empty: no authentication)")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "int8"), help="embedding precision")
+    add_device_args(p, PRECISIONS, "fp32", "embedding precision (fp16: GPU only, int8: CPU only)")
     p.add_argument("--threads", type=int, metavar="N", help="torch intra-op threads for inference")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     p.set_defaults(func=serve_command)
@@ -65,7 +66,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    models = load_models(args.model, args.precision)
+    models = load_models(args.model, args.precision, args.device)
     for m in models.values():
         print(f"bertforge serve: {m.name} ({m.path}): {', '.join(m.tasks)}", file=sys.stderr)
     print(f"bertforge serve: authentication {'on (Bearer key)' if api_key else 'off (no --api-key)'}",

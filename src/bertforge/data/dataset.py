@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from bertforge.data.examples import ExampleBuilder, ExamplePlan, make_builder, plan_rng
-from bertforge.data.masking import IGNORE_INDEX, Masker, mask_rng
+from bertforge.data.masking import IGNORE_INDEX, Masker, batch_mask_rng, mask_rng
 from bertforge.errors import BertforgeError
 
 _PAD_VALUES = {"input_ids": None, "token_type_ids": 0, "attention_mask": 0, "mlm_labels": IGNORE_INDEX,
@@ -76,7 +76,9 @@ class PretrainingDataset(PlannedDataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         index = self.checked(index)
-        ex: dict[str, Any] = self.builder.materialize(self.corpus, self.plan, index)
+        # dynamic token masking (RoBERTa's) never reads word starts: not read from the shards at all
+        token_only = self.masking == "dynamic" and isinstance(self.masker, Masker) and self.masker.mode == "token"
+        ex: dict[str, Any] = self.builder.materialize(self.corpus, self.plan, index, words=not token_only)
         ex["index"] = index
         if self.masking == "static":
             ex.update(self.masker(ex["input_ids"], ex["word_start"], mask_rng(self.seed, 0, index)))
@@ -107,6 +109,9 @@ def collate(examples: Sequence[dict[str, Any]], masker: Masker | None = None, pa
     """Functional form of `Collator`."""
     if not examples:
         raise BertforgeError("collate: empty batch")
+    if (isinstance(masker, Masker) and masker.mode == "token" and "mlm_labels" not in examples[0]
+            and "index" in examples[0] and all(set(ex) <= _BATCH_MASKED for ex in examples)):
+        return _collate_token_masked(examples, masker, pad_id, seed, epoch)
     rows = []
     for ex in examples:
         if "mlm_labels" not in ex:
@@ -127,6 +132,36 @@ def collate(examples: Sequence[dict[str, Any]], masker: Masker | None = None, pa
     batch["attention_mask"] = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
     if "sentence_label" in rows[0]:
         batch["sentence_label"] = torch.tensor([int(ex["sentence_label"]) for ex in rows], dtype=torch.long)
+    return batch
+
+
+_BATCH_MASKED = {"input_ids", "token_type_ids", "word_start", "index", "sentence_label"}
+
+
+def _collate_token_masked(examples: Sequence[dict[str, Any]], masker: Masker, pad_id: int, seed: int,
+                          epoch: int) -> dict[str, torch.Tensor]:
+    """`collate` of dynamically token-masked examples (RoBERTa's, BERT's): padded with array operations, masked
+    as one batch (`Masker.mask_batch`, `batch_mask_rng`), no per-token or per-example Python work."""
+    lengths = np.fromiter((len(ex["input_ids"]) for ex in examples), np.int64, len(examples))
+    width = int(lengths.max())
+    real = np.arange(width)[None, :] < lengths[:, None]
+
+    def padded(key: str, fill: int) -> np.ndarray:
+        if (lengths == width).all():
+            return np.stack([np.asarray(ex[key], np.int64) for ex in examples])
+        arr = np.full((len(examples), width), fill, np.int64)
+        arr[real] = np.concatenate([np.asarray(ex[key], np.int64) for ex in examples])
+        return arr
+
+    ids = padded("input_ids", pad_id)
+    rng = batch_mask_rng(seed, epoch, (ex["index"] for ex in examples))
+    masked = masker.mask_batch(ids, lengths, rng)
+    batch = {"input_ids": torch.from_numpy(masked["input_ids"]),
+             "token_type_ids": torch.from_numpy(padded("token_type_ids", 0)),
+             "mlm_labels": torch.from_numpy(masked["mlm_labels"]),
+             "attention_mask": torch.from_numpy(real.astype(np.int64))}
+    if "sentence_label" in examples[0]:
+        batch["sentence_label"] = torch.tensor([int(ex["sentence_label"]) for ex in examples], dtype=torch.long)
     return batch
 
 

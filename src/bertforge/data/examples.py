@@ -122,9 +122,10 @@ class ExampleBuilder:
     def plan(self, corpus, rng: np.random.Generator) -> ExamplePlan:
         raise NotImplementedError
 
-    def materialize(self, corpus, plan: ExamplePlan, i: int) -> dict[str, np.ndarray]:
+    def materialize(self, corpus, plan: ExamplePlan, i: int, words: bool = True) -> dict[str, np.ndarray]:
         """[CLS] A [SEP] (B [SEP]) with a separator at each document join inside a segment.
-        Returns input_ids, token_type_ids, word_start (+ sentence_label) as numpy arrays."""
+        Returns input_ids, token_type_ids, word_start (+ sentence_label) as numpy arrays; `words=False` leaves
+        word_start out (token masking never reads it: half the shard reads of an example)."""
         cls, sep = corpus.cls_id, corpus.sep_id
         ids, ws, types = [np.array([cls])], [np.ones(1, np.uint8)], [0]
         n_per_type = [1, 0]
@@ -141,16 +142,18 @@ class ExampleBuilder:
                 n_per_type[g] += 1
             if e > s:
                 ids.append(corpus.tokens(s, e))
-                w = np.array(corpus.word_starts(s, e), np.uint8)
-                w[0] = 1  # a range that starts mid-word still starts a maskable unit
-                ws.append(w)
+                if words:
+                    w = np.array(corpus.word_starts(s, e), np.uint8)
+                    w[0] = 1  # a range that starts mid-word still starts a maskable unit
+                    ws.append(w)
                 n_per_type[g] += e - s
         ids.append(np.array([sep]))
         ws.append(np.ones(1, np.uint8))
         n_per_type[prev_seg] += 1
         out = {"input_ids": np.concatenate(ids).astype(np.int64),
-               "token_type_ids": np.repeat(np.array([0, 1], np.int64), n_per_type),
-               "word_start": np.concatenate(ws)}
+               "token_type_ids": np.repeat(np.array([0, 1], np.int64), n_per_type)}
+        if words:
+            out["word_start"] = np.concatenate(ws)
         if self.has_label:
             out["sentence_label"] = np.int64(plan.label[i])
         return out

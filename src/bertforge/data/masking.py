@@ -25,6 +25,12 @@ def mask_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1, epoch, index)))
 
 
+def batch_mask_rng(seed: int, epoch: int, indices: Iterable[int]) -> np.random.Generator:
+    """The generator for masking a whole batch of these examples (in this order) in `epoch`: a pure function of
+    the batch's content, so any worker, and a resumed run, draws the same masks."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(3, epoch, *map(int, indices))))
+
+
 class Masker:
     """Choose and corrupt MLM positions of one sequence at a time (see module docstring)."""
 
@@ -116,6 +122,35 @@ class Masker:
             sbo_pos[chosen] = np.arange(len(chosen)) - np.repeat(np.cumsum(length) - length, length)
             out.update(sbo_left=sbo_left, sbo_right=sbo_right, sbo_pos=sbo_pos)
         return out
+
+    def mask_batch(self, ids: np.ndarray, lengths: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Token mode over a padded batch [B, T] at once (rows hold `lengths` real tokens): the same rule as
+        `__call__` per row (exactly `budget` non-special tokens chosen per row, then 80/10/10), drawn as whole-batch
+        numpy operations instead of a generator and a permutation per example. Returns input_ids and mlm_labels."""
+        if self.mode != "token":
+            raise BertforgeError(f"mask_batch: token mode only, not {self.mode!r}")
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise BertforgeError(f"token id out of range [0, {self.vocab_size}) in the sequence to mask")
+        B, T = ids.shape
+        blocked = self._is_special[ids] | (np.arange(T)[None, :] >= np.asarray(lengths)[:, None])
+        n_cand = T - blocked.sum(axis=1)
+        n = np.where(n_cand > 0, np.maximum(1, np.rint(n_cand * self.mlm_probability)), 0).astype(np.int64)
+        if self.max_predictions:
+            n = np.minimum(n, self.max_predictions)
+        # a uniformly random subset of n candidates per row: the n smallest of uniform keys (blocked ones last)
+        keys = rng.random((B, T))
+        keys[blocked] = 2.0
+        ranks = np.empty((B, T), np.int64)
+        np.put_along_axis(ranks, np.argsort(keys, axis=1, kind="stable"), np.arange(T)[None, :].repeat(B, 0), 1)
+        chosen = ranks < n[:, None]
+        u = rng.random((B, T))
+        to_mask = chosen & (u < self.mask_replace)
+        to_random = chosen & (u >= self.mask_replace) & (u < self.mask_replace + self.random_replace)
+        out_ids = ids.copy()
+        out_ids[to_mask] = self.mask_id
+        out_ids[to_random] = self._normal_ids[rng.integers(0, len(self._normal_ids), int(to_random.sum()))]
+        return {"input_ids": out_ids, "mlm_labels": np.where(chosen, ids, IGNORE_INDEX)}
 
     def _whole_words(self, w_lo: np.ndarray, w_hi: np.ndarray, n: int, rng: np.random.Generator):
         """Google's whole-word masking: words in random order, each taken if it still fits the budget."""

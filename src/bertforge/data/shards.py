@@ -208,18 +208,23 @@ class _ShardWriter:
         self._open = False
 
 
+_PARALLEL_BYTES = 4 << 20  # below this, spawning a worker per core costs more than it saves
+
+
 def prepare_corpus(paths: Iterable[str | os.PathLike] | str | os.PathLike, tokenizer: Any,
-                   out_dir: str | os.PathLike, workers: int = 1, shard_tokens: int = DEFAULT_SHARD_TOKENS,
+                   out_dir: str | os.PathLike, workers: int | None = None, shard_tokens: int = DEFAULT_SHARD_TOKENS,
                    progress: bool = True, doc_boundary: str = "blank",
                    heldout_fraction: float = DEFAULT_HELDOUT_FRACTION) -> dict:
     """Tokenise the corpus at `paths` into shards under `out_dir` and return the manifest (also manifest.json).
 
     tokenizer: a bertforge Tokenizer, a `tokenizers.Tokenizer`, or a path to a tokenizer dir / tokenizer.json.
-    workers: tokenising processes (1 = in this process). heldout_fraction: the default evaluation share
-    recorded in the manifest (the split itself is chosen when loading, from per-document hashes).
+    workers: tokenising processes (1 = in this process; None = one per core for a corpus of more than a few
+    megabytes, where they pay for their start-up; the shards are byte-identical either way).
+    heldout_fraction: the default evaluation share recorded in the manifest (the split itself is chosen when
+    loading, from per-document hashes).
     """
     tok = resolve_tokenizer(tokenizer)
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise BertforgeError(f"workers must be >= 1, got {workers}")
     if shard_tokens < 1:
         raise BertforgeError(f"shard_tokens must be >= 1, got {shard_tokens}")
@@ -235,6 +240,8 @@ def prepare_corpus(paths: Iterable[str | os.PathLike] | str | os.PathLike, token
     dtype = token_dtype(tok.vocab_size)
     files = find_files(paths)
     total_bytes = sum(f.stat().st_size for f in files)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if total_bytes >= _PARALLEL_BYTES else 1
     writer = _ShardWriter(out, dtype, shard_tokens)
     bar = None
     if progress:

@@ -12,7 +12,7 @@ it (it finds no model.safetensors).
 `export` traces the model into ONNX (opset 17, dynamic batch and sequence axes), runs the file in onnxruntime on a
 padded batch and refuses it unless fp32 max |diff| <= 1e-4 against PyTorch; `--int8` adds onnxruntime's dynamic
 int8 quantisation of the same graph (model.int8.onnx). `embed`, `predict` and `evaluate` run the exported folder
-(model.onnx) or either .onnx file through onnxruntime (`bertforge.runtime`).
+(model.onnx) or either .onnx file through onnxruntime (`bertforge.model.onnx`).
 """
 from __future__ import annotations
 

@@ -156,7 +156,7 @@ def _check(cfg: GeneralDistillConfig) -> None:
         raise BertforgeError("give --max-steps N or --time-budget DUR")
     if not 0.0 < cfg.heldout_fraction < 1.0:
         raise BertforgeError(f"--heldout-fraction {cfg.heldout_fraction}: must be between 0 and 1")
-    from bertforge.training.accel import check_precision
+    from bertforge.device import check_precision
 
     for flag, value in (("--teacher-precision", cfg.teacher_precision), ("--precision", cfg.precision or "fp32")):
         check_precision(value, torch.device("cpu"), flag, allowed=("fp32", "bf16"))  # both run on either device
@@ -166,7 +166,7 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
     """Distil the masked LM in `cfg.teacher` into a DistilBERT student on `cfg.corpus`; returns the run record."""
     from bertforge.distill.task import pick_layers
     from bertforge.training import ResumableLoader, Trainer, TrainConfig, parse_duration, set_seed
-    from bertforge.training.accel import default_precision
+    from bertforge.device import default_precision
 
     _check(cfg)
     out = Path(cfg.out)

@@ -43,7 +43,9 @@ def student_from_teacher(teacher: nn.Module, layers: Sequence[int] | None = None
                       max_position_embeddings=t_cfg.max_position_embeddings, type_vocab_size=0,
                       initializer_range=t_cfg.initializer_range, layer_norm_eps=t_cfg.layer_norm_eps,
                       pad_token_id=t_cfg.pad_token_id, use_pooler=False)
-    student = MaskedLM(cfg)
+    # built where the teacher's weights are (device and dtype), like everything made from existing weights
+    student = MaskedLM(cfg).to(device=t_enc.embeddings.word_embeddings.weight.device,
+                               dtype=t_enc.embeddings.word_embeddings.weight.dtype)
     s_enc = student.bert
     with torch.no_grad():
         emb_t, emb_s = t_enc.embeddings, s_enc.embeddings

@@ -167,7 +167,7 @@ def _student(cfg: TaskDistillConfig, teacher: nn.Module, teacher_dir: Path, kind
 def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     """Distil the fine-tuned teacher in `cfg.teacher` into `cfg.student` on `cfg.task`; returns the run record."""
     from bertforge.training import ResumableLoader, Trainer, TrainConfig, resolve_device, set_seed
-    from bertforge.training.accel import check_precision, default_precision
+    from bertforge.device import check_precision, default_precision
 
     if cfg.task not in TASK_KINDS:
         raise BertforgeError(f"--task {cfg.task}: unknown task (choose from {', '.join(sorted(TASK_KINDS))})")

@@ -19,7 +19,7 @@ from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.tasks.models import SequenceClassifier, encoder_config, save_task_model
 from bertforge.tokenization import Tokenizer
-from bertforge.training.accel import INFERENCE_PRECISIONS, autocast, check_precision
+from bertforge.device import INFERENCE_PRECISIONS, autocast, check_precision
 
 
 class CrossEncoder(SequenceClassifier):

@@ -9,7 +9,7 @@ Where the time goes for short texts on CPU, and what this does about it:
   * the model: `bertforge.model.for_inference`'s copy of the encoder (Q/K/V pre-fused, optionally bf16 / fp16 /
     int8, optionally torch.compile'd), on the encoder's device, cached until the source's parameters change, under
     `torch.inference_mode`; on a GPU, batches go over from pinned memory without blocking; or an exported ONNX
-    graph (`bertforge.runtime.OnnxModel`), run as it is;
+    graph (`bertforge.model.onnx.OnnxModel`), run as it is;
   * order: results are written back to each text's original row, so the output lines up with the input.
 Texts longer than the model's max_seq_length are truncated (like sentence-transformers); an empty text is
 encoded as [CLS] [SEP] (a valid, if uninformative, vector), so row i always belongs to input line i.
@@ -29,8 +29,8 @@ from tqdm.auto import tqdm
 
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder, for_inference
+from bertforge.device import check_precision, compile_module, pin
 from bertforge.model.onnx import ONNX_INT8, OnnxModel
-from bertforge.training.accel import check_precision, compile_module, pin
 
 _CHUNK = 16384  # texts tokenised and sorted together; bounds memory for very large inputs
 # One model call's fixed cost in padded tokens' worth of compute: MiniLM on a 2-core CPU, fp32, took 8 ms for one
@@ -49,7 +49,9 @@ def inference_copy(encoder: Encoder, precision: str, compile: bool = False) -> E
     """`for_inference(encoder, precision)` on the encoder's device (fp16: the fp32 copy in half precision),
     compiled when asked; rebuilt only when a source parameter has changed."""
     # Every in-place update (optimizer.step, load_state_dict) bumps a tensor's version counter.
-    stamp = tuple(p._version for p in encoder.parameters())
+    # `.to()` swaps the tensors without bumping versions: where they live is part of the stamp, so a copy made
+    # before `model.to("cuda")` (or to float64) is never reused after it.
+    stamp = tuple((p._version, p.data_ptr(), p.dtype, p.device) for p in encoder.parameters())
     copies = _COPIES.setdefault(encoder, {})
     hit = copies.get((precision, compile))
     if hit is None or hit[0] != stamp:
@@ -111,7 +113,7 @@ def encode(encoder: Encoder | OnnxModel, token_ids: Callable[[list[str]], list[l
     `attention_mask`) -> sentence vectors, run in fp32. precision: "fp32" (matches sentence-transformers to
     ~1e-6), "bf16" (weights and activations in bfloat16), "fp16" (GPU only), "int8" (dynamic int8 quantisation,
     CPU only). normalize: L2. The model runs on the encoder's device; compile: torch.compile it (see
-    `bertforge.training.accel.compile_module`).
+    `bertforge.device.compile_module`).
     """
     if isinstance(texts, str):
         raise BertforgeError("encode expects a list of texts, not a single string")
@@ -141,13 +143,14 @@ def encode(encoder: Encoder | OnnxModel, token_ids: Callable[[list[str]], list[l
                     input_ids, mask = (None if t is None else pin(t).to(device, non_blocking=True)
                                        for t in (input_ids, mask))
                 hidden = fast(input_ids, mask).last_hidden_state
-                features = {"token_embeddings": hidden.float()}  # the head (Pooling, Dense) is cheap: fp32
+                # the head (Pooling, Dense) is cheap: fp32 (or the model's own float64), never half precision
+                features = {"token_embeddings": hidden.to(torch.promote_types(hidden.dtype, torch.float32))}
                 if mask is not None:
                     features["attention_mask"] = mask
                 emb = pool(features)
                 if normalize:
                     emb = F.normalize(emb, p=2, dim=1)
-                out[start + rows] = emb.cpu().numpy()
+                out[start + rows] = emb.float().cpu().numpy()
                 bar.update(len(rows))
     bar.close()
     return out

@@ -110,7 +110,7 @@ def run_lab(opts: LabOptions) -> dict[str, Any]:
 
 def _run(opts: LabOptions, tables: list[Table], out: Path) -> dict[str, Any]:
     from bertforge.pretrain.ablation import prepare_shared
-    from bertforge.training.accel import default_precision
+    from bertforge.device import default_precision
 
     opts.precision = opts.precision or default_precision()
     work = _work_list(tables, opts)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.config import ModelConfig
+from bertforge.device import like
 from bertforge.errors import BertforgeError
 from bertforge.model.dropout import dropout, uniform_masks
 
@@ -178,7 +179,10 @@ class FusedSelfAttention(MultiHeadAttention):
     def __init__(self, source: SelfAttention):
         super().__init__(source.n_heads, source.head_dim, source.dropout_p, source.attn_implementation)
         bias = source.query.bias is not None
-        self.qkv = nn.Linear(source.query.in_features, 3 * source.query.out_features, bias=bias)
+        # Built where the source's weights are (device and dtype): a default-dtype CPU Linear beside a float64 or
+        # GPU model was the crash of issue 30 ("mat1 is on cuda:0, different from other tensors on cpu").
+        self.qkv = nn.Linear(source.query.in_features, 3 * source.query.out_features, bias=bias,
+                             **like(source.query.weight))
         with torch.no_grad():
             self.qkv.weight.copy_(torch.cat([source.query.weight, source.key.weight, source.value.weight]))
             if bias:

@@ -29,6 +29,7 @@ from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 from bertforge.model.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
+from bertforge.device import PRECISIONS, placement
 from bertforge.families.modernbert import SLIDING
 from bertforge.errors import BertforgeError
 from bertforge.io.read import read_json
@@ -39,7 +40,6 @@ from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8
 from bertforge.model.sparse.longformer import sparse_self_attention
 from bertforge.model.sparse.layout import prepare as prepare_sparse
 
-PRECISIONS = ("fp32", "bf16", "int8")
 
 
 def activation(name: str):
@@ -298,8 +298,13 @@ class Encoder(nn.Module):
         mask = None
         if attention_mask is not None and attention_mask.dim() == 3:
             mask = attention_mask[:, None].bool()
-        elif attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
-            mask = attention_mask[:, None, None, :].bool()  # (compiled: no data-dependent branch to split the graph)
+        elif attention_mask is not None:
+            # Dropping an all-ones mask (SDPA's unmasked kernel) means reading it: free on the CPU, which runs in
+            # step with the host, but a host sync on a GPU, so a GPU keeps it while training. Compiled: no
+            # data-dependent branch to split the graph.
+            keep = torch.compiler.is_compiling() or (self.training and attention_mask.device.type != "cpu")
+            if keep or not bool(attention_mask.all()):
+                mask = attention_mask[:, None, None, :].bool()
         if self.config.causal:
             earlier = torch.ones(length, length, dtype=torch.bool, device=device).tril()
             mask = earlier[None, None] if mask is None else mask & earlier
@@ -398,8 +403,8 @@ def is_quantised(path: str | Path) -> bool:
 
 
 def for_inference(encoder: Encoder, precision: str = "fp32") -> Encoder:
-    """An eval-mode copy of `encoder` with Q/K/V fused per layer, in fp32, bf16 or int8. It runs the same
-    `Encoder.forward`; it shares no tensors with `encoder`, so rebuild it after the weights change."""
+    """An eval-mode copy of `encoder` with Q/K/V fused per layer, in its own dtype ("fp32"), bf16, fp16 or int8.
+    It runs the same `Encoder.forward`; it shares no tensors with `encoder`, so rebuild it after the weights change."""
     if precision not in PRECISIONS:
         raise BertforgeError(f"unknown precision {precision!r} (expected {', '.join(PRECISIONS)})")
     fast = copy.deepcopy(encoder)
@@ -407,8 +412,11 @@ def for_inference(encoder: Encoder, precision: str = "fp32") -> Encoder:
         if type(layer.attention.self) is SelfAttention:  # a shared (ALBERT) one is fused once; sparse ones stay
             layer.attention.self = FusedSelfAttention(layer.attention.self)
     fast.eval().requires_grad_(False)  # after the swap: new modules start in training mode (dropout on)
-    if precision == "bf16":
-        return fast.to(torch.bfloat16)
+    if placement(fast) != placement(encoder):  # what the swap built must sit where the source's weights are
+        raise BertforgeError(f"internal error: the inference copy holds {sorted(map(str, placement(fast)))}, its "
+                             f"source {sorted(map(str, placement(encoder)))}")
+    if precision in ("bf16", "fp16"):
+        return fast.to(torch.bfloat16 if precision == "bf16" else torch.float16)
     if precision == "int8":
         # Dynamic quantisation: int8 weights (per output channel), activations quantised per batch on the fly, no
         # calibration data. The FFN output projection stays fp32: its input (GELU of the up-projection) has

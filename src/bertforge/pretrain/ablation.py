@@ -24,7 +24,7 @@ from bertforge.pretrain.inputs import heldout_batches
 from bertforge.pretrain.metrics import mlm_metrics, most_frequent_token
 from bertforge.pretrain.objectives import LEFT_TO_RIGHT
 from bertforge.pretrain.options import PretrainOptions
-from bertforge.training.accel import default_precision
+from bertforge.device import default_precision
 from bertforge.pretrain.prepare import prepare_data, prepare_tokenizer
 from bertforge.pretrain.recipes import resolve
 from bertforge.pretrain.run import pretrain

@@ -1,5 +1,5 @@
 """What one pretraining run is asked to do (`PretrainOptions`) and the defaults that depend on the machine or on
-the model size: threads, learning rate and warm-up (the precision's is `training.accel.default_precision`)."""
+the model size: threads, learning rate and warm-up (the precision's is `device.default_precision`)."""
 from __future__ import annotations
 
 import os
@@ -42,11 +42,11 @@ class PretrainOptions:
     eval_batches: int = 20
     log_every: int = 10
     save_every: int | None = None
-    workers: int = 1
+    workers: int | None = None  # tokenising processes (None: one per core where the corpus is big enough)
     threads: int | None = None             # torch threads per process; None: its share of the cores
     progress: bool = True
     device: str = "auto"                   # auto | cpu | cuda | cuda:N (with torchrun: each rank its own GPU)
-    compile: bool = False                  # torch.compile the model while training
+    compile: bool | None = None            # torch.compile the model while training (None: on a GPU only)
     report_to: tuple[str, ...] = ()        # trackers besides metrics.jsonl (TrainConfig.report_to)
     logging_dir: Path | None = None        # TensorBoard's event folder (default: OUT/runs)
     fill_mask_examples: int = 3

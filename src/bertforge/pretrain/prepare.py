@@ -8,6 +8,7 @@ file, must not silently reuse them. In a distributed run rank 0 writes and the o
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -73,7 +74,8 @@ def prepare_tokenizer(opts: PretrainOptions, corpus_paths: list[str], is_main: b
     if is_main:
         t0 = time.perf_counter()
         tok = Tokenizer.train(iter_texts(corpus_paths), kind=opts.recipe.tokenizer_kind, vocab_size=vocab,
-                              model_max_length=max(512, opts.seq_len))
+                              model_max_length=max(512, opts.seq_len),
+                              workers=opts.workers or os.cpu_count() or 1)  # same tokenizer for any count
         tok.save_pretrained(out_tok)
         _write_fingerprint(out_tok, fingerprint)
         print(f"trained {opts.recipe.tokenizer_kind} tokenizer: vocab {tok.vocab_size} "

@@ -13,7 +13,8 @@ FOLLOWERS = set(".,;:!?)\"")
 
 
 class _MaskedLMView:
-    """An objective seen as the `MaskedLM` that `bertforge.analysis.fill_mask` expects (config, eval, __call__)."""
+    """An objective seen as the `MaskedLM` that `bertforge.analysis.fill_mask` expects (config, eval, parameters,
+    __call__)."""
 
     def __init__(self, objective: nn.Module):
         self.objective, self.config = objective, objective.config
@@ -21,6 +22,9 @@ class _MaskedLMView:
     def eval(self) -> "_MaskedLMView":
         self.objective.eval()
         return self
+
+    def parameters(self):  # where the objective is: fill_mask puts its inputs there
+        return self.objective.parameters()
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None, positions=None) -> torch.Tensor:
         device = next(self.objective.parameters()).device

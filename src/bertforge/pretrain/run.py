@@ -185,8 +185,8 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
     trainer = Trainer(model, loader, cfg, eval_fn=eval_fn, save_fn=save_fn_for(tok), load_fn=load_objective)
     n_params = sum(p.numel() for p in model.parameters())
     if is_main:
-        print(setup_line(opts, model.config.model_type, n_params, world, lr, warmup, threads, len(train_ds), size),
-              flush=True)
+        print(setup_line(opts, model.config.model_type, n_params, world, lr, warmup, threads, len(train_ds), size)
+              + (f"; {trainer.matmul_note}" if trainer.matmul_note else ""), flush=True)
     t_train = time.perf_counter()
     history = trainer.train()
     earlier = trainer.train_seconds - (time.perf_counter() - t_train)  # training time of earlier segments

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bertforge.device import check_precision, move_model, resolve_device
 from bertforge.errors import BertforgeError
 from bertforge.model.folder import inspect_folder
 from bertforge.tokenization import Tokenizer
@@ -107,40 +108,45 @@ def parse_model_spec(spec: str) -> tuple[str, Path]:
     return name.strip() or default_name(path), path
 
 
-def load_model(name: str, path: Path, precision: str = "fp32") -> ServedModel:
-    """Load the folder at `path` and work out what it serves."""
+def load_model(name: str, path: Path, precision: str = "fp32", device: str | torch.device = "cpu") -> ServedModel:
+    """Load the folder at `path` onto `device` and work out what it serves."""
     if not path.is_dir():
         raise BertforgeError(f"--model {name}={path}: model directory not found")
+    device = resolve_device(device)
     folder = inspect_folder(path, f"--model {name}=")
     config = folder.config
     if folder.task is not None:
-        model = _task_model(name, path, config)
+        model = _task_model(name, path, config, device)
     else:
-        model = _encoder_model(name, path, precision)
+        model = _encoder_model(name, path, precision, device)
         if any(a.endswith(_MLM_ARCHITECTURES) for a in config.get("architectures") or ()):
-            _add_fill_mask(model)
+            _add_fill_mask(model, device)
     model.created = int((path / "config.json" if config else path).stat().st_mtime)
     return model
 
 
-def load_models(specs: Sequence[str], precision: str = "fp32") -> dict[str, ServedModel]:
-    """Every `--model [NAME=]DIR`, by name (the first is the default), refusing duplicate names."""
+def load_models(specs: Sequence[str], precision: str = "fp32",
+                device: str | torch.device = "cpu") -> dict[str, ServedModel]:
+    """Every `--model [NAME=]DIR`, by name (the first is the default), refusing duplicate names; all on `device`
+    (a missing GPU or a precision it cannot run: one line before any model is read)."""
     if not specs:
         raise BertforgeError("give at least one --model DIR")
+    device = resolve_device(device)
+    check_precision(precision, device)
     models: dict[str, ServedModel] = {}
     for spec in specs:
         name, path = parse_model_spec(spec)
         if name in models:
             raise BertforgeError(f"--model: the name {name!r} is used twice (write NAME=DIR to tell them apart)")
-        models[name] = load_model(name, path, precision)
+        models[name] = load_model(name, path, precision, device)
     return models
 
 
 # ---- sentence encoders ---------------------------------------------------------------------------------------------
-def _encoder_model(name: str, path: Path, precision: str) -> ServedModel:
+def _encoder_model(name: str, path: Path, precision: str, device: torch.device) -> ServedModel:
     from bertforge.embed import SentenceEncoder
 
-    encoder = SentenceEncoder.from_pretrained(path)
+    encoder = move_model(SentenceEncoder.from_pretrained(path), device, f"--model {name}")
 
     def embed(texts: list[str]) -> list[np.ndarray]:
         # raw vectors; each request normalises (or not) its own rows afterwards (see `normalize_rows`)
@@ -163,11 +169,11 @@ def normalize_rows(vectors: Sequence[np.ndarray], normalize: bool) -> np.ndarray
 
 
 # ---- masked LM -------------------------------------------------------------------------------------------------------
-def _add_fill_mask(served: ServedModel) -> None:
+def _add_fill_mask(served: ServedModel, device: torch.device) -> None:
     from bertforge.analysis.fill_mask import fill_mask
     from bertforge.model.heads import MaskedLM
 
-    mlm = MaskedLM.from_pretrained(served.path)
+    mlm = move_model(MaskedLM.from_pretrained(served.path), device, f"--model {served.name}")
 
     def run(items: list[tuple[str, int]]) -> list[list[list[dict[str, Any]]]]:
         return [[[c.__dict__ for c in cands] for cands in fill_mask(mlm, served.tokenizer, text, top_k)]
@@ -177,7 +183,7 @@ def _add_fill_mask(served: ServedModel) -> None:
 
 
 # ---- fine-tuned task models -----------------------------------------------------------------------------------------
-def _task_model(name: str, path: Path, config: dict[str, Any]) -> ServedModel:
+def _task_model(name: str, path: Path, config: dict[str, Any], device: torch.device) -> ServedModel:
     from bertforge.tasks.examples import TextExample
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
@@ -190,6 +196,7 @@ def _task_model(name: str, path: Path, config: dict[str, Any]) -> ServedModel:
     kind = kind_from_saved(path, saved, labels)
     tokenizer = Tokenizer.from_pretrained(path)
     model, _, _ = load_task_model(path)
+    model = move_model(model, device, f"--model {name}")
 
     def classify(pairs: list[tuple[str, str | None]]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = [{} for _ in pairs]

@@ -58,7 +58,7 @@ class FinetuneConfig:
     doc_stride: int = 128
     max_query_length: int = 64
     device: str = "auto"
-    compile: bool = False  # torch.compile the model (training and evaluation; eager fallback with one line)
+    compile: bool | None = None  # torch.compile (training: None = on a GPU only; evaluation: when True)
     progress: bool = True
     report_to: tuple[str, ...] = ()  # trackers besides metrics.jsonl (TrainConfig.report_to)
     logging_dir: Path | None = None  # TensorBoard's event folder (default: each run's folder / runs)
@@ -84,8 +84,8 @@ class FinetuneConfig:
     @property
     def training_precision(self) -> str:
         """`precision`, or where none was asked for: bf16 autocast where the CPU / GPU computes bf16 natively, else
-        fp32 (`training.accel.default_precision`; ~1.6x faster at the same scores on such CPUs)."""
-        from bertforge.training.accel import default_precision
+        fp32 (`device.default_precision`; ~1.6x faster at the same scores on such CPUs)."""
+        from bertforge.device import default_precision
 
         return self.precision or default_precision(self.device)
 

@@ -319,7 +319,7 @@ def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "de
     from bertforge.model.onnx import onnx_file
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
-    from bertforge.training.accel import autocast, check_precision, compile_module
+    from bertforge.device import autocast, check_precision, compile_module, move_model
 
     device = resolve_device(cfg.device)  # a missing GPU or an impossible precision: before any reading
     precision = cfg.precision or "fp32"  # evaluation is exact unless asked otherwise
@@ -333,6 +333,6 @@ def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "de
     _, evaluation = read_examples(cfg, kind, split, need_train=False)  # checked before the model is loaded
     data = encode_data(cfg, kind, [], evaluation, Tokenizer.from_pretrained(path))
     model = kind.load(onnx_file(model_path) or path)
-    compile_module(model.to(device), cfg.compile)
+    compile_module(move_model(model, device, f"--model {cfg.model}"), cfg.compile)
     with autocast(device, precision):
         return data.evaluate(model)  # type: ignore[misc]

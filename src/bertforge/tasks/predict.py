@@ -24,7 +24,7 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
     from bertforge.model.onnx import onnx_file
     from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
-    from bertforge.training.accel import autocast, check_precision, compile_module
+    from bertforge.device import autocast, check_precision, compile_module, move_model
 
     run_on = resolve_device(device)  # a missing GPU or an impossible precision: before any reading
     check_precision(precision, run_on, allowed=("fp32", "bf16", "fp16"))
@@ -34,7 +34,7 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
     kind.check(examples, Path(input_path), labelled=False)  # before the model is loaded
     enc = kind.encode(examples, Tokenizer.from_pretrained(path))
     model = kind.load(onnx_file(model_dir) or path)
-    compile_module(model.to(run_on), compile)
+    compile_module(move_model(model, run_on, f"--model {model_dir}"), compile)
     with autocast(run_on, precision):
         return kind.predict(model, enc, batch_size, progress)
 

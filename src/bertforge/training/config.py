@@ -66,8 +66,11 @@ class TrainConfig:
     keep_checkpoints: int | None = 2  # None keeps every checkpoint
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
-    compile: bool = False  # torch.compile the model's forward while training (falls back to eager with one line)
+    compile: bool | None = None  # torch.compile the forward while training (None: on a GPU only; eager fallback)
     prefetch: int = 2  # batches prepared ahead in a background thread (0: in the loop, between steps)
+    # processes making batches (a ResumableLoader's; same batches, same order for any number); None: a few on a
+    # GPU, none (the thread) on the CPU, whose cores the model's step uses
+    loader_workers: int | None = None
     progress: bool = True
     plot: bool = True
     resume: bool | str | Path = False  # True: out_dir/checkpoints/latest (fresh start if none); or a checkpoint dir
@@ -113,6 +116,8 @@ class TrainConfig:
             raise BertforgeError(f"TrainConfig.precision: expected 'fp32' or 'bf16', got {self.precision!r}")
         if isinstance(self.prefetch, bool) or self.prefetch < 0:
             raise BertforgeError(f"TrainConfig.prefetch: must be >= 0, got {self.prefetch!r}")
+        if self.loader_workers is not None and (isinstance(self.loader_workers, bool) or self.loader_workers < 0):
+            raise BertforgeError(f"TrainConfig.loader_workers: must be >= 0, got {self.loader_workers!r}")
         if self.lr <= 0:
             raise BertforgeError(f"TrainConfig.lr: must be > 0, got {self.lr}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:

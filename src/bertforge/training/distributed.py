@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bertforge.errors import BertforgeError
+from bertforge.device import resolve_device  # noqa: F401  (re-exported: bertforge.training.resolve_device)
 
 
 def distributed_context() -> tuple[int, int, int]:
@@ -19,29 +19,6 @@ def distributed_context() -> tuple[int, int, int]:
         int(os.environ.get("WORLD_SIZE", 1)),
         int(os.environ.get("LOCAL_RANK", 0)),
     )
-
-
-def resolve_device(name: str, local_rank: int = 0, flag: str = "--device") -> torch.device:
-    """"auto" -> this rank's GPU when CUDA is available, else CPU; "cuda" -> cuda:LOCAL_RANK. A device that is not
-    there (cuda without a GPU, cuda:3 on a one-GPU machine, a misspelt name) is one line naming `flag`."""
-    name = str(name).strip().lower()
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        name = f"cuda:{local_rank}"
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise BertforgeError(f"{flag} {name}: not a device (use auto, cpu, cuda or cuda:N)") from None
-    if device.type not in ("cpu", "cuda"):
-        raise BertforgeError(f"{flag} {name}: unsupported device type (use auto, cpu, cuda or cuda:N)")
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            why = "this torch build has no CUDA" if torch.version.cuda is None else "no GPU is visible"
-            raise BertforgeError(f"{flag} {name}: CUDA is not available ({why}); use --device cpu or auto")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise BertforgeError(f"{flag} {name}: only {torch.cuda.device_count()} GPU(s) visible")
-    return device
 
 
 def is_distributed() -> bool:

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import default_collate
 
 from bertforge.errors import BertforgeError
-from bertforge.training.accel import pin
+from bertforge.device import pin, to_device  # noqa: F401  (to_device re-exported)
 
 # Length grouping sorts inside chunks of this many batches: big enough to cut padding, small enough to stay random.
 _GROUP_CHUNK_BATCHES = 50
@@ -252,29 +252,106 @@ class InlineBatches(BackgroundBatches):
         self._it = None
 
 
-def batch_stream(loader: Iterable, prefetch: int, pin_memory: bool = False) -> BackgroundBatches:
-    """`(batch, loader state after it)` pairs, epoch after epoch: made `prefetch` ahead in a thread, or inline."""
+class _BatchJobs(torch.utils.data.Dataset):
+    """What a worker process does with a key (epoch, position): that batch of a `ResumableLoader`, made by the
+    loader's own `_fetch` after the epoch's `set_epoch` calls. An error comes back as the value (raised by the
+    main process as it is: one line, not torch's wrapped worker traceback)."""
+
+    def __init__(self, loader: ResumableLoader):
+        self.loader, self.epoch = loader, None
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        epoch, position = key
+        try:
+            if epoch != self.epoch:  # this worker's first batch of the epoch: reseed as the loader's iter() does
+                for obj in (self.loader.dataset, self.loader.collate_fn):
+                    if callable(getattr(obj, "set_epoch", None)):
+                        obj.set_epoch(epoch)
+                self.epoch = epoch
+            return self.loader._fetch(self.loader._rank_batches(epoch)[position]), None, key
+        except Exception as exc:  # noqa: BLE001 - handed to the main process, raised there
+            return None, exc, key
+
+    def __len__(self) -> int:  # the keys come from the sampler; DataLoader only asks
+        return len(self.loader)
+
+
+class WorkerBatches(BackgroundBatches):
+    """The batches of a `ResumableLoader` made by `workers` processes (torch DataLoader workers), `depth` each
+    ahead, handed out in the loader's order: the same batches as inline, for any number of workers (each batch
+    depends only on (seed, epoch, its indices)). Processes, unlike the one thread, are not bound by the GIL:
+    collation, masking and tokenisation run on as many cores. `next()` and `close()` as `BackgroundBatches`."""
+
+    def __init__(self, loader: ResumableLoader, workers: int, depth: int = 2,  # noqa: super-init-not-called
+                 pin_memory: bool = False) -> None:
+        if workers < 1:
+            raise BertforgeError(f"loader workers: must be >= 1, got {workers}")
+        self.loader, self.state = loader, loader.state_dict()
+        if not len(loader):
+            raise BertforgeError("train_loader yielded no batches (dataset smaller than one batch?)")
+        self._pool = torch.utils.data.DataLoader(
+            _BatchJobs(loader), batch_size=None, sampler=self._keys(dict(self.state)), num_workers=workers,
+            collate_fn=_identity, pin_memory=pin_memory, prefetch_factor=max(1, depth),
+            multiprocessing_context="fork" if "fork" in _start_methods() else None)
+        self._it = iter(self._pool)
+
+    def _keys(self, state: dict) -> Iterable[tuple[int, int]]:
+        def keys():
+            epoch, position = state["epoch"], state["position"]
+            while True:
+                n = len(self.loader._rank_batches(epoch))
+                if position >= n:
+                    epoch, position = epoch + 1, 0
+                    continue
+                yield epoch, position
+                position += 1
+        return keys()
+
+    def __next__(self) -> tuple[Any, dict | None]:
+        batch, exc, (epoch, position) = next(self._it)
+        if exc is not None:
+            self.close()
+            raise exc
+        self.state = {"epoch": epoch, "position": position + 1}  # as the loader's own state after that batch
+        return batch, self.state
+
+    def close(self) -> None:
+        if self._it is None:
+            return
+        shutdown = getattr(self._it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        self._it = None
+        self.loader.load_state_dict(self.state)
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def _start_methods() -> list[str]:
+    import multiprocessing
+
+    return multiprocessing.get_all_start_methods()
+
+
+def batch_stream(loader: Iterable, prefetch: int, pin_memory: bool = False, workers: int = 0) -> BackgroundBatches:
+    """`(batch, loader state after it)` pairs, epoch after epoch: made by `workers` processes (a `ResumableLoader`
+    only), `prefetch` ahead in a thread, or inline."""
+    if workers and isinstance(loader, ResumableLoader):
+        return WorkerBatches(loader, workers, max(prefetch, 1), pin_memory)
     return BackgroundBatches(loader, prefetch, pin_memory) if prefetch else InlineBatches(loader)
 
 
-def to_device(batch: Any, device: torch.device) -> Any:
-    """Move every tensor in a (nested) batch to `device`."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch
-
-
-def count_tokens(batch: Any) -> int:
-    """Non-padding tokens (attention_mask.sum()), else input_ids.numel(), else the batch size."""
+def count_tokens(batch: Any, sync: bool = True) -> int | torch.Tensor:
+    """Non-padding tokens (attention_mask.sum()), else input_ids.numel(), else the batch size. `sync=False`: the
+    mask's sum stays a tensor on the batch's device (no host synchronisation; the Trainer reads it when it logs)."""
     if isinstance(batch, Mapping):
         for key, count in (("attention_mask", lambda t: t.sum()), ("input_ids", lambda t: t.numel())):
             t = batch.get(key)
             if isinstance(t, torch.Tensor):
-                return int(count(t))
+                n = count(t)
+                return n if not sync and isinstance(n, torch.Tensor) else int(n)
         for t in batch.values():
             if isinstance(t, torch.Tensor) and t.ndim > 0:
                 return int(t.shape[0])

@@ -48,7 +48,7 @@ class LogWindow:
     def empty(self) -> bool:
         return self.micro == 0
 
-    def add(self, out: Mapping[str, Any], tokens: int) -> None:
+    def add(self, out: Mapping[str, Any], tokens: int | torch.Tensor) -> None:
         """Add one micro-batch's scalar outputs (tensors of ndim 0, ints, floats; the rest is not logged)."""
         for key, value in out.items():
             if isinstance(value, torch.Tensor):
@@ -75,7 +75,7 @@ class LogWindow:
         Every rank must call it (an all-reduce)."""
         keys = sorted(self.sums)
         steps_in_window = max(1, -(-self.micro // grad_accum))
-        vec = torch.tensor([float(self.sums[k]) for k in keys] + [self.micro, self.tokens],
+        vec = torch.tensor([float(self.sums[k]) for k in keys] + [self.micro, int(self.tokens)],
                            dtype=torch.float64, device=self.device)
         vec = D.all_reduce_sum(vec).tolist()
         total_micro, total_tokens = vec[-2], vec[-1]
@@ -91,7 +91,7 @@ class LogWindow:
         return totals
 
     def state_dict(self) -> dict[str, Any]:
-        return {"sums": {k: float(v) for k, v in self.sums.items()}, "counts": [self.micro, self.tokens],
+        return {"sums": {k: float(v) for k, v in self.sums.items()}, "counts": [self.micro, int(self.tokens)],
                 "time": time.perf_counter() - self.start}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

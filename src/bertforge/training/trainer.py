@@ -22,9 +22,9 @@ from tqdm.auto import tqdm
 from bertforge.errors import BertforgeError
 from bertforge.training import distributed as D
 from bertforge.training.config import TrainConfig
-from bertforge.training.distributed import resolve_device
-from bertforge.training.accel import compile_module, uncompile
-from bertforge.training.loader import BackgroundBatches, batch_stream, count_tokens, to_device
+from bertforge.device import (compile_by_default, compile_module, configure_matmul, loader_workers, move_model,
+                              oom_error, resolve_device, to_device, uncompile)
+from bertforge.training.loader import BackgroundBatches, batch_stream, count_tokens
 from bertforge.training.optim import build_optimizer, build_schedule
 from bertforge.training.state import (
     STATE_FILE,
@@ -85,10 +85,10 @@ class Trainer:
         self.device = resolve_device(cfg.device, local_rank)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
+        self.matmul_note = configure_matmul(self.device)  # TF32 on CUDA: said in the run header
         self._owns_process_group = D.init_distributed(self.device)
         self.is_main = self.rank == 0
-
-        self.model = model.to(self.device)  # the bare module: what save_fn / eval_fn see
+        self.model = move_model(model, self.device, "training")  # the bare module: what save_fn / eval_fn see
         self.ddp_model: nn.Module = self.model
         if D.is_distributed():
             self.ddp_model = DistributedDataParallel(
@@ -98,8 +98,7 @@ class Trainer:
             )
         self.loader = train_loader
         self.eval_fn, self.save_fn = eval_fn, save_fn or default_save_fn
-        self.load_fn = load_fn or default_load_fn
-        self.out_dir = Path(cfg.out_dir)
+        self.load_fn, self.out_dir = load_fn or default_load_fn, Path(cfg.out_dir)
         self.checkpoints = CheckpointDir(self.out_dir / "checkpoints", cfg.keep_checkpoints)
         if getattr(train_loader, "world_size", self.world_size) != self.world_size:
             log.warning("train_loader was built for world_size %s but %d processes run: build it with "
@@ -210,7 +209,7 @@ class Trainer:
                                         self.step if resume_dir else None, self.history if resume_dir else None)
             self.checkpoints.clean_temp()
         self._batches: BackgroundBatches | None = None
-        compile_module(self.model, self.cfg.compile)  # in place; undone when train() returns
+        compile_module(self.model, compile_by_default(self.device, self.cfg.compile))  # in place; undone at the end
         self._run_start = time.perf_counter()
         self._window.start_clock()
         self._first_step_of_run = True
@@ -238,6 +237,8 @@ class Trainer:
             if self.cfg.load_best_at_end and self.best_step is not None:
                 D.barrier()
                 self.load_fn(self.model, self.best_dir)
+        except torch.cuda.OutOfMemoryError:
+            raise oom_error(self.model, self.device, f"training step {self.step + 1}") from None
         finally:
             if self._batches is not None:
                 self._batches.close()  # rewinds the loader to the last batch trained on
@@ -268,8 +269,9 @@ class Trainer:
         return self._stop or (self.total_steps is not None and self.step >= self.total_steps)
 
     def _next_batch(self) -> Any:
-        if self._batches is None:  # prefetch > 0: made ahead in a thread, pinned for a non-blocking copy to a GPU
-            self._batches = batch_stream(self.loader, self.cfg.prefetch, self.device.type == "cuda")
+        if self._batches is None:  # made ahead (worker processes, or a thread), pinned for a GPU's non-blocking copy
+            self._batches = batch_stream(self.loader, self.cfg.prefetch, self.device.type == "cuda",
+                                         loader_workers(self.device, self.cfg.loader_workers))
         return next(self._batches)[0]
 
     def _loader_position(self) -> dict | None:
@@ -288,8 +290,8 @@ class Trainer:
             batch = self._next_batch()
             if not isinstance(batch, Mapping):
                 raise BertforgeError(f"train_loader: batches must be dicts of model inputs, got {type(batch).__name__}")
-            tokens = count_tokens(batch)
             batch = to_device(batch, self.device)
+            tokens = count_tokens(batch, sync=False)  # a device tensor: read only at logging steps
             # DDP all-reduces gradients in backward; skip it on all but the last micro-step
             sync = micro == cfg.grad_accum - 1 or self.ddp_model is self.model
             with contextlib.nullcontext() if sync else self.ddp_model.no_sync():
@@ -329,9 +331,10 @@ class Trainer:
             return
         mean = self._step_time[0] / self._step_time[1] if self._step_time[1] else step_seconds
         remaining = budget - self._elapsed()
-        decision = torch.tensor([float(remaining < mean), self.step + max(0.0, remaining) / max(mean, 1e-9)],
-                                dtype=torch.float64, device=self.device)
-        stop, horizon = D.broadcast_tensor(decision).tolist()  # every rank must stop at the same step, same LR
+        stop, horizon = float(remaining < mean), self.step + max(0.0, remaining) / max(mean, 1e-9)
+        if D.is_distributed():  # every rank must stop at the same step, same LR: rank 0's decision (a host sync)
+            decision = torch.tensor([stop, horizon], dtype=torch.float64, device=self.device)
+            stop, horizon = D.broadcast_tensor(decision).tolist()
         self._stop = bool(stop)
         if self.total_steps is None:
             self.schedule.set_total(max(int(horizon), self.step))
@@ -348,8 +351,7 @@ class Trainer:
         epoch = self._epoch()
         if epoch is not None:
             record["epoch"] = round(epoch, 4)
-        record.update(totals.means)
-        record["lr"] = self._lr_used
+        record.update(totals.means, lr=self._lr_used)
         # timing: in the history and speed.jsonl, never in metrics.jsonl (see _record)
         record["tokens_per_s"] = totals.tokens / max(totals.seconds, 1e-9)
         record["elapsed_s"] = round(self._elapsed(), 3)

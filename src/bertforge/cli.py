@@ -36,8 +36,17 @@ COMMAND_MODULES = [
 ]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's usage errors as one line naming the flag, like every other error of the CLI (exit 2).
+
+    Sub-commands inherit the class (add_subparsers defaults parser_class to the parent's type)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertforge", description="The BERT family end to end.")
+    parser = OneLineParser(prog="bertforge", description="The BERT family end to end.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

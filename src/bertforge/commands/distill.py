@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from bertforge.commands.bounds import COUNT, COUNT0, FRACTION, NONNEG, POSITIVE, SEED
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("distill", help="distil a teacher into a smaller student (general | task)",
@@ -16,32 +18,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--teacher", required=True, metavar="DIR", help="a masked LM (BertForMaskedLM / ForPreTraining)")
     g.add_argument("--corpus", required=True, nargs="+", metavar="PATH", help=".txt / .jsonl files or folders")
     g.add_argument("--out", required=True, metavar="DIR")
-    g.add_argument("--student-layers", type=int, help="student depth (default: half the teacher's, every other "
+    g.add_argument("--student-layers", type=COUNT, help="student depth (default: half the teacher's, every other "
                                                       "layer copied)")
     g.add_argument("--student-init", metavar="DIR", help="start from this masked LM instead (same vocabulary)")
     g.add_argument("--random-init", action="store_true", help="the same student shape, randomly initialised "
                                                               "(the from-scratch baseline)")
     budget = g.add_mutually_exclusive_group(required=True)
-    budget.add_argument("--max-steps", type=int)
+    budget.add_argument("--max-steps", type=COUNT)
     budget.add_argument("--time-budget", metavar="DUR", help="wall clock, e.g. 30m, 1h")
-    g.add_argument("--alpha-ce", type=float, default=5.0)
-    g.add_argument("--alpha-mlm", type=float, default=2.0)
-    g.add_argument("--alpha-cos", type=float, default=1.0)
-    g.add_argument("--temperature", type=float, default=2.0)
+    g.add_argument("--alpha-ce", type=NONNEG, default=5.0)
+    g.add_argument("--alpha-mlm", type=NONNEG, default=2.0)
+    g.add_argument("--alpha-cos", type=NONNEG, default=1.0)
+    g.add_argument("--temperature", type=POSITIVE, default=2.0)
     g.add_argument("--ce-positions", choices=("all", "masked"), default="all",
                    help="where the soft loss is taken: every real token (DistilBERT) or the masked ones")
-    g.add_argument("--seq-len", type=int, default=128)
-    g.add_argument("--batch-size", type=int, default=32)
-    g.add_argument("--lr", type=float, default=5e-4)
-    g.add_argument("--max-blocks", type=int, help="use at most this many blocks of the corpus")
+    g.add_argument("--seq-len", type=COUNT, default=128)
+    g.add_argument("--batch-size", type=COUNT, default=32)
+    g.add_argument("--lr", type=POSITIVE, default=5e-4)
+    g.add_argument("--max-blocks", type=COUNT, help="use at most this many blocks of the corpus")
     g.add_argument("--heldout-corpus", nargs="+", metavar="PATH",
                    help="held-out text for the MLM accuracy (default: the corpus' last 5%%)")
     g.add_argument("--teacher-precision", choices=("fp32", "bf16"), default="fp32")
     g.add_argument("--precision", choices=("fp32", "bf16"),
                    help="training autocast (default: bf16 where the CPU / GPU computes bf16 natively, else fp32)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=SEED, default=0)
     g.add_argument("--device", default="auto")
-    g.add_argument("--save-every", type=int, metavar="N", help="checkpoint every N steps (default: at the end)")
+    g.add_argument("--save-every", type=COUNT, metavar="N", help="checkpoint every N steps (default: at the end)")
     g.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     g.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
     g.add_argument("--progress", action="store_true")
@@ -54,28 +56,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", required=True, metavar="DIR")
     t.add_argument("--student", default="layers:3", help="layers:N (teacher layers spread evenly), bilstm, or a "
                                                          "pretrained encoder DIR with the teacher's vocabulary")
-    t.add_argument("--alpha", type=float, default=0.5, help="weight of the soft loss; 1 - alpha on the labels")
-    t.add_argument("--temperature", type=float, default=2.0)
-    t.add_argument("--epochs", type=float, default=3.0)
-    t.add_argument("--max-steps", type=int)
-    t.add_argument("--lr", type=float, help="default 5e-5 (transformer), 1e-3 (bilstm)")
-    t.add_argument("--batch-size", type=int, default=32)
-    t.add_argument("--max-seq-len", type=int)
-    t.add_argument("--train-limit", type=int, help="first N training examples")
-    t.add_argument("--limit", type=int, dest="eval_limit", help="first N evaluation examples")
+    t.add_argument("--alpha", type=FRACTION, default=0.5, help="weight of the soft loss; 1 - alpha on the labels")
+    t.add_argument("--temperature", type=POSITIVE, default=2.0)
+    t.add_argument("--epochs", type=POSITIVE, default=3.0)
+    t.add_argument("--max-steps", type=COUNT)
+    t.add_argument("--lr", type=POSITIVE, help="default 5e-5 (transformer), 1e-3 (bilstm)")
+    t.add_argument("--batch-size", type=COUNT, default=32)
+    t.add_argument("--max-seq-len", type=COUNT)
+    t.add_argument("--train-limit", type=COUNT, help="first N training examples")
+    t.add_argument("--limit", type=COUNT, dest="eval_limit", help="first N evaluation examples")
     t.add_argument("--text-col", default="text")
     t.add_argument("--text-pair-col")
     t.add_argument("--label-col", default="label")
-    t.add_argument("--augment", type=int, default=0, help="bilstm: augmented variants per example (paper: 20)")
-    t.add_argument("--p-mask", type=float, default=0.1)
-    t.add_argument("--p-ng", type=float, default=0.25)
-    t.add_argument("--bilstm-hidden", type=int, default=300)
+    t.add_argument("--augment", type=COUNT0, default=0, help="bilstm: augmented variants per example (paper: 20)")
+    t.add_argument("--p-mask", type=FRACTION, default=0.1)
+    t.add_argument("--p-ng", type=FRACTION, default=0.25)
+    t.add_argument("--bilstm-hidden", type=COUNT, default=300)
     t.add_argument("--teacher-precision", choices=("fp32", "bf16"), default="fp32")
     t.add_argument("--precision", choices=("fp32", "bf16"),
                    help="training autocast (default: bf16 where native for transformer students, fp32 for bilstm)")
-    t.add_argument("--seed", type=int, default=42)
+    t.add_argument("--seed", type=SEED, default=42)
     t.add_argument("--device", default="auto")
-    t.add_argument("--save-every", type=int, metavar="N", help="checkpoint every N steps (default: every epoch)")
+    t.add_argument("--save-every", type=COUNT, metavar="N", help="checkpoint every N steps (default: every epoch)")
     t.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     t.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
     t.add_argument("--progress", action="store_true")

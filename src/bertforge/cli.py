@@ -10,6 +10,7 @@ import importlib
 import io
 import logging
 import os
+import re
 import signal
 import sys
 import warnings
@@ -42,6 +43,8 @@ class OneLineParser(argparse.ArgumentParser):
     Sub-commands inherit the class (add_subparsers defaults parser_class to the parent's type)."""
 
     def error(self, message: str):  # type: ignore[override]
+        # "argument --lr: must be > 0 (got nan)" (a bound of bertforge.commands.bounds) -> "--lr must be > 0 ..."
+        message = re.sub(r"^argument (\S+): must be ", r"\1 must be ", message)
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -77,7 +80,10 @@ def _discard_stdout() -> None:
 
 def _run(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # a usage error (already printed as one line) or --help: a status, as for verbs
+        return exit_.code if isinstance(exit_.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

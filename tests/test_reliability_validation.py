@@ -64,3 +64,87 @@ def test_the_named_nonsense_of_the_issue_is_refused_by_the_console_script():
     one_line(cli("export", "--opset", "1"), "--opset must be in 14..20 (got 1)")
     # the rest of the issue's list (prune --max-examples 0, embed-train --max-steps 0, tokenizer train
     # --min-frequency -1, analyze heads --max-sentences 0) is in the in-process walk above
+
+
+# ---- model folders: config.json against the weights, the tokenizer against the embedding ------------------------
+def _tiny_model(root, layers: int = 2, vocab_lines: int = 100):
+    from bertforge.checkpoint import save_pretrained
+    from bertforge.config import ModelConfig
+    from bertforge.model import Encoder
+    from bertforge.tokenization import Tokenizer
+
+    words = [f"the cat sat on the mat number {i} and the dog ran w{i}" for i in range(vocab_lines)]
+    tok = Tokenizer.train(words, kind="wordpiece", vocab_size=60 + vocab_lines, min_frequency=1)
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)
+    save_pretrained(Encoder(cfg), root, cfg, tokenizer=tok)
+    return root
+
+
+@pytest.fixture(scope="module")
+def two_layers(tmp_path_factory):
+    return _tiny_model(tmp_path_factory.mktemp("two") / "model")
+
+
+def _with_config(src, dst, **fields):
+    import shutil
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg.update(fields)
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(num_hidden_layers=1), "num_hidden_layers is 1 but model.safetensors holds 2 layers (encoder.layer.0 .. "),
+    (dict(num_hidden_layers=3), "num_hidden_layers is 3 but model.safetensors holds 2 layers"),
+    (dict(num_hidden_layers=100_000), "num_hidden_layers is 100000 but model.safetensors holds 2 layers"),
+    (dict(num_hidden_layers=-2), "num_hidden_layers must be at least 1, got -2"),
+    (dict(hidden_size=65536, num_attention_heads=2), "hidden_size is 65536 but model.safetensors holds width 32"),
+    (dict(vocab_size=10**10), "vocab_size is 10000000000 but model.safetensors holds "),
+    (dict(max_position_embeddings=10**9), "max_position_embeddings is 1000000000 but model.safetensors holds 64 "),
+    (dict(intermediate_size=10**9), "intermediate_size is 1000000000 but model.safetensors holds no tensor"),
+])
+def test_a_config_the_weights_do_not_have_is_refused_before_any_model_is_built(two_layers, tmp_path, monkeypatch,
+                                                                                fields, message):
+    from bertforge.errors import BertforgeError
+    from bertforge.model import Encoder
+    from bertforge.model import encoder as encoder_module
+
+    bad = _with_config(two_layers, tmp_path / "bad", **fields)
+
+    def allocated(*args, **kwargs):
+        raise AssertionError("the model was built before config.json was checked against the weights")
+
+    monkeypatch.setattr(encoder_module.Encoder, "__init__", allocated)
+    with pytest.raises(BertforgeError) as err:
+        Encoder.from_pretrained(bad)
+    assert str(err.value).startswith(f"{bad / 'config.json'}: ") and message in str(err.value), str(err.value)
+
+
+def test_the_console_script_refuses_a_config_with_fewer_layers_than_the_weights(two_layers, tmp_path):
+    bad = _with_config(two_layers, tmp_path / "bad", num_hidden_layers=1)
+    (tmp_path / "in.txt").write_text("the cat\n")
+    one_line(cli("embed", "--model", str(bad), "--input", str(tmp_path / "in.txt"), "--out", str(tmp_path / "v.npy")),
+             "num_hidden_layers is 1 but model.safetensors holds 2 layers")
+    assert not (tmp_path / "v.npy").exists()
+
+
+def test_another_models_tokenizer_in_a_model_folder_is_one_line_at_load(two_layers, tmp_path):
+    import shutil
+
+    from bertforge.errors import BertforgeError
+    from bertforge.tokenization import Tokenizer
+
+    big = _tiny_model(tmp_path / "big", layers=1, vocab_lines=400)  # a larger vocabulary than two_layers' embedding
+    mixed = tmp_path / "mixed"
+    shutil.copytree(two_layers, mixed)
+    shutil.copy(big / "tokenizer.json", mixed / "tokenizer.json")
+    vocab = json.loads((two_layers / "config.json").read_text())["vocab_size"]
+    with pytest.raises(BertforgeError, match=f"but config.json's vocab_size is {vocab}: the tokenizer belongs to "):
+        Tokenizer.from_pretrained(mixed)
+    assert Tokenizer.from_pretrained(two_layers).vocab_size == vocab  # its own tokenizer still loads
+    (tmp_path / "in.txt").write_text("the cat w399\n")
+    one_line(cli("embed", "--model", str(mixed), "--input", str(tmp_path / "in.txt"), "--out",
+                 str(tmp_path / "v.npy")), "the tokenizer belongs to another model")

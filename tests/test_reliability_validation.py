@@ -148,3 +148,85 @@ def test_another_models_tokenizer_in_a_model_folder_is_one_line_at_load(two_laye
     (tmp_path / "in.txt").write_text("the cat w399\n")
     one_line(cli("embed", "--model", str(mixed), "--input", str(tmp_path / "in.txt"), "--out",
                  str(tmp_path / "v.npy")), "the tokenizer belongs to another model")
+
+
+# ---- data: non-finite scores, CoNLL tags and lengths -------------------------------------------------------------
+STS_HEADER = "sentence1\tsentence2\tscore\n"
+
+
+def _sts(path, scores):
+    path.write_text(STS_HEADER + "".join(f"a cat number {i}\tthe dog {i}\t{s}\n" for i, s in enumerate(scores)))
+    return path
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-Infinity"])
+def test_a_non_finite_score_names_the_file_and_line_in_every_reader(tmp_path, bad):
+    from bertforge.embed.data import read_examples
+    from bertforge.errors import BertforgeError
+    from bertforge.tasks.glue import read_stsb
+    from bertforge.tasks.table import read_table
+
+    f = _sts(tmp_path / "sts.tsv", ["1.0", "2.5", bad, "4"])
+    with pytest.raises(BertforgeError, match=f"sts.tsv:4: the score '{bad}' is not a finite number"):
+        read_examples(f)  # embed-train / embed-eval --sts
+    with pytest.raises(BertforgeError, match=f"sts.tsv:4: the score '{bad}' is not a finite number"):
+        read_stsb(f)  # finetune --task stsb on a GLUE folder
+    with pytest.raises(BertforgeError, match=f"sts.tsv:4: the score '{bad}' is not a finite number"):
+        read_table(f, "sentence1", "sentence2", "score", regression=True)  # finetune --task regress FILE
+    (tmp_path / "sts.jsonl").write_text('{"sentence1": "a", "sentence2": "b", "score": 1}\n'
+                                        '{"sentence1": "a", "sentence2": "b", "score": NaN}\n')
+    with pytest.raises(BertforgeError, match=r"sts.jsonl:2: the score nan is not a finite number"):
+        read_examples(tmp_path / "sts.jsonl")
+    assert [e.label for e in read_examples(_sts(tmp_path / "ok.tsv", ["1", "2.5"])).examples] == [1.0, 2.5]
+
+
+def test_a_nan_gold_score_is_one_line_from_the_console_script(two_layers, tmp_path):
+    sts = _sts(tmp_path / "sts.tsv", ["1.0", "nan", "3"])
+    one_line(cli("embed-eval", "--model", str(two_layers), "--sts", str(sts)), "sts.tsv:3: the score 'nan'")
+    train = _sts(tmp_path / "train.tsv", ["1.0", "2.0", "3.0", "4.0"])
+    one_line(cli("finetune", "--model", str(two_layers), "--task", "stsb", "--train", str(train), "--eval", str(sts),
+                 "--text-col", "sentence1", "--text-pair-col", "sentence2", "--label-col", "score",
+                 "--out", str(tmp_path / "ft")), "sts.tsv:3: the score 'nan' is not a finite number")
+    assert not (tmp_path / "ft").exists()
+
+
+def _conll(path, sentences):
+    path.write_text("".join("".join(f"{w} NN O {t}\n" for w, t in s) + "\n" for s in sentences))
+    return path
+
+
+def test_conll_tags_outside_the_iob_scheme_are_refused_and_a_lone_entity_type_is_warned(tmp_path):
+    import warnings as warnings_module
+
+    from bertforge.errors import BertforgeError
+    from bertforge.tasks.conll import read_conll
+
+    ok = [[("Anna", "B-PER"), ("went", "O")], [("to", "O"), ("Rome", "B-LOC")]]
+    bad = _conll(tmp_path / "bad.txt", [*ok, [("x", "O"), ("Bob", "BPER")]])
+    with pytest.raises(BertforgeError, match=r"bad.txt:8: tag 'BPER' is not an IOB tag"):
+        read_conll(bad)
+    many = [[(f"P{i}", "B-PER"), ("and", "O"), (f"L{i}", "B-LOC")] for i in range(30)]
+    typo = _conll(tmp_path / "typo.txt", [*many, [("Oslo", "B-FOO"), ("x", "O")]])
+    with warnings_module.catch_warnings(record=True) as seen:
+        warnings_module.simplefilter("always")
+        assert len(read_conll(typo)) == 31  # read, not refused: rare types exist
+    lines = [str(w.message) for w in seen]
+    assert lines == ["typo.txt:121: entity type 'FOO' (B-FOO) occurs once among 61 entities; a typo? It becomes a "
+                     "label of its own"], lines
+    with warnings_module.catch_warnings(record=True) as seen:  # POS tags are no IOB scheme; few entities: no noise
+        warnings_module.simplefilter("always")
+        read_conll(_conll(tmp_path / "few.txt", [*ok, [("Oslo", "B-FOO")]]))
+        read_conll(tmp_path / "few.txt", tag_col=1)
+    assert seen == []
+
+
+def test_a_conll_file_without_blank_lines_warns_how_many_words_are_cut(tmp_path):
+    from bertforge.tasks.conll import read_conll, warn_long_sentences
+
+    words = [(f"w{i}", "B-PER" if i % 7 == 0 else "O") for i in range(600)]
+    flat = _conll(tmp_path / "flat.txt", [words])
+    with pytest.warns(UserWarning) as seen:
+        warn_long_sentences(read_conll(flat), flat, 128)
+    assert [str(w.message) for w in seen] == [
+        f"{flat}: 1 sentence(s) have more words than --max-seq-len 128 holds (the longest 600): at least 474 words "
+        "are cut off; is a blank line missing between sentences?"]

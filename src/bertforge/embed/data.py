@@ -11,6 +11,7 @@ Accepted layouts (the reader decides per file; errors name file:line):
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,11 +40,16 @@ class Dataset:
         return self.examples[i]
 
 
-def _float(value: str) -> float | None:
+def _float(value: object, where: str) -> float | None:
+    """A score, None when `value` is no number (the row is then read as texts); nan / inf is an error, since it
+    would otherwise be trained on or scored as `"spearman": NaN`."""
     try:
-        return float(value)
+        score = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
+    if not math.isfinite(score):
+        raise BertforgeError(f"{where}: the score {value!r} is not a finite number")
+    return score
 
 
 def _nli_label(value, where: str) -> int | None:
@@ -72,7 +78,7 @@ def _read_jsonl(path: Path) -> Dataset:
             kinds.add("nli")
             ds.examples.append(Example([rec["premise"], rec["hypothesis"]], label))
         elif "sentence1" in rec and "sentence2" in rec:
-            score = _float(rec.get("score", rec.get("label")))
+            score = _float(rec.get("score", rec.get("label")), where)
             kinds.add("scored" if score is not None else "pair")
             ds.examples.append(Example([rec["sentence1"], rec["sentence2"]], score))
         elif ("anchor" in rec or "query" in rec) and "positive" in rec:
@@ -112,11 +118,11 @@ def _read_tsv(path: Path) -> Dataset:
                 texts = [cols[header["sentence1"]], cols[header["sentence2"]]]
             except IndexError:
                 raise BertforgeError(f"{where}: fewer columns than the header") from None
-            score = _float(cols[score_col]) if score_col is not None and score_col < len(cols) else None
-        elif len(cols) >= 7 and _float(cols[4]) is not None:  # STS-benchmark layout
-            texts, score = [cols[5], cols[6]], _float(cols[4])
-        elif len(cols) == 3 and _float(cols[2]) is not None:
-            texts, score = cols[:2], _float(cols[2])
+            score = _float(cols[score_col], where) if score_col is not None and score_col < len(cols) else None
+        elif len(cols) >= 7 and _float(cols[4], where) is not None:  # STS-benchmark layout
+            texts, score = [cols[5], cols[6]], _float(cols[4], where)
+        elif len(cols) == 3 and _float(cols[2], where) is not None:
+            texts, score = cols[:2], _float(cols[2], where)
         elif len(cols) in (2, 3):
             texts, score = cols, None
         else:

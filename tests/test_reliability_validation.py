@@ -230,3 +230,32 @@ def test_a_conll_file_without_blank_lines_warns_how_many_words_are_cut(tmp_path)
     assert [str(w.message) for w in seen] == [
         f"{flat}: 1 sentence(s) have more words than --max-seq-len 128 holds (the longest 600): at least 474 words "
         "are cut off; is a blank line missing between sentences?"]
+
+
+# ---- lengths and heads that the model cannot hold ----------------------------------------------------------------
+def _sst2(path, n=8):
+    path.write_text("sentence\tlabel\n" + "".join(f"the cat {i} sat\t{i % 2}\n" for i in range(n)))
+    return path
+
+
+def test_finetune_refuses_a_length_beyond_the_positions_and_a_head_of_another_task(two_layers, tmp_path):
+    train = _sst2(tmp_path / "train.tsv")
+    base = ["finetune", "--train", str(train), "--eval", str(train), "--max-steps", "1"]
+    one_line(cli(*base, "--model", str(two_layers), "--task", "sst2", "--max-seq-len", "100000",
+                 "--out", str(tmp_path / "a")),
+             f"--max-seq-len 100000 is longer than the 64 positions of {two_layers}; use --max-seq-len 64 or less")
+    # a model fine-tuned for SST-2 (what finetune writes into config.json), then asked for STS-B
+    fr = _with_config(two_layers, tmp_path / "FR", bertforge_task={"name": "sst2", "kind": "classify"},
+                      id2label={"0": "0", "1": "1"}, label2id={"0": 0, "1": 1})
+    sts = _sts(tmp_path / "sts.tsv", ["1", "2", "3"])
+    one_line(cli("finetune", "--model", str(fr), "--task", "stsb", "--train", str(sts), "--eval", str(sts),
+                 "--text-col", "sentence1", "--text-pair-col", "sentence2", "--label-col", "score",
+                 "--out", str(tmp_path / "b")),
+             f"{fr} was fine-tuned for sst2 (2 labels); stsb is a regression task, so its head does not fit")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_longify_refuses_a_length_shorter_than_the_model_has(two_layers, tmp_path):
+    one_line(cli("longify", "--model", str(two_layers), "--max-length", "10", "--out", str(tmp_path / "long")),
+             f"--max-length 10 is shorter than the 64 positions {two_layers} already has")
+    assert not (tmp_path / "long").exists()

@@ -259,3 +259,19 @@ def test_longify_refuses_a_length_shorter_than_the_model_has(two_layers, tmp_pat
     one_line(cli("longify", "--model", str(two_layers), "--max-length", "10", "--out", str(tmp_path / "long")),
              f"--max-length 10 is shorter than the 64 positions {two_layers} already has")
     assert not (tmp_path / "long").exists()
+
+
+def test_embed_train_refuses_a_labelled_classification_file(two_layers, tmp_path):
+    from bertforge.embed.data import read_examples
+    from bertforge.errors import BertforgeError
+
+    labelled = _sst2(tmp_path / "sst.tsv")
+    one_line(cli("embed-train", "--model", str(two_layers), "--train", str(labelled), "--loss", "mnrl",
+                 "--out", str(tmp_path / "et")), "sst.tsv: the first line (sentence, label) is a header, but not one")
+    assert not (tmp_path / "et").exists()
+    (tmp_path / "nohead.tsv").write_text("".join(labelled.read_text().splitlines(keepends=True)[1:]))
+    with pytest.raises(BertforgeError, match="every row's second column is a number"):
+        read_examples(tmp_path / "nohead.tsv")
+    (tmp_path / "pairs.tsv").write_text("the cat\na cat\nthe dog 2\ta dog\n".replace("\na cat", "\ta cat"))
+    assert [e.texts for e in read_examples(tmp_path / "pairs.tsv").examples] == [["the cat", "a cat"],
+                                                                                 ["the dog 2", "a dog"]]

@@ -130,7 +130,28 @@ def _read_tsv(path: Path) -> Dataset:
                                  f"got {len(cols)}")
         kinds.add("scored" if score is not None else ("triplet" if len(texts) == 3 else "pair"))
         ds.examples.append(Example(texts, score))
+    if header is None and kinds <= {"pair", "triplet"}:
+        _refuse_labelled(ds, path)
     return _finish(ds, kinds, path)
+
+
+# Column names of the labelled and paired layouts: a first row made of these is a header, not a pair of texts.
+_HEADER_WORDS = {"sentence", "sentence1", "sentence2", "text", "text_a", "text_b", "label", "score", "question",
+                 "answer", "premise", "hypothesis", "anchor", "positive", "negative", "query", "id", "index", "idx"}
+
+
+def _refuse_labelled(ds: Dataset, path: Path) -> None:
+    """A classification file (text<TAB>label, maybe with a header) read as text pairs would train the header and
+    use labels as texts (an mnrl / triplet loss takes any pair): refuse it in one line."""
+    first = [t.strip().lower() for t in ds.examples[0].texts]
+    if all(t in _HEADER_WORDS for t in first):
+        raise BertforgeError(f"{path}: the first line ({', '.join(first)}) is a header, but not one naming "
+                             "sentence1 / sentence2 columns: embed-train reads pairs of texts (see the layouts in "
+                             "docs/embeddings.md)")
+    rows = ds.examples
+    if all(_float(t, str(path)) is not None for ex in rows for t in ex.texts[1:]):
+        raise BertforgeError(f"{path}: every row's second column is a number (a label?), not a text: a labelled "
+                             "file (text<TAB>label) is no pair file for embed-train")
 
 
 def _finish(ds: Dataset, kinds: set[str], path: Path) -> Dataset:

@@ -275,3 +275,55 @@ def test_embed_train_refuses_a_labelled_classification_file(two_layers, tmp_path
     (tmp_path / "pairs.tsv").write_text("the cat\na cat\nthe dog 2\ta dog\n".replace("\na cat", "\ta cat"))
     assert [e.texts for e in read_examples(tmp_path / "pairs.tsv").examples] == [["the cat", "a cat"],
                                                                                  ["the dog 2", "a dog"]]
+
+
+# ---- tracebacks that are one line now ----------------------------------------------------------------------------
+def test_pretrain_refuses_a_gpt_model_folder_as_tokenizer(tmp_path):
+    import transformers
+
+    from bertforge.tokenization import Tokenizer
+
+    gpt = tmp_path / "gpt"
+    tok = Tokenizer.train([f"the cat sat on the mat {i}" for i in range(200)], kind="gpt2", vocab_size=300,
+                          min_frequency=1)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=tok.vocab_size,
+                                                         n_positions=64)).save_pretrained(gpt)
+    tok.save_pretrained(gpt)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"the cat sat on the mat number {i}\n\n" for i in range(60)))
+    one_line(cli("pretrain", "--tokenizer", str(gpt), "--corpus", str(corpus), "--size", "bert-tiny", "--seq-len",
+                 "32", "--max-steps", "1", "--out", str(tmp_path / "pt")),
+             f"--tokenizer {gpt}: a gpt2 tokenizer without a mask token cannot feed the mlm+nsp objective")
+    assert not (tmp_path / "pt").exists()
+
+
+def test_a_quantised_model_refuses_bf16_in_one_line_and_embeds_in_fp32(two_layers, tmp_path):
+    q = tmp_path / "q"
+    assert cli("quantize", "--model", str(two_layers), "--out", str(q)).returncode == 0
+    (tmp_path / "in.txt").write_text("the cat\nthe dog\n")
+    base = ["embed", "--model", str(q), "--input", str(tmp_path / "in.txt"), "--no-progress", "--out"]
+    one_line(cli(*base, str(tmp_path / "bf.npy"), "--precision", "bf16"),
+             "--precision bf16: the model holds int8 weights (bertforge quantize)")
+    assert not (tmp_path / "bf.npy").exists()
+    proc = cli(*base, str(tmp_path / "v.npy"))
+    assert proc.returncode == 0, proc.stderr
+    import numpy as np
+    assert np.load(tmp_path / "v.npy").shape == (2, 32)
+
+
+def test_index_build_on_a_full_disk_is_one_line_and_leaves_no_folder(two_layers, tmp_path):
+    import resource
+    import signal
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"passage number {i} about the cat and the dog\n" for i in range(400)))
+
+    def small_disk() -> None:  # every write past 20 kB fails, as on a full disk; the 51 kB index cannot be written
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    out = tmp_path / "idx"
+    proc = cli("index", "build", "--model", str(two_layers), "--corpus", str(corpus), "--out", str(out),
+               "--no-progress", preexec_fn=small_disk)
+    one_line(proc, f"{out / 'index.faiss'}: cannot write: File too large")
+    assert not out.exists()

@@ -130,7 +130,7 @@ def _read_tsv(path: Path) -> Dataset:
                                  f"got {len(cols)}")
         kinds.add("scored" if score is not None else ("triplet" if len(texts) == 3 else "pair"))
         ds.examples.append(Example(texts, score))
-    if header is None and kinds <= {"pair", "triplet"}:
+    if header is None and ds.examples and kinds <= {"pair", "triplet"}:
         _refuse_labelled(ds, path)
     return _finish(ds, kinds, path)
 

@@ -13,7 +13,7 @@ import torch
 
 from bertforge import cli as bertforge_cli
 from bertforge.commands.bounds import Number
-from tests.test_reliability import cli, one_line
+from test_reliability import cli, one_line
 
 
 # ---- every numeric flag of every verb --------------------------------------------------------------------------

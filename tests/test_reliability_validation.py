@@ -253,6 +253,8 @@ def test_finetune_refuses_a_length_beyond_the_positions_and_a_head_of_another_ta
                  "--out", str(tmp_path / "b")),
              f"{fr} was fine-tuned for sst2 (2 labels); stsb is a regression task, so its head does not fit")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    one_line(cli("evaluate", "--model", str(fr), "--task", "sst2", "--eval", str(train), "--max-seq-len", "65"),
+             f"--max-seq-len 65 is longer than the 64 positions of {fr}")
 
 
 def test_longify_refuses_a_length_shorter_than_the_model_has(two_layers, tmp_path):

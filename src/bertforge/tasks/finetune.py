@@ -356,6 +356,7 @@ def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "de
         raise BertforgeError(f"{path} was fine-tuned for {task.get('name')} ({task.get('kind')}), "
                              f"not a {cfg.kind} task like {cfg.task}")
     kind = kind_for(cfg, task, labels)
+    check_model_fits(cfg, kind, path)  # an --max-seq-len beyond the positions
     _, evaluation = read_examples(cfg, kind, split, need_train=False)  # checked before the model is loaded
     data = encode_data(cfg, kind, [], evaluation, Tokenizer.from_pretrained(path))
     model = kind.load(onnx_file(model_path) or path)

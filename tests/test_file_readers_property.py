@@ -15,6 +15,7 @@ from bertforge.embed.data import read_corpus, read_examples, read_texts
 from bertforge.errors import BertforgeError
 from bertforge.tasks.conll import read_conll
 from bertforge.tasks.glue import read_cola, read_mrpc, read_nli_jsonl, read_sst2, read_stsb
+from bertforge.tasks.inputs import choice_inputs, qa_inputs, tagging_inputs, text_inputs
 from bertforge.tasks.squad import read_squad
 from bertforge.tasks.swag import read_swag
 from bertforge.tasks.table import read_table
@@ -89,6 +90,10 @@ READERS = {
     "read_table tsv": (lambda p: read_table(p, "text", "text_b", "label"), ".tsv"),
     "read_table csv regression": (lambda p: read_table(p, "sentence1", "sentence2", "score", regression=True), ".csv"),
     "read_table jsonl": (lambda p: read_table(p, "text", None, "label"), ".jsonl"),
+    "predict text_inputs": (lambda p: text_inputs(p, None, "text", None), ".tsv"),
+    "predict tagging_inputs": (tagging_inputs, ".txt"),
+    "predict qa_inputs": (qa_inputs, ".jsonl"),
+    "predict choice_inputs": (choice_inputs, ".jsonl"),
     "embed read_examples tsv": (read_examples, ".tsv"),
     "embed read_examples jsonl": (read_examples, ".jsonl"),
     "embed read_texts": (read_texts, ".txt"),

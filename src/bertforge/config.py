@@ -325,10 +325,12 @@ def check_against_weights(cfg: ModelConfig, weights: Path, source: str) -> None:
                 refuse("embedding_size" if factorised else "hidden_size", f"width {shape[1]} ({name})")
         if _POSITIONS.search(name) and len(shape) == 2 and shape[0] != cfg.max_position_embeddings:
             refuse("max_position_embeddings", f"{shape[0]} positions ({name})")
-    dims = {n for shape in shapes.values() for n in shape}
+    # A size beyond every dimension in the file is refused here, before it is allocated; a smaller mismatch is
+    # left to load_pretrained, whose message names the tensor and both shapes.
+    largest = max((n for shape in shapes.values() for n in shape), default=None)
     for field in ("hidden_size", "intermediate_size"):
-        if dims and getattr(cfg, field) not in dims:
-            refuse(field, f"no tensor with a dimension of {getattr(cfg, field)}")
+        if largest is not None and getattr(cfg, field) > largest:
+            refuse(field, f"no tensor with a dimension of {getattr(cfg, field)} (the largest is {largest})")
     layers: dict[str, set[int]] = {}
     for name in shapes:
         if m := _LAYER_INDEX.match(name):

@@ -329,3 +329,30 @@ def test_index_build_on_a_full_disk_is_one_line_and_leaves_no_folder(two_layers,
                "--no-progress", preexec_fn=small_disk)
     one_line(proc, f"{out / 'index.faiss'}: cannot write: File too large")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(num_layers=3), "encoder_layers is 3 but model.safetensors holds 1 encoder layers"),
+    (dict(num_decoder_layers=100_000), "decoder_layers is 100000 but model.safetensors holds 1 decoder layers"),
+    (dict(vocab_size=10**10), "vocab_size is 10000000000 but model.safetensors holds no tensor with a dimension"),
+    (dict(d_model=65536), "d_model is 65536 but model.safetensors holds no tensor"),
+    (dict(num_layers=-2), "encoder_layers must be at least 1"),
+])
+def test_an_encoder_decoder_config_the_weights_do_not_have_is_refused_before_any_model_is_built(
+        tmp_path, monkeypatch, fields, message):
+    from bertforge.config_seq2seq import compose_seq2seq
+    from bertforge.errors import BertforgeError
+    from bertforge.model import seq2seq as seq2seq_module
+    from bertforge.model.seq2seq import Seq2SeqLM
+
+    seq2seq_module.Seq2SeqLM(compose_seq2seq("t5", "tiny", vocab_size=50, encoder_layers=1,
+                                             decoder_layers=1)).save_pretrained(tmp_path / "t5")
+    bad = _with_config(tmp_path / "t5", tmp_path / "bad", **fields)
+
+    def allocated(*args, **kwargs):
+        raise AssertionError("the model was built before config.json was checked against the weights")
+
+    monkeypatch.setattr(seq2seq_module.Seq2SeqLM, "__init__", allocated)
+    with pytest.raises(BertforgeError) as err:
+        Seq2SeqLM.from_pretrained(bad)
+    assert str(err.value).startswith(f"{bad / 'config.json'}: ") and message in str(err.value), str(err.value)

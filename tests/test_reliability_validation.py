@@ -356,3 +356,17 @@ def test_an_encoder_decoder_config_the_weights_do_not_have_is_refused_before_any
     with pytest.raises(BertforgeError) as err:
         Seq2SeqLM.from_pretrained(bad)
     assert str(err.value).startswith(f"{bad / 'config.json'}: ") and message in str(err.value), str(err.value)
+
+
+def test_a_nan_class_label_names_the_file_and_line(tmp_path):
+    from bertforge.errors import BertforgeError
+    from bertforge.tasks.table import read_table
+
+    (tmp_path / "t.csv").write_text("text,label\nthe cat,pos\nthe dog,nan\n")
+    with pytest.raises(BertforgeError, match=r"t.csv:3: the label 'nan' is a missing value, not a class"):
+        read_table(tmp_path / "t.csv", "text", None, "label")
+    (tmp_path / "t.jsonl").write_text('{"text": "a", "label": "pos"}\n{"text": "b", "label": NaN}\n')
+    with pytest.raises(BertforgeError, match=r"t.jsonl:2: the label 'nan' is a missing value"):
+        read_table(tmp_path / "t.jsonl", "text", None, "label")
+    (tmp_path / "ok.csv").write_text("text,label\nthe cat,pos\nthe dog,neg\n")
+    assert read_table(tmp_path / "ok.csv", "text", None, "label")[1] == ["neg", "pos"]

@@ -217,15 +217,15 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> FinetuneResult:
 def check_model_fits(cfg: FinetuneConfig, kind: TaskKind, model_dir: Path) -> None:
     """Before any work: an input length the model's position table cannot hold (an IndexError at the first long
     text otherwise), and a model fine-tuned for a task of another kind (a head of the wrong shape otherwise)."""
-    from bertforge.config import ModelConfig
+    from bertforge.config import FAMILIES, ModelConfig
     from bertforge.tasks.config import default_max_len
 
     config = read_json(model_dir / "config.json")
-    if config.get("model_type") in ("t5", "bart"):
-        return  # encoder-decoders: their own config (Seq2SeqConfig), positions checked by their kind
-    mcfg = ModelConfig.from_hf_dict(config, source=str(model_dir / "config.json"))
-    positions = mcfg.max_position_embeddings - mcfg.position_offset
-    learned = mcfg.position_embedding_type == "absolute" and mcfg.model_type != "xlnet"  # rotary / relative: none
+    mcfg = None  # encoder-decoders (their own Seq2SeqConfig) and the BiLSTM student have no position table here
+    if config.get("model_type") in FAMILIES:
+        mcfg = ModelConfig.from_hf_dict(config, str(model_dir / "config.json"))
+    positions = mcfg.max_position_embeddings - mcfg.position_offset if mcfg else 0
+    learned = mcfg is not None and mcfg.position_embedding_type == "absolute" and mcfg.model_type != "xlnet"
     if learned and cfg.max_seq_len != default_max_len(kind.name) and kind.max_len > positions:
         raise BertforgeError(f"--max-seq-len {kind.max_len} is longer than the {positions} positions of {model_dir}; "
                              f"use --max-seq-len {positions} or less")

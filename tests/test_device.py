@@ -317,8 +317,7 @@ def test_every_verb_with_device_says_the_same(capsys):
     helps = {}
     for verb in (["embed"], ["predict"], ["evaluate"], ["finetune"], ["pretrain"], ["generate"], ["serve"],
                  ["distill", "task"], ["index", "build"]):
-        with pytest.raises(SystemExit):
-            cli.main([*verb, "--help"])
+        assert cli.main([*verb, "--help"]) == 0
         text = " ".join(capsys.readouterr().out.split())
         helps[" ".join(verb)] = "--device DEV auto (a GPU when there is one) | cpu | cuda | cuda:N | mps" in text
     assert all(helps.values()), helps

@@ -120,8 +120,8 @@ def test_tiled_positions_and_bad_input(corpus, tmp_path):
     assert new.shape == (12, 2) and torch.equal(new[:2], old[:2]) and torch.equal(new[6:10], old[2:6])
     assert torch.equal(tiled_positions(old, 0, 1, 7)[1:], torch.cat([old, old[:1]]))
     src, _, _ = _source(tmp_path, corpus[1], "bert")
-    with pytest.raises(BertforgeError, match="--max-length 0 must be at least 2"):
-        run("longify", "--model", str(src), "--max-length", "0", "--out", str(tmp_path / "a"))
+    with pytest.raises(BertforgeError, match="--max-length 1 must be at least 2"):
+        run("longify", "--model", str(src), "--max-length", "1", "--out", str(tmp_path / "a"))
     with pytest.raises(BertforgeError, match="attention_window 15 must be a positive even"):
         run("longify", "--model", str(src), "--max-length", "64", "--out", str(tmp_path / "b"),
             "--attention-window", "15")

@@ -229,7 +229,7 @@ def test_missing_extra_and_bad_model_dir(monkeypatch, capsys, tmp_path):
     line = capsys.readouterr().err.strip()
     assert "\n" not in line and "model directory not found" in line
     assert main(["serve", "--model", str(tmp_path), "--batches-in-flight", "0"]) == 2
-    assert "--batches-in-flight must be at least 1, got 0" in capsys.readouterr().err
+    assert "--batches-in-flight must be at least 1 (got 0)" in capsys.readouterr().err
 
 
 # ---- batching under concurrency --------------------------------------------------------------------------------------

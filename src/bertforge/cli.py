@@ -11,6 +11,7 @@ import importlib
 import io
 import logging
 import os
+import re
 import signal
 import sys
 import warnings
@@ -39,8 +40,19 @@ COMMAND_MODULES = [
 ]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's usage errors as one line naming the flag, like every other error of the CLI (exit 2).
+
+    Sub-commands inherit the class (add_subparsers defaults parser_class to the parent's type)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        # "argument --lr: must be > 0 (got nan)" (a bound of bertforge.commands.bounds) -> "--lr must be > 0 ..."
+        message = re.sub(r"^argument (\S+): must be ", r"\1 must be ", message)
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertforge", description="The BERT family end to end.")
+    parser = OneLineParser(prog="bertforge", description="The BERT family end to end.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -124,7 +136,10 @@ def _run(argv: list[str] | None) -> int:
     except BertforgeError as err:
         print(f"bertforge {' '.join(argv[:1]) or '-'}: error: {err}", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # a usage error (already printed as one line) or --help: a status, as for verbs
+        return exit_.code if isinstance(exit_.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

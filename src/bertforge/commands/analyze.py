@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from bertforge.commands.bounds import COUNT
 from bertforge.errors import BertforgeError
 
 
@@ -30,18 +31,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--out", required=True, metavar="F.png|F.html")
     a.add_argument("--layers", type=_ints, help="comma-separated layers (default all)")
     a.add_argument("--heads", type=_ints, help="comma-separated heads (default all)")
-    a.add_argument("--max-length", type=int, help="truncate longer inputs (default the model's maximum)")
+    a.add_argument("--max-length", type=COUNT, help="truncate longer inputs (default the model's maximum)")
     a.set_defaults(func=attention_command)
 
     h = verbs.add_parser("heads", help="per-head attention statistics over a corpus (Clark et al. 2019)")
     h.add_argument("--model", required=True, metavar="DIR")
     h.add_argument("--input", required=True, metavar="FILE", help="one sentence per line")
     h.add_argument("--out", required=True, metavar="DIR")
-    h.add_argument("--max-sentences", type=int, default=1000)
-    h.add_argument("--max-length", type=int, default=128)
-    h.add_argument("--js-sentences", type=int, default=200, help="sentences for the JS distances (default 200)")
-    h.add_argument("--clusters", type=int, default=8)
-    h.add_argument("--batch-size", type=int, default=32)
+    h.add_argument("--max-sentences", type=COUNT, default=1000)
+    h.add_argument("--max-length", type=COUNT, default=128)
+    h.add_argument("--js-sentences", type=COUNT, default=200, help="sentences for the JS distances (default 200)")
+    h.add_argument("--clusters", type=COUNT, default=8)
+    h.add_argument("--batch-size", type=COUNT, default=32)
     h.set_defaults(func=heads_command)
 
     r = verbs.add_parser("probe", help="a linear probe per layer with random-init and majority controls")
@@ -50,10 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--data", required=True, metavar="PATH", help="CoNLL-2003 file (pos|chunk|ner) or SST-2 TSV")
     r.add_argument("--eval", metavar="PATH", help="held-out file (default: the last 20%% of --data)")
     r.add_argument("--out", required=True, metavar="DIR")
-    r.add_argument("--max-sentences", type=int, help="use only the first N sentences of --data")
-    r.add_argument("--epochs", type=int, default=8, help="passes of the probes over the training words (default 8)")
+    r.add_argument("--max-sentences", type=COUNT, help="use only the first N sentences of --data")
+    r.add_argument("--epochs", type=COUNT, default=8, help="passes of the probes over the training words (default 8)")
     r.add_argument("--no-control", action="store_true", help="skip the random-init control")
-    r.add_argument("--batch-size", type=int, default=32)
+    r.add_argument("--batch-size", type=COUNT, default=32)
     r.set_defaults(func=probe_command)
 
     i = verbs.add_parser("importance", help="Michel et al. head importance as a layer x head heat map")
@@ -61,8 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--task", required=True)
     i.add_argument("--data", required=True, metavar="PATH", help="labelled task data")
     i.add_argument("--out", required=True, metavar="DIR")
-    i.add_argument("--max-examples", type=int, default=2000)
-    i.add_argument("--batch-size", type=int, default=32)
+    i.add_argument("--max-examples", type=COUNT, default=2000)
+    i.add_argument("--batch-size", type=COUNT, default=32)
     i.set_defaults(func=importance_command)
 
     e = verbs.add_parser("explain", help="Integrated Gradients token attributions (needs captum)")
@@ -70,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--text", required=True)
     e.add_argument("--out", required=True, metavar="F.html|F.png")
     e.add_argument("--target", help="label to explain (default: the predicted one)")
-    e.add_argument("--steps", type=int, default=50)
+    e.add_argument("--steps", type=COUNT, default=50)
     e.set_defaults(func=explain_command)
 
 

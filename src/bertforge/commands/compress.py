@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from bertforge.commands.bounds import OPSET
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quantize", help="dynamic int8 quantisation of an encoder / sentence encoder / task model",
@@ -22,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", default="onnx", choices=("onnx",))
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--int8", action="store_true", help="also write model.int8.onnx (dynamic int8)")
-    p.add_argument("--opset", type=int, default=17)
+    p.add_argument("--opset", type=OPSET, default=17)
     p.add_argument("--overwrite", action="store_true", help="replace an earlier output in --out")
     p.set_defaults(func=export_command)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bertforge.commands.options import add_tracking_args, tracking
 from bertforge.device import PRECISIONS, add_device_args
+from bertforge.commands.bounds import COUNT, POSITIVE, SEED
 from bertforge.errors import BertforgeError
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
@@ -33,13 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--train", required=True, metavar="FILE", help="training file (tsv / jsonl; see docs/embeddings.md)")
     p.add_argument("--out", required=True, metavar="DIR", help="where the trained model goes")
     p.add_argument("--loss", default="cosine", choices=("cosine", "softmax", "triplet", "mnrl"))
-    p.add_argument("--epochs", type=float, default=1.0)
-    p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--lr", type=float, default=2e-5)
+    p.add_argument("--epochs", type=POSITIVE, default=1.0)
+    p.add_argument("--max-steps", type=COUNT, help="stop after this many steps (overrides --epochs)")
+    p.add_argument("--batch-size", type=COUNT, default=16)
+    p.add_argument("--lr", type=POSITIVE, default=2e-5)
     p.add_argument("--pooling", choices=POOLINGS, help="pooling for a plain HF dir (default mean)")
     p.add_argument("--eval", metavar="FILE", help="scored-pair file for STS Spearman after training")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (refused otherwise)")
     add_tracking_args(p)
     p.set_defaults(func=train_command)
@@ -54,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--passages", metavar="FILE", help="passage per line")
     p.add_argument("--qrels", metavar="FILE", help="per line: comma-separated 0-based passage rows relevant to that "
                                                    "query")
-    p.add_argument("--limit", type=int, help="evaluate only the first N pairs / queries")
+    p.add_argument("--limit", type=COUNT, help="evaluate only the first N pairs / queries")
     _encode_options(p)
     p.add_argument("--pooling", choices=POOLINGS)
     p.set_defaults(func=eval_command, progress=False)
@@ -74,14 +75,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--index", required=True, metavar="DIR")
     a.add_argument("--corpus", required=True, metavar="FILE")
     a.add_argument("--model", metavar="DIR", help="default: the model recorded in the index")
-    a.add_argument("--batch-size", type=int, default=32)
+    a.add_argument("--batch-size", type=COUNT, default=32)
     _device_options(a)
     a.add_argument("--no-progress", dest="progress", action="store_false")
     a.set_defaults(func=index_add)
     q = isub.add_parser("query", help="top-k passages for a question")
     q.add_argument("--index", required=True, metavar="DIR")
     q.add_argument("question", nargs="+", help="one or more questions")
-    q.add_argument("-k", type=int, default=10)
+    q.add_argument("-k", type=COUNT, default=10)
     q.add_argument("--model", metavar="DIR", help="default: the model recorded in the index")
     q.add_argument("--rerank", metavar="DIR", help="cross-encoder (BertForSequenceClassification, 1 label) that "
                                                     "re-orders the top-k")
@@ -92,7 +93,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _encode_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=COUNT, default=32)
     add_device_args(p, PRECISIONS, "fp32", "fp32 (exact), bf16, fp16 (GPU only), or int8 (CPU only: dynamic "
                     "quantisation of the Linear layers)",
                     compile="torch.compile the encoder (pays off on long inputs; falls back to eager with one line)")

@@ -7,6 +7,7 @@ import logging
 
 from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
 from bertforge.device import INFERENCE_PRECISIONS, TRAINING_PRECISIONS, add_device_args
+from bertforge.commands.bounds import COUNT, FRACTION, NONNEG, POSITIVE, SEED
 from bertforge.errors import BertforgeError
 
 TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
@@ -33,16 +34,16 @@ def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
     p.add_argument("--text-col", default="text", metavar="COL", help="classify/regress: text column (default: text)")
     p.add_argument("--text-pair-col", metavar="COL", help="classify/regress: second text column for pairs")
     p.add_argument("--label-col", default="label", metavar="COL", help="classify/regress: label column (default: label)")
-    p.add_argument("--max-seq-len", type=int, metavar="N",
+    p.add_argument("--max-seq-len", type=COUNT, metavar="N",
                    help="tokens per input (default: 128; SQuAD 384; seq2seq sources 512)")
     p.add_argument("--source-col", default="source", metavar="COL", help="seq2seq: source column (default: source)")
     p.add_argument("--target-col", default="target", metavar="COL", help="seq2seq: target column (default: target)")
-    p.add_argument("--max-target-len", type=int, default=128, metavar="N",
+    p.add_argument("--max-target-len", type=COUNT, default=128, metavar="N",
                    help="seq2seq: target tokens, and the most tokens evaluation generates (default: 128)")
-    p.add_argument("--num-beams", type=int, default=1, metavar="N",
+    p.add_argument("--num-beams", type=COUNT, default=1, metavar="N",
                    help="seq2seq: beam search width for evaluation (default: 1, greedy)")
-    p.add_argument("--eval-batch-size", type=int, default=64, metavar="N", help="evaluation batch size (default: 64)")
-    p.add_argument("--limit", type=int, metavar="N", help="use only the first N evaluation examples")
+    p.add_argument("--eval-batch-size", type=COUNT, default=64, metavar="N", help="evaluation batch size (default: 64)")
+    p.add_argument("--limit", type=COUNT, metavar="N", help="use only the first N evaluation examples")
     add_device_args(p, None, compile="torch.compile the model (default: on when training on a GPU; falls back to eager with one line)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
 
@@ -64,18 +65,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "best_metrics.json), OUT/checkpoints, metrics.jsonl, results.json; with --runs OUT/run-K")
     _data_args(ft, train=True)
     length = ft.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=float, default=3.0, metavar="N", help="epochs (default: 3)")
-    length.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps instead of epochs")
-    ft.add_argument("--lr", type=float, help="peak learning rate (default: 3e-5, try 2e-5..5e-5; seq2seq with a T5 "
+    length.add_argument("--epochs", type=POSITIVE, default=3.0, metavar="N", help="epochs (default: 3)")
+    length.add_argument("--max-steps", type=COUNT, metavar="N", help="optimizer steps instead of epochs")
+    ft.add_argument("--lr", type=POSITIVE, help="peak learning rate (default: 3e-5, try 2e-5..5e-5; seq2seq with a T5 "
                     "model: 1e-4)")
-    ft.add_argument("--batch-size", type=int, default=32, metavar="N", help="training batch size (default: 32)")
-    ft.add_argument("--warmup-ratio", type=float, default=0.1, metavar="R", help="warm-up fraction (default: 0.1)")
-    ft.add_argument("--weight-decay", type=float, default=0.01, metavar="W", help="AdamW weight decay (default: 0.01)")
-    ft.add_argument("--seed", type=int, default=42, help="random seed of the first run (default: 42)")
-    ft.add_argument("--runs", type=int, default=1, metavar="N",
+    ft.add_argument("--batch-size", type=COUNT, default=32, metavar="N", help="training batch size (default: 32)")
+    ft.add_argument("--warmup-ratio", type=FRACTION, default=0.1, metavar="R", help="warm-up fraction (default: 0.1)")
+    ft.add_argument("--weight-decay", type=NONNEG, default=0.01, metavar="W", help="AdamW weight decay (default: 0.01)")
+    ft.add_argument("--seed", type=SEED, default=42, help="random seed of the first run (default: 42)")
+    ft.add_argument("--runs", type=COUNT, default=1, metavar="N",
                     help="repeat with seeds SEED..SEED+N-1 and report median and spread of the main metric; OUT gets "
                          "the best run's model")
-    ft.add_argument("--train-limit", type=int, metavar="N", help="use only the first N training examples")
+    ft.add_argument("--train-limit", type=COUNT, metavar="N", help="use only the first N training examples")
     ft.add_argument("--freeze", action="store_true",
                     help="feature-based mode: frozen encoder, only the head trains (classify/regress/tag)")
     ft.add_argument("--features", default="concat_last4",
@@ -91,8 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "--epochs, --max-steps, --eval-batch-size and --device may change)")
     ft.add_argument("--overwrite", action="store_true",
                     help="replace the earlier run in OUT (without it, or --resume, an OUT that holds files is refused)")
-    ft.add_argument("--doc-stride", type=int, default=128, metavar="N", help="SQuAD window stride (default: 128)")
-    ft.add_argument("--max-query-length", type=int, default=64, metavar="N",
+    ft.add_argument("--doc-stride", type=COUNT, default=128, metavar="N", help="SQuAD window stride (default: 128)")
+    ft.add_argument("--max-query-length", type=COUNT, default=64, metavar="N",
                     help="SQuAD: question tokens kept (default: 64)")
     add_tracking_args(ft)
     add_config_arg(ft)
@@ -116,7 +117,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pr.add_argument("--model", required=True, metavar="DIR", help="fine-tuned model directory")
     pr.add_argument("--input", required=True, metavar="FILE", help="inputs to predict")
     pr.add_argument("--out", metavar="FILE", help="write JSONL here (default: stdout)")
-    pr.add_argument("--batch-size", type=int, default=64, metavar="N", help="batch size (default: 64)")
+    pr.add_argument("--batch-size", type=COUNT, default=64, metavar="N", help="batch size (default: 64)")
     add_device_args(pr, INFERENCE_PRECISIONS, "fp32", "bf16 or fp16 (GPU only) autocast", compile="torch.compile the model (falls back to eager with one line where it cannot)")
     pr.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     pr.set_defaults(func=run_predict)

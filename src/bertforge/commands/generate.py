@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from bertforge.commands.bounds import COUNT, COUNT0, FINITE, OPEN_FRACTION, POSITIVE, SEED
 
 from bertforge.device import INFERENCE_PRECISIONS, add_device_args
 
@@ -26,19 +27,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a decoder reads <bos> (GPT-2: <|endoftext|>) before a non-empty prompt, as at a document's "
                         "start (default: the prompt's tokens alone, as transformers' generate; an empty prompt "
                         "always starts from <bos>)")
-    p.add_argument("--max-new-tokens", type=int, default=50, metavar="N", help="tokens to generate (default: 50)")
+    p.add_argument("--max-new-tokens", type=COUNT, default=50, metavar="N", help="tokens to generate (default: 50)")
     p.add_argument("--greedy", action="store_true", help="always the most likely token (no sampling)")
-    p.add_argument("--num-beams", type=int, default=1, metavar="B",
+    p.add_argument("--num-beams", type=COUNT, default=1, metavar="B",
                       help="beam search with B beams (deterministic; printed at the end; default: 1 = off)")
-    p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature (default: 1.0)")
-    p.add_argument("--top-k", type=int, metavar="K", help="sample from the K most likely tokens (default: 0 = all)")
-    p.add_argument("--top-p", type=float, metavar="P",
+    p.add_argument("--temperature", type=POSITIVE, metavar="T", help="sampling temperature (default: 1.0)")
+    p.add_argument("--top-k", type=COUNT0, metavar="K", help="sample from the K most likely tokens (default: 0 = all)")
+    p.add_argument("--top-p", type=OPEN_FRACTION, metavar="P",
                    help="sample from the smallest set of tokens whose probability reaches P, in (0, 1] (default: 0.9)")
-    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
+    p.add_argument("--repetition-penalty", type=POSITIVE, default=1.0, metavar="R",
                    help="divide the logit of every token already seen by R (CTRL; default: 1.0 = off)")
-    p.add_argument("--length-penalty", type=float, default=1.0, metavar="L",
+    p.add_argument("--length-penalty", type=FINITE, default=1.0, metavar="L",
                    help="beam search: finished beams score sum(log p) / length**L (default: 1.0)")
-    p.add_argument("--seed", type=int, metavar="S", help="random seed: the same seed gives the same text")
+    p.add_argument("--seed", type=SEED, metavar="S", help="random seed: the same seed gives the same text")
     p.add_argument("--no-stream", action="store_true", help="print the whole text at the end")
     add_device_args(p, INFERENCE_PRECISIONS, None,
                     "the weights' type while decoding (bf16: half the bytes each new token reads, 1.8-1.9x faster "

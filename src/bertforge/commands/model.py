@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+from bertforge.commands.bounds import COUNT
 from bertforge.errors import BertforgeError
 
 
@@ -20,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Print the masked LM's top-k candidates (with probabilities) for each mask.")
     p.add_argument("text", help='text with one or more masks, e.g. "Paris is the [MASK] of France."')
     p.add_argument("--model", required=True, metavar="DIR", help="checkpoint with an MLM head")
-    p.add_argument("--top-k", type=int, default=5, help="candidates per mask (default 5)")
+    p.add_argument("--top-k", type=COUNT, default=5, help="candidates per mask (default 5)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=fill_mask_command)
 

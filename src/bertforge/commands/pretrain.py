@@ -6,6 +6,7 @@ from pathlib import Path
 
 from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
 from bertforge.device import TRAINING_PRECISIONS, add_device_args
+from bertforge.commands.bounds import COUNT, FRACTION, OPEN_FRACTION, POSITIVE, SEED
 from bertforge.errors import BertforgeError
 
 ABLATE_OUT = "runs/ablation"
@@ -32,11 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prep.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files, folders or globs")
     prep.add_argument("--tokenizer", required=True, metavar="DIR", help="tokenizer directory (or tokenizer.json)")
     prep.add_argument("--out", required=True, metavar="DIR", help="output directory for the shards")
-    prep.add_argument("--workers", type=int, metavar="N",
+    prep.add_argument("--workers", type=COUNT, metavar="N",
                       help="tokenising processes (default: one per core; a small corpus in this one)")
     prep.add_argument("--doc-boundary", choices=("blank", "file"), default="blank",
                       help="a blank line ends a document (default), or one document per file")
-    prep.add_argument("--heldout-fraction", type=float, default=0.05, metavar="F",
+    prep.add_argument("--heldout-fraction", type=FRACTION, default=0.05, metavar="F",
                       help="share of documents held out for evaluation (default: 0.05)")
     prep.set_defaults(func=run_prepare)
 
@@ -50,9 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--corpus", nargs="+", metavar="PATH", help="text files, folders or globs (default: stdlib docs)")
     pre.add_argument("--data", metavar="DIR", help="shards from `bertforge prepare` (instead of --corpus)")
     pre.add_argument("--tokenizer", metavar="DIR", help="use this tokenizer instead of training one")
-    pre.add_argument("--vocab-size", type=int, metavar="N",
+    pre.add_argument("--vocab-size", type=COUNT, metavar="N",
                      help="vocabulary of the trained tokenizer (default: 8192 for stdlib docs, else 30522)")
-    pre.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps")
+    pre.add_argument("--max-steps", type=COUNT, metavar="N", help="optimizer steps")
     pre.add_argument("--time-budget", metavar="DUR",
                      help="wall-clock training budget, e.g. 90s, 30m, 1h (default: 3m when no --max-steps)")
     pre.add_argument("--out", metavar="DIR", help="output directory (default: runs/pretrain-RECIPE)")
@@ -65,15 +66,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "refused)")
     pre.add_argument("--init-from", metavar="DIR",
                      help="continue pretraining this checkpoint with its own tokenizer (domain-adaptive)")
-    pre.add_argument("--save-every", type=int, metavar="N", help="checkpoint every N steps (default: at the end)")
-    pre.add_argument("--log-every", type=int, default=10, metavar="N", help="log every N steps (default: 10)")
-    pre.add_argument("--eval-batches", type=int, default=20, metavar="N", help="held-out batches (default: 20)")
-    pre.add_argument("--heldout-fraction", type=float, default=None, metavar="F",
+    pre.add_argument("--save-every", type=COUNT, metavar="N", help="checkpoint every N steps (default: at the end)")
+    pre.add_argument("--log-every", type=COUNT, default=10, metavar="N", help="log every N steps (default: 10)")
+    pre.add_argument("--eval-batches", type=COUNT, default=20, metavar="N", help="held-out batches (default: 20)")
+    pre.add_argument("--heldout-fraction", type=FRACTION, default=None, metavar="F",
                      help="share of documents held out for evaluation (default: what --data's manifest says; "
                           "0.05 for shards prepared here)")
-    pre.add_argument("--workers", type=int, metavar="N",
+    pre.add_argument("--workers", type=COUNT, metavar="N",
                       help="tokenising processes (default: one per core; a small corpus in this one)")
-    pre.add_argument("--threads", type=int, metavar="N",
+    pre.add_argument("--threads", type=COUNT, metavar="N",
                      help="torch threads per process (default: the cores divided among the processes; lower it on a machine shared with other jobs)")
     add_device_args(pre, None, compile="torch.compile the model (default: on when training on a GPU; falls back to eager with one line)")
     pre.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -95,30 +96,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "held-out MLM accuracy (ablation.md, .json, .png). --list shows the tables and arms.")
     abl.add_argument("--table", nargs="+", metavar="NAME",
                      help="bert, roberta, albert, electra, spanbert or all (several allowed)")
-    abl.add_argument("--steps", type=int, metavar="N",
+    abl.add_argument("--steps", type=COUNT, metavar="N",
                      help="--table: the same number of pretraining steps per arm instead of the same --budget")
-    abl.add_argument("--seeds", type=int, default=2, metavar="N", help="--table: seeds per arm (default: 2)")
+    abl.add_argument("--seeds", type=COUNT, default=2, metavar="N", help="--table: seeds per arm (default: 2)")
     abl.add_argument("--downstream", default=str(Path("..") / "shared" / "data"), metavar="DIR",
                      help="--table: folder with glue/SST-2, glue/MRPC, glue/RTE, glue/STS-B, conll2003, squad "
                           "(default: ../shared/data)")
     abl.add_argument("--tasks", nargs="+", metavar="TASK",
                      help="--table: downstream tasks instead of each table's suite (sst2 mrpc rte stsb conll squad)")
-    abl.add_argument("--finetune-epochs", type=float, default=3.0, metavar="N", help="--table: (default: 3)")
-    abl.add_argument("--train-limit", type=int, metavar="N",
+    abl.add_argument("--finetune-epochs", type=POSITIVE, default=3.0, metavar="N", help="--table: (default: 3)")
+    abl.add_argument("--train-limit", type=COUNT, metavar="N",
                      help="--table: training examples per task (default: the suite's slice, 2,000 for most)")
-    abl.add_argument("--threads", type=int, metavar="N", help="torch threads (default: all cores)")
+    abl.add_argument("--threads", type=COUNT, metavar="N", help="torch threads (default: all cores)")
     abl.add_argument("--overwrite", action="store_true", help="--table: start --out over instead of continuing")
     abl.add_argument("--corpus", nargs="+", metavar="PATH", help="corpus (default: stdlib docs)")
     abl.add_argument("--arms", nargs="+", metavar="ARM",
                      help="subset of arms (default: all; see `bertforge ablate --list`)")
     abl.add_argument("--list", action="store_true", help="list the arms and exit")
     abl.add_argument("--size", choices=SIZE_NAMES, default="bert-mini", help="model size (default: bert-mini)")
-    abl.add_argument("--seq-len", type=int, default=128, metavar="N")
-    abl.add_argument("--batch-size", type=int, default=32, metavar="N")
+    abl.add_argument("--seq-len", type=COUNT, default=128, metavar="N")
+    abl.add_argument("--batch-size", type=COUNT, default=32, metavar="N")
     abl.add_argument("--budget", default="2m", metavar="DUR", help="training wall clock per arm (default: 2m)")
-    abl.add_argument("--vocab-size", type=int, metavar="N", help="tokenizer vocabulary (default: 8192)")
+    abl.add_argument("--vocab-size", type=COUNT, metavar="N", help="tokenizer vocabulary (default: 8192)")
     add_device_args(abl, TRAINING_PRECISIONS, None, device=False)
-    abl.add_argument("--seed", type=int, default=0)
+    abl.add_argument("--seed", type=SEED, default=0)
     abl.add_argument("--out", default=ABLATE_OUT, metavar="DIR",
                      help="output directory (default: runs/ablation; with --table: runs/ablation-tables)")
     abl.add_argument("--report-to", action="append", metavar="NAME",
@@ -137,24 +138,24 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules)
     dyn = p.add_mutually_exclusive_group()
     dyn.add_argument("--dynamic", dest="dynamic", action="store_true", default=None, help="re-mask every epoch")
     dyn.add_argument("--static", dest="dynamic", action="store_false", help="masks fixed at preparation")
-    p.add_argument("--dupe-factor", type=int, metavar="N", help="static masking: masked copies of the data")
+    p.add_argument("--dupe-factor", type=COUNT, metavar="N", help="static masking: masked copies of the data")
     p.add_argument("--input-format", choices=formats, help="override the recipe's input format")
-    p.add_argument("--plm-k", type=int, metavar="K",
+    p.add_argument("--plm-k", type=COUNT, metavar="K",
                    help="xlnet: predict the last 1/K of each factorisation order (default: 6)")
-    p.add_argument("--mask-prob", type=float, metavar="P",
+    p.add_argument("--mask-prob", type=OPEN_FRACTION, metavar="P",
                    help="share of tokens to predict (default: the recipe's; 0.15, modern 0.3); t5 / bart: the share "
                         "of noise (0.15 / 0.3)")
     p.add_argument("--schedule", choices=schedules,
                    help="learning-rate schedule: linear = warm-up + linear decay (default), wsd = warm-up, stable, "
                         "1-sqrt decay over the last 20%% (modern)")
-    p.add_argument("--seq-len", type=int, metavar="N",
+    p.add_argument("--seq-len", type=COUNT, metavar="N",
                    help="sequence length (default: 128; 64 for the built-in demo corpus)")
-    p.add_argument("--batch-size", type=int, default=32, metavar="N", help="batch size per process (default: 32)")
-    p.add_argument("--lr", type=float,
+    p.add_argument("--batch-size", type=COUNT, default=32, metavar="N", help="batch size per process (default: 32)")
+    p.add_argument("--lr", type=POSITIVE,
                    help="peak learning rate (default: by size, 1e-3 for bert-tiny/mini down to 1e-4 for "
                         "bert-base/large; twice that for electra and modern)")
     add_device_args(p, TRAINING_PRECISIONS, None, device=False)
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--seed", type=SEED, default=0, help="random seed (default: 0)")
 
 
 def run_prepare(args: argparse.Namespace) -> int:

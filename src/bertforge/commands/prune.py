@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+from bertforge.commands.bounds import COUNT, COUNT0, OPEN_FRACTION, POSITIVE
 from bertforge.errors import BertforgeError
 
 
@@ -18,14 +19,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, metavar="DIR", help="a model fine-tuned by `bertforge finetune`")
     p.add_argument("--task", required=True, help="the task it was fine-tuned for (e.g. sst2)")
     p.add_argument("--data", required=True, metavar="PATH", help="labelled task data to score heads on")
-    p.add_argument("--fraction", required=True, type=float, help="share of all heads to remove, in (0, 1)")
+    p.add_argument("--fraction", required=True, type=OPEN_FRACTION, help="share of all heads to remove, in (0, 1)")
     p.add_argument("--out", required=True, metavar="D", help="output directory for the pruned model")
-    p.add_argument("--step", type=float, default=0.1, help="share of heads removed per iteration (default 0.1)")
-    p.add_argument("--max-examples", type=int, default=2000, help="examples used to score heads (default 2000)")
-    p.add_argument("--finetune-steps", type=int, default=0, help="optional short re-fine-tune after pruning")
-    p.add_argument("--lr", type=float, default=2e-5, help="re-fine-tune learning rate (default 2e-5)")
+    p.add_argument("--step", type=OPEN_FRACTION, default=0.1, help="share of heads removed per iteration (default 0.1)")
+    p.add_argument("--max-examples", type=COUNT, default=2000, help="examples used to score heads (default 2000)")
+    p.add_argument("--finetune-steps", type=COUNT0, default=0, help="optional short re-fine-tune after pruning")
+    p.add_argument("--lr", type=POSITIVE, default=2e-5, help="re-fine-tune learning rate (default 2e-5)")
     p.add_argument("--eval", metavar="PATH", help="labelled data to evaluate before and after (default --data)")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=COUNT, default=32)
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (refused otherwise)")
     p.set_defaults(func=prune_command)
 

@@ -6,6 +6,7 @@ import os
 import sys
 
 from bertforge.device import PRECISIONS, add_device_args
+from bertforge.commands.bounds import COUNT, NONNEG, PORT
 from bertforge.errors import BertforgeError
 
 
@@ -19,24 +20,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "Unnamed, it serves under its folder's name, or for a folder called model, best, ...: its "
                         "model card's title or its parent folder's name")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--max-batch-tokens", type=int, default=16384, metavar="N",
+    p.add_argument("--port", type=PORT, default=8080)
+    p.add_argument("--max-batch-tokens", type=COUNT, default=16384, metavar="N",
                    help="rows x longest input per inference batch (default 16384)")
-    p.add_argument("--max-wait-ms", type=float, default=2.0, metavar="MS",
+    p.add_argument("--max-wait-ms", type=NONNEG, default=2.0, metavar="MS",
                    help="how long a batch waits for more requests (default 2)")
-    p.add_argument("--batches-in-flight", type=int, default=2, metavar="N",
+    p.add_argument("--batches-in-flight", type=COUNT, default=2, metavar="N",
                    help="batches handed to the inference thread at once (default 2: the next batch fills while "
                         "one computes; 1: each batch forms after the previous one is answered)")
-    p.add_argument("--max-queue", type=int, default=256, metavar="N",
+    p.add_argument("--max-queue", type=COUNT, default=256, metavar="N",
                    help="requests that may wait; one more is refused with 429 (default 256)")
-    p.add_argument("--max-inputs", type=int, default=128, metavar="N", help="inputs per request (default 128)")
-    p.add_argument("--max-body-bytes", type=int, default=8 << 20, metavar="N",
+    p.add_argument("--max-inputs", type=COUNT, default=128, metavar="N", help="inputs per request (default 128)")
+    p.add_argument("--max-body-bytes", type=COUNT, default=8 << 20, metavar="N",
                    help="request body size limit, with or without Content-Length (default 8 MiB; more: 413)")
     p.add_argument("--api-key", metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on every route but /health (default: "
                         "$BERTFORGE_API_KEY; neither given, or that variable empty: no authentication)")
     add_device_args(p, PRECISIONS, "fp32", "embedding precision (fp16: GPU only, int8: CPU only)")
-    p.add_argument("--threads", type=int, metavar="N", help="torch intra-op threads for inference")
+    p.add_argument("--threads", type=COUNT, metavar="N", help="torch intra-op threads for inference")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     p.set_defaults(func=serve_command)
 

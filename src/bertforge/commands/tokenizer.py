@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+from bertforge.commands.bounds import COUNT, COUNT0
 from bertforge.data.corpus import find_files, iter_texts
 from bertforge.errors import BertforgeError
 from bertforge.tokenization.tokenizer import TOKENIZER_KINDS
@@ -30,15 +31,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
                        help="text files, folders (every .txt/.txt.gz/.jsonl inside) or glob patterns")
     train.add_argument("--kind", choices=TOKENIZER_KINDS, default="wordpiece", help="tokenizer model (default: wordpiece)")
-    train.add_argument("--vocab-size", type=int, default=30522, metavar="N", help="vocabulary size (default: 30522)")
+    train.add_argument("--vocab-size", type=COUNT, default=30522, metavar="N", help="vocabulary size (default: 30522)")
     train.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer to")
     train.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
                        help="lower-case and strip accents (wordpiece, unigram; default: on; bpe is always cased)")
-    train.add_argument("--min-frequency", type=int, default=2, metavar="N",
+    train.add_argument("--min-frequency", type=COUNT0, default=2, metavar="N",
                        help="minimum pair/word frequency for a merge (wordpiece, bpe; default: 2)")
-    train.add_argument("--model-max-length", type=int, default=512, metavar="N",
+    train.add_argument("--model-max-length", type=COUNT, default=512, metavar="N",
                        help="model_max_length written to tokenizer_config.json (default: 512)")
-    train.add_argument("--workers", type=int, default=1, metavar="N",
+    train.add_argument("--workers", type=COUNT, default=1, metavar="N",
                        help="processes counting words of a large wordpiece corpus (default: 1)")
     train.add_argument("--overwrite", action="store_true",
                        help="replace an earlier tokenizer in --out (refused otherwise)")

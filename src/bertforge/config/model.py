@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from bertforge.families.big_bird import BLOCK as BIGBIRD_BLOCK
 from bertforge.families.big_bird import RANDOM_BLOCKS as BIGBIRD_RANDOM
 from bertforge.families.family import TOKEN_IDS
 from bertforge.families.modernbert import layer_types
+from bertforge.io.read import safetensors_shapes
 
 SHARE_MODES = ("none", "all", "attention", "ffn")
 NORM_POSITIONS = ("post", "pre")
@@ -220,7 +222,58 @@ class ModelConfig:
             d = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise BertforgeError(f"{path}: not valid JSON ({err})") from None
-        return cls.from_hf_dict(d, source=str(path))
+        cfg = cls.from_hf_dict(d, source=str(path))
+        check_against_weights(cfg, path.parent / "model.safetensors", str(path))
+        return cfg
+
+
+# A learned table's name in any family's file: word / position embeddings, and the index of a layer.
+_WORDS = re.compile(r"(^|\.)(word_embeddings?|wte|tok_embeddings)\.weight$")
+_POSITIONS = re.compile(r"(^|\.)(position_embeddings|wpe)\.weight$")
+_LAYER_INDEX = re.compile(r"^(.*?(?:^|\.)(?:layer|layers|h))\.(\d+)\.")
+
+
+def check_against_weights(cfg: ModelConfig, weights: Path, source: str) -> None:
+    """Refuse a config.json whose shapes `weights` (a model.safetensors) does not have, reading only its header.
+
+    Runs before any model is built: a config claiming 100,000 layers or a vocabulary of 1e10 would otherwise
+    allocate gigabytes first, and fewer layers than the file holds would load with the rest silently dropped."""
+    for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                 "max_position_embeddings"):
+        if getattr(cfg, name) < 1:
+            raise BertforgeError(f"{source}: {name} must be at least 1, got {getattr(cfg, name)}")
+    if not weights.is_file():
+        return
+    shapes = safetensors_shapes(weights)
+
+    def refuse(field: str, held: str) -> None:
+        raise BertforgeError(f"{source}: {field} is {getattr(cfg, field)} but {weights.name} holds {held}; "
+                             "this config.json does not describe these weights")
+
+    factorised = cfg.family.factorised and cfg.embedding_size
+    width = cfg.embedding_size if factorised else cfg.hidden_size
+    for name, shape in shapes.items():
+        if _WORDS.search(name) and len(shape) == 2:
+            if shape[0] != cfg.vocab_size:
+                refuse("vocab_size", f"{shape[0]} word embeddings ({name})")
+            if shape[1] != width:
+                refuse("embedding_size" if factorised else "hidden_size", f"width {shape[1]} ({name})")
+        if _POSITIONS.search(name) and len(shape) == 2 and shape[0] != cfg.max_position_embeddings:
+            refuse("max_position_embeddings", f"{shape[0]} positions ({name})")
+    # A size beyond every dimension in the file is refused here, before it is allocated; a smaller mismatch is
+    # left to load_pretrained, whose message names the tensor and both shapes.
+    largest = max((n for shape in shapes.values() for n in shape), default=None)
+    for field in ("hidden_size", "intermediate_size"):
+        if largest is not None and getattr(cfg, field) > largest:
+            refuse(field, f"no tensor with a dimension of {getattr(cfg, field)} (the largest is {largest})")
+    layers: dict[str, set[int]] = {}
+    for name in shapes:
+        if m := _LAYER_INDEX.match(name):
+            layers.setdefault(m.group(1), set()).add(int(m.group(2)))
+    counts = {prefix: max(found) + 1 for prefix, found in layers.items()}
+    if cfg.share_layers == "none" and counts and cfg.num_hidden_layers not in counts.values():
+        prefix, count = max(counts.items(), key=lambda kv: kv[1])
+        refuse("num_hidden_layers", f"{count} layers ({prefix}.0 .. {prefix}.{count - 1})")
 
 
 # name -> (family, size, overrides): "bert-SIZE" for every size, then each family's published shapes (its file's

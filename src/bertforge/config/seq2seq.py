@@ -23,6 +23,7 @@ with one line naming the field.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 from bertforge.config.sizes import SIZES
 from bertforge.families import ACTIVATIONS, SEQ2SEQ_FAMILIES, SEQ2SEQ_TYPES, Seq2SeqFamily
 from bertforge.errors import BertforgeError
-from bertforge.io.read import read_json
+from bertforge.io.read import read_json, safetensors_shapes
 
 
 @dataclass
@@ -155,7 +156,40 @@ class Seq2SeqConfig:
         path = Path(path)
         if path.is_dir():
             path = path / "config.json"
-        return cls.from_hf_dict(read_json(path), source=str(path))
+        cfg = cls.from_hf_dict(read_json(path), source=str(path))
+        check_against_weights(cfg, path.parent / "model.safetensors", str(path))
+        return cfg
+
+
+_STACK_LAYER = re.compile(r"(?:^|\.)(encoder|decoder)\.(?:block|layers)\.(\d+)\.")
+
+
+def check_against_weights(cfg: Seq2SeqConfig, weights: Path, source: str) -> None:
+    """Refuse, from the safetensors header alone and before anything is allocated, a config.json whose layer
+    counts the weights do not have, or whose sizes exceed every tensor's (a vocabulary of 1e10 would otherwise be
+    allocated first). A smaller wrong size is left to loading, which names the tensor and both shapes."""
+    sizes = ["vocab_size", "d_model", "encoder_ffn_dim", "decoder_ffn_dim"]
+    if not cfg.family.relative_positions:
+        sizes.append("max_position_embeddings")  # BART's position table; T5 has none
+    for name in (*sizes, "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads"):
+        if getattr(cfg, name) < 1:
+            raise BertforgeError(f"{source}: {name} must be at least 1, got {getattr(cfg, name)}")
+    if not weights.is_file():
+        return
+    shapes = safetensors_shapes(weights)
+    largest = max((n for shape in shapes.values() for n in shape), default=0)
+    for name in sizes:
+        if largest and getattr(cfg, name) > largest:
+            raise BertforgeError(f"{source}: {name} is {getattr(cfg, name)} but {weights.name} holds no tensor with "
+                                 f"a dimension of {getattr(cfg, name)} (the largest is {largest})")
+    found: dict[str, set[int]] = {}
+    for key in shapes:
+        if m := _STACK_LAYER.search(key):
+            found.setdefault(m.group(1), set()).add(int(m.group(2)))
+    for stack, indices in found.items():
+        if max(indices) + 1 != getattr(cfg, f"{stack}_layers"):
+            raise BertforgeError(f"{source}: {stack}_layers is {getattr(cfg, f'{stack}_layers')} but {weights.name} "
+                                 f"holds {max(indices) + 1} {stack} layers")
 
 
 # config.json fields any PretrainedConfig dump holds (read and dropped: they describe the run or generation

@@ -11,6 +11,7 @@ Accepted layouts (the reader decides per file; errors name file:line):
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,11 +40,16 @@ class Dataset:
         return self.examples[i]
 
 
-def _float(value: str) -> float | None:
+def _float(value: object, where: str) -> float | None:
+    """A score, None when `value` is no number (the row is then read as texts); nan / inf is an error, since it
+    would otherwise be trained on or scored as `"spearman": NaN`."""
     try:
-        return float(value)
+        score = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
+    if not math.isfinite(score):
+        raise BertforgeError(f"{where}: the score {value!r} is not a finite number")
+    return score
 
 
 def _nli_label(value, where: str) -> int | None:
@@ -72,7 +78,7 @@ def _read_jsonl(path: Path) -> Dataset:
             kinds.add("nli")
             ds.examples.append(Example([rec["premise"], rec["hypothesis"]], label))
         elif "sentence1" in rec and "sentence2" in rec:
-            score = _float(rec.get("score", rec.get("label")))
+            score = _float(rec.get("score", rec.get("label")), where)
             kinds.add("scored" if score is not None else "pair")
             ds.examples.append(Example([rec["sentence1"], rec["sentence2"]], score))
         elif ("anchor" in rec or "query" in rec) and "positive" in rec:
@@ -112,11 +118,11 @@ def _read_tsv(path: Path) -> Dataset:
                 texts = [cols[header["sentence1"]], cols[header["sentence2"]]]
             except IndexError:
                 raise BertforgeError(f"{where}: fewer columns than the header") from None
-            score = _float(cols[score_col]) if score_col is not None and score_col < len(cols) else None
-        elif len(cols) >= 7 and _float(cols[4]) is not None:  # STS-benchmark layout
-            texts, score = [cols[5], cols[6]], _float(cols[4])
-        elif len(cols) == 3 and _float(cols[2]) is not None:
-            texts, score = cols[:2], _float(cols[2])
+            score = _float(cols[score_col], where) if score_col is not None and score_col < len(cols) else None
+        elif len(cols) >= 7 and _float(cols[4], where) is not None:  # STS-benchmark layout
+            texts, score = [cols[5], cols[6]], _float(cols[4], where)
+        elif len(cols) == 3 and _float(cols[2], where) is not None:
+            texts, score = cols[:2], _float(cols[2], where)
         elif len(cols) in (2, 3):
             texts, score = cols, None
         else:
@@ -124,7 +130,28 @@ def _read_tsv(path: Path) -> Dataset:
                                  f"got {len(cols)}")
         kinds.add("scored" if score is not None else ("triplet" if len(texts) == 3 else "pair"))
         ds.examples.append(Example(texts, score))
+    if header is None and ds.examples and kinds <= {"pair", "triplet"}:
+        _refuse_labelled(ds, path)
     return _finish(ds, kinds, path)
+
+
+# Column names of the labelled and paired layouts: a first row made of these is a header, not a pair of texts.
+_HEADER_WORDS = {"sentence", "sentence1", "sentence2", "text", "text_a", "text_b", "label", "score", "question",
+                 "answer", "premise", "hypothesis", "anchor", "positive", "negative", "query", "id", "index", "idx"}
+
+
+def _refuse_labelled(ds: Dataset, path: Path) -> None:
+    """A classification file (text<TAB>label, maybe with a header) read as text pairs would train the header and
+    use labels as texts (an mnrl / triplet loss takes any pair): refuse it in one line."""
+    first = [t.strip().lower() for t in ds.examples[0].texts]
+    if all(t in _HEADER_WORDS for t in first):
+        raise BertforgeError(f"{path}: the first line ({', '.join(first)}) is a header, but not one naming "
+                             "sentence1 / sentence2 columns: embed-train reads pairs of texts (see the layouts in "
+                             "docs/embeddings.md)")
+    rows = ds.examples
+    if all(_float(t, str(path)) is not None for ex in rows for t in ex.texts[1:]):
+        raise BertforgeError(f"{path}: every row's second column is a number (a label?), not a text: a labelled "
+                             "file (text<TAB>label) is no pair file for embed-train")
 
 
 def _finish(ds: Dataset, kinds: set[str], path: Path) -> Dataset:

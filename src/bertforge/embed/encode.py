@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 from tqdm.auto import tqdm
 
 from bertforge.errors import BertforgeError
@@ -54,6 +55,10 @@ def inference_copy(encoder: Encoder, precision: str, compile: bool = False) -> E
     stamp = tuple((p._version, p.data_ptr(), p.dtype, p.device) for p in encoder.parameters())
     copies = _COPIES.setdefault(encoder, {})
     hit = copies.get((precision, compile))
+    if precision in ("bf16", "fp16") and any(isinstance(m, DynamicLinear) for m in encoder.modules()):
+        # int8 weights (bertforge quantize) compute with fp32 activations: a bf16 copy fails on a dtype mismatch
+        raise BertforgeError(f"--precision {precision}: the model holds int8 weights (bertforge quantize), which run "
+                             "with fp32 activations; drop --precision, or use the fp32 model it was quantised from")
     if hit is None or hit[0] != stamp:
         fast = for_inference(encoder, precision) if precision != "fp16" else for_inference(encoder).half()
         hit = (stamp, compile_module(fast, compile))

@@ -69,6 +69,24 @@ def read_json(path: str | Path, expect: type = dict) -> Any:
     return data
 
 
+
+def safetensors_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape, from a .safetensors file's header alone (8-byte little-endian length, then JSON):
+    the shapes a config can be checked against before anything is allocated."""
+    p = require_file(path)
+    try:
+        with open(p, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 2 <= size <= 100 << 20:  # safetensors' own ceiling on the header is 100 MB
+                raise ValueError(f"header length {size}")
+            header = json.loads(f.read(size).decode("utf-8"))
+        return {name: tuple(int(n) for n in info["shape"]) for name, info in header.items()
+                if name != "__metadata__"}
+    except OSError as err:
+        raise BertforgeError(f"{p}: cannot read ({err.strerror})") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as err:  # JSON and UTF-8 errors are ValueErrors
+        raise BertforgeError(f"{p}: not a readable safetensors file (header: {err})") from None
+
 # ---------------------------------------------------------------------------------------------- line reader
 
 def _cut_point(chunk: bytes) -> int:

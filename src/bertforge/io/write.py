@@ -29,6 +29,8 @@ _TEMP = re.compile(r"^\..+\.(\d+)\.[A-Za-z0-9_]+\.tmp$")
 _LEGACY_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")  # .NAME.RANDOM.tmp, written before the pid was added
 _TORCH_WRITE_FAILURE = ("unexpected pos", "PytorchStreamWriter failed", "file write failed")
 _OS_ERROR_CODE = re.compile(r"\(os error (\d+)\)")  # Rust io::Error text (safetensors, tokenizers)
+# faiss' IOWriter: "... write error in PATH: 19955 != 128000 (No space left on device)"
+_FAISS_WRITE_ERROR = re.compile(r"write error in .*\(([^()]+)\)\s*$")
 
 
 # ---- error translation ---------------------------------------------------------------------------------------------
@@ -46,6 +48,9 @@ def write_failure_reason(err: BaseException, path: str | Path | None = None) -> 
     code = _OS_ERROR_CODE.search(str(err))
     if code and not isinstance(err, BertforgeError):
         return os.strerror(int(code.group(1)))
+    faiss = _FAISS_WRITE_ERROR.search(str(err)) if isinstance(err, RuntimeError) else None
+    if faiss:
+        return faiss.group(1)
     if is_write_failure(err):
         # torch does not say why; a full file system is by far the usual cause, so check for it
         if path is not None and _free_bytes(Path(path)) == 0:

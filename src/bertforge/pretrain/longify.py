@@ -50,6 +50,10 @@ def longify(model: str | Path, max_length: int, out: str | Path, attention_windo
         raise BertforgeError(f"{model}: a left-to-right (is_decoder) encoder cannot be longified")
     if max_length < 2:
         raise BertforgeError(f"--max-length {max_length} must be at least 2 tokens")
+    held = cfg.max_position_embeddings - cfg.position_offset
+    if max_length < held:  # longify lengthens; a shorter table would throw learned positions away
+        raise BertforgeError(f"--max-length {max_length} is shorter than the {held} positions {model} already has; "
+                             f"longify makes a model for longer inputs (use --max-length {held} or more)")
     tok = Tokenizer.from_pretrained(model)
     state, _ = read_state_dict(model)
     has_head = any(k.startswith(("cls.predictions.", "lm_head.")) for k in state)

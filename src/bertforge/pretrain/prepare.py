@@ -17,6 +17,7 @@ from bertforge.data.corpus import iter_texts
 from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write_text
 from bertforge.pretrain.default_corpus import default_corpus
+from bertforge.pretrain.objectives import LEFT_TO_RIGHT
 from bertforge.pretrain.options import DEFAULT_VOCAB, DEFAULT_VOCAB_EMBEDDED, PREPARE_HELDOUT, PretrainOptions
 from bertforge.tokenization import Tokenizer
 from bertforge.training.distributed import barrier
@@ -60,7 +61,14 @@ def prepare_tokenizer(opts: PretrainOptions, corpus_paths: list[str], is_main: b
     out_tok = opts.out / "tokenizer"
     src = opts.init_from if opts.init_from is not None else opts.tokenizer
     if src is not None:
-        return Tokenizer.from_pretrained(src)
+        tok = Tokenizer.from_pretrained(src)
+        masks = opts.recipe.objective not in (*LEFT_TO_RIGHT, "plm", "span-corruption", "denoising")
+        if masks and tok.mask_token_id is None:  # e.g. a GPT-2 model folder: no [MASK] to corrupt inputs with
+            flag = "--init-from" if opts.init_from is not None else "--tokenizer"
+            raise BertforgeError(f"{flag} {src}: a {tok.kind} tokenizer without a mask token cannot feed the "
+                                 f"{opts.recipe.objective} objective (it masks tokens); use a wordpiece / bpe / "
+                                 "unigram tokenizer, or --recipe gpt for a left-to-right model")
+        return tok
     vocab = opts.vocab_size or (DEFAULT_VOCAB_EMBEDDED if opts.corpus is None else DEFAULT_VOCAB)
     fingerprint = corpus_fingerprint(corpus_paths)  # every rank: all must take the same branch below
     if (out_tok / "tokenizer.json").is_file():

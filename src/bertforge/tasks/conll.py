@@ -4,11 +4,12 @@ Standard library only; malformed input raises ``BertforgeError("<file>:<line>: <
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
-from bertforge.io.read import require_file, text_lines
+from bertforge.io.read import require_file, text_lines, warn
 from bertforge.io.read import where as _where
 from bertforge.tasks.examples import TaggingExample
 
@@ -48,6 +49,7 @@ def read_conll(path: str | Path, tag_col: int | None = -1, scheme: str = "auto")
     tokens: list[str] = []
     tags: list[str] = []
     width = None
+    first_line: dict[str, int] = {}  # each tag's first line, for the checks after reading
 
     def flush() -> None:
         if tokens:
@@ -74,12 +76,55 @@ def read_conll(path: str | Path, tag_col: int | None = -1, scheme: str = "auto")
             raise BertforgeError(f"{_where(p, n)}: no tag column {tag_col} in a line of {width} columns")
         tokens.append(parts[0])
         tags.append(parts[tag_col])
+        first_line.setdefault(parts[tag_col], n)
     flush()
+    if tag_col is not None:
+        check_tags(sents, first_line, p)
     if tag_col is not None and scheme != "iob2":
         if scheme == "iob1" or detect_tag_scheme([s.tags for s in sents]) == "iob1":
             for s in sents:
                 s.tags = iob1_to_iob2(s.tags)
     return sents
+
+
+_IOB_TAG = re.compile(r"^(O|[BIES]-\S+)$")
+RARE_TYPE_MIN_ENTITIES = 50  # below this many entities in a file, a type seen once is no evidence of a typo
+
+
+def check_tags(sents: Sequence[TaggingExample], first_line: dict[str, int], path: Path) -> None:
+    """In an IOB-tagged file (some tag starts with B- or I-): a tag that is no IOB tag is refused with its
+    file:line (it would train a label of its own); an entity type seen once among many entities is warned about
+    once, naming it (a typo such as B-PSR trains an extra label, but rare types exist, so it is not refused)."""
+    if not any(t.startswith(("B-", "I-")) for t in first_line):
+        return  # POS or chunk tags, or an untagged file: no scheme to hold them to
+    for tag, line in sorted(first_line.items(), key=lambda kv: kv[1]):
+        if not _IOB_TAG.match(tag):
+            raise BertforgeError(f"{_where(path, line)}: tag {tag!r} is not an IOB tag (O, B-TYPE or I-TYPE)")
+    chunks: dict[str, int] = {}
+    for s in sents:
+        prev = "O"
+        for t in s.tags:
+            if t != "O" and (not t.startswith("I-") or prev[2:] != t[2:]):
+                chunks[t[2:]] = chunks.get(t[2:], 0) + 1
+            prev = t
+    total = sum(chunks.values())
+    if total >= RARE_TYPE_MIN_ENTITIES:
+        for kind, count in chunks.items():
+            if count == 1:
+                tag = min((t for t in first_line if t[2:] == kind), key=first_line.__getitem__)
+                warn(f"{_where(path, first_line[tag])}: entity type {kind!r} ({tag}) occurs once among {total} "
+                     "entities; a typo? It becomes a label of its own")
+
+
+def warn_long_sentences(sents: Sequence[TaggingExample], path: Path, max_len: int) -> None:
+    """One warning when sentences have more words than `max_len` sub-tokens can hold: the words past it are cut
+    (no training signal, predicted O). A file without blank lines is one such "sentence" per document."""
+    room = max_len - 2  # [CLS] and [SEP]; every word is at least one sub-token
+    long = [len(s.tokens) for s in sents if len(s.tokens) > room]
+    if long:
+        hint = "; is a blank line missing between sentences?" if max(long) > 4 * room else ""
+        warn(f"{path}: {len(long)} sentence(s) have more words than --max-seq-len {max_len} holds (the longest "
+             f"{max(long)}): at least {sum(n - room for n in long)} words are cut off{hint}")
 
 
 def tag_list(examples: Sequence[TaggingExample]) -> list[str]:

@@ -5,6 +5,7 @@ in ``bertforge.tasks.features`` map them to ids through a label list. Standard l
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -65,6 +66,9 @@ def class_label(value: object, labels: Sequence[str], where: str) -> str:
 
 def float_label(value: object, where: str) -> float:
     try:
-        return float(value)  # type: ignore[arg-type]
+        score = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise BertforgeError(f"{where}: expected a number for the score, found {value!r}") from None
+    if not math.isfinite(score):  # would train to a NaN loss, or report "spearman": NaN as a result
+        raise BertforgeError(f"{where}: the score {value!r} is not a finite number")
+    return score

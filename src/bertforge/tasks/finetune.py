@@ -207,11 +207,39 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> FinetuneResult:
         cfg = dataclasses.replace(cfg, lr=default_lr(cfg.task, model_dir))
     cfg = dataclasses.replace(cfg, precision=cfg.training_precision)
     kind = kind_for(cfg)
+    check_model_fits(cfg, kind, model_dir)
     files = resolve_files(cfg, kind)
     options, fingerprint = run_options(cfg, model_dir, *files)
     with claim_output_dir(cfg.out, resume=cfg.resume, overwrite=overwrite, options=options,
                           fingerprint=fingerprint, may_change=MAY_CHANGE, what="--out"):
         return _finetune_claimed(cfg, model_dir, kind, files)
+
+
+def check_model_fits(cfg: FinetuneConfig, kind: TaskKind, model_dir: Path) -> None:
+    """Before any work: an input length the model's position table cannot hold (an IndexError at the first long
+    text otherwise), and a model fine-tuned for a task of another kind (a head of the wrong shape otherwise)."""
+    from bertforge.families import FAMILIES
+    from bertforge.config import ModelConfig
+    from bertforge.tasks.config import default_max_len
+
+    config = read_json(model_dir / "config.json")
+    mcfg = None  # encoder-decoders (their own Seq2SeqConfig) and the BiLSTM student have no position table here
+    if config.get("model_type") in FAMILIES:
+        mcfg = ModelConfig.from_hf_dict(config, str(model_dir / "config.json"))
+    positions = mcfg.max_position_embeddings - mcfg.position_offset if mcfg else 0
+    learned = mcfg is not None and mcfg.position_embedding_type == "absolute" and mcfg.model_type != "xlnet"
+    if learned and cfg.max_seq_len != default_max_len(kind.name) and kind.max_len > positions:
+        raise BertforgeError(f"--max-seq-len {kind.max_len} is longer than the {positions} positions of {model_dir}; "
+                             f"use --max-seq-len {positions} or less")
+    task = config.get("bertforge_task")
+    if isinstance(task, dict) and task.get("kind") not in (None, kind.name):
+        words = {"classify": "classification", "regress": "regression", "tag": "tagging", "qa": "question answering",
+                 "choice": "multiple-choice", "seq2seq": "sequence-to-sequence"}
+        n = len(config.get("id2label") or {})
+        held = "a regression" if task.get("kind") == "regress" else f"{n} labels" if n else words.get(task.get("kind"))
+        raise BertforgeError(f"{model_dir} was fine-tuned for {task.get('name')} ({held}); {cfg.task} is a "
+                             f"{words.get(kind.name, kind.name)} task, so its head does not fit: fine-tune the "
+                             "pretrained model it came from")
 
 
 def _budget(cfg: FinetuneConfig) -> dict[str, Any]:
@@ -330,6 +358,7 @@ def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "de
         raise BertforgeError(f"{path} was fine-tuned for {task.get('name')} ({task.get('kind')}), "
                              f"not a {cfg.kind} task like {cfg.task}")
     kind = kind_for(cfg, task, labels)
+    check_model_fits(cfg, kind, path)  # an --max-seq-len beyond the positions
     _, evaluation = read_examples(cfg, kind, split, need_train=False)  # checked before the model is loaded
     data = encode_data(cfg, kind, [], evaluation, Tokenizer.from_pretrained(path))
     model = kind.load(onnx_file(model_path) or path)

@@ -29,7 +29,7 @@ from bertforge.tasks import metrics as M
 from bertforge.tasks import squad as S
 from bertforge.tasks.batching import qa_logits, unpad
 from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
-from bertforge.tasks.conll import read_conll, tag_list
+from bertforge.tasks.conll import read_conll, tag_list, warn_long_sentences
 from bertforge.tasks.task_kind import DEV_STEMS, Encoded, TaskKind  # noqa: F401 (re-exported)
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.seq2seq import Seq2SeqKind
@@ -144,6 +144,7 @@ class TagKind(TaskKind):
 
     def read(self, path: Path) -> list:
         examples = read_conll(path)
+        warn_long_sentences(examples, path, self.max_len)
         if not self.fixed:
             self.seen += examples
             self.labels = tag_list(self.seen)

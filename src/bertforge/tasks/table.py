@@ -14,6 +14,9 @@ from bertforge.io.read import where as _where
 from bertforge.tasks.examples import Label, TextExample, class_label, float_label, text_field
 
 
+_MISSING = {"nan", "inf", "-inf", "infinity", "-infinity"}
+
+
 def _sorted_labels(values: set[str]) -> list[str]:
     """Sort label strings; numerically when every label is an integer (so "10" comes after "2")."""
     if all(re.fullmatch(r"-?\d+", v) for v in values):
@@ -81,6 +84,9 @@ def read_table(
                 label = class_label(str(raw), label_list, where)
             else:
                 label = text_field(raw, where, f"label {label_col!r}")
+                if label.lower() in _MISSING or (isinstance(raw, float) and raw != raw):
+                    # pandas writes a missing label as NaN: it would become a class of its own
+                    raise BertforgeError(f"{where}: the label {label!r} is a missing value, not a class")
                 seen.add(label)
         pair = None if text_pair_col is None else text_field(get(text_pair_col), where, f"text {text_pair_col!r}")
         text = text_field(get(text_col), where, f"text {text_col!r}")

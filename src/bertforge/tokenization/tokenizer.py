@@ -145,8 +145,22 @@ class Tokenizer:
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> "Tokenizer":
-        """Load from a directory (tokenizer.json, else vocab.txt + tokenizer_config.json) or a tokenizer.json file."""
-        path = Path(path)
+        """Load from a directory (tokenizer.json, else vocab.txt + tokenizer_config.json) or a tokenizer.json file.
+
+        In a model folder the tokenizer's ids must fit the model's embedding (config.json's vocab_size): another
+        model's tokenizer copied in would otherwise fail later, as an IndexError inside the embedding."""
+        tok = cls._from_files(Path(path))
+        config = Path(path) / "config.json" if Path(path).is_dir() else Path(path).parent / "config.json"
+        vocab = read_json(config).get("vocab_size") if config.is_file() else None
+        if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0:
+            top = max(tok.backend.get_vocab(with_added_tokens=True).values(), default=-1)
+            if top >= vocab:
+                raise BertforgeError(f"{path}: the tokenizer has ids up to {top} but config.json's vocab_size is "
+                                     f"{vocab}: the tokenizer belongs to another model")
+        return tok
+
+    @classmethod
+    def _from_files(cls, path: Path) -> "Tokenizer":
         if path.is_file():
             directory, tok_json = path.parent, path
         elif path.is_dir():

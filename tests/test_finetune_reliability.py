@@ -118,7 +118,7 @@ def test_out_that_cannot_be_created_is_one_line(base, sst_model, tmp_path):
     predict = ["predict", "--model", sst_model, "--input", inputs, "--no-progress", "--out"]
     one_line(cli(*predict, "/proc/bertforge-test/p.jsonl"), "--out /proc/bertforge-test", "does not allow new entries")
     one_line(cli(*predict, tmp_path / "file" / "p.jsonl"), f"{tmp_path / 'file'} is not a directory")
-    one_line(cli(*predict, tmp_path), f"--out {tmp_path}: is a directory")
+    one_line(cli(*predict, tmp_path / "sst"), f"--out {tmp_path / 'sst'}: is a directory")
     assert (tmp_path / "file").read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == [
         "file", "in.jsonl", "sst"]
 

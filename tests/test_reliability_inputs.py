@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from bertforge.cli import OUTPUT_DESTS, build_parser, input_actions
+from bertforge.commands.bounds import Number
 from bertforge.io.rundir import MANIFEST_FILE
 
 BERTFORGE = shutil.which("bertforge", path=str(Path(sys.executable).parent)) or shutil.which("bertforge")
@@ -120,7 +121,7 @@ def _argv(verb: str, parser: argparse.ArgumentParser, tested: argparse.Action, v
             v = str(value)
         elif a.choices is not None:
             v = str(next(iter(a.choices)))
-        elif a.type in (int, float):
+        elif a.type in (int, float) or isinstance(a.type, Number):
             v = "1"
         elif a in input_actions(parser):
             v = str(other)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bertforge.commands.bounds import Number
 from bertforge.errors import BertforgeError
 
 CONFIG_DEST = "config_file"
@@ -105,12 +106,26 @@ def _check(action: argparse.Action, key: str, value: Any, path: str) -> Any:
 
 def _scalar(action: argparse.Action, key: str, value: Any, path: str, wrong) -> Any:
     kind = action.type
-    if kind in (int, float) and isinstance(value, str):
+    if isinstance(kind, Number):  # a bounded flag: the JSON type first, then the flag's own bounds
+        if isinstance(value, str):
+            try:
+                value = int(value) if kind.integer else float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int if kind.integer else (int, float)):
+            raise wrong("an integer" if kind.integer else "a number")
+        try:
+            value = kind(str(value))
+        except argparse.ArgumentTypeError as err:
+            raise BertforgeError(f"--config {path}: {key} {err}") from None
+    elif kind in (int, float) and isinstance(value, str):
         try:  # text as on the command line: PyYAML reads 1e-3 (no dot) as a string
             value = kind(value)
         except ValueError:
             pass
-    if kind is int:
+    if isinstance(kind, Number):
+        pass
+    elif kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise wrong("an integer")
     elif kind is float:

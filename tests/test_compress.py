@@ -75,22 +75,40 @@ def test_onnx_export_matches_pytorch(tiny, sentence_encoder, tmp_path, which):  
     assert proc.returncode == 0, proc.stderr
     record = json.loads((out / "export.json").read_text())
     assert record["kind"] == which and record["fp32_max_abs_diff"] <= 1e-4
-    # an independent check on other inputs (another batch size and length than the traced ones)
+    # onnxruntime's BERT fusions took the whole encoder (4 layers): what the export's speed comes from
+    fused = {"EmbedLayerNormalization": 1, "Attention": 4, "SkipLayerNormalization": 8, "BiasGelu": 4}
+    assert _op_counts(out / "model.onnx", fused) == fused and record["fused_nodes"] == fused
+    assert _op_counts(out / "model.onnx", ["Softmax", "LayerNormalization", "Erf"]) == {}
+    # quantised after fusion: int8 attention and int8 MatMuls, no fp32 MatMul left
+    q_ops = _op_counts(out / "model.int8.onnx", ["QAttention", "MatMulInteger", "MatMul", "Attention"])
+    assert q_ops.get("QAttention") == 4 and q_ops.get("MatMulInteger", 0) >= 12 and "MatMul" not in q_ops
+    # an independent check on other inputs (another batch size and length than the traced ones; padded and not)
     tok = Tokenizer.from_pretrained(out)
-    batch = tok(["good", "the movie was very good and the actor was great"], return_tensors="pt")
     sess = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
-    got = sess.run(None, {k: v.numpy() for k, v in batch.items()})[0]
-    with torch.no_grad():
-        if which == "encoder":
-            want = Encoder.from_pretrained(src)(**batch).last_hidden_state
-        elif which == "sentence-encoder":
-            want = SentenceEncoder.from_pretrained(src)(dict(batch))["sentence_embedding"]
-        else:
-            want = load_task_model(src)[0](**batch)["logits"]
-    assert np.abs(got - want.numpy()).max() <= 1e-4
+    for texts in (["good", "the movie was very good and the actor was great"], ["good movie"] * 3):
+        batch = tok(texts, return_tensors="pt", padding="longest")
+        got = sess.run(None, {k: v.numpy() for k, v in batch.items()})[0]
+        with torch.no_grad():
+            if which == "encoder":
+                want = Encoder.from_pretrained(src)(**batch).last_hidden_state
+            elif which == "sentence-encoder":
+                want = SentenceEncoder.from_pretrained(src)(dict(batch))["sentence_embedding"]
+            else:
+                want = load_task_model(src)[0](**batch)["logits"]
+        assert np.abs(got - want.numpy()).max() <= 1e-4
     q = ort.InferenceSession(str(out / "model.int8.onnx"), providers=["CPUExecutionProvider"])
     qgot = q.run(None, {k: v.numpy() for k, v in batch.items()})[0]
     assert not np.allclose(qgot, got, atol=1e-6) and np.abs(qgot - got).max() < 0.5 * np.abs(got).max() + 0.1
+
+
+def _op_counts(path: Path, ops) -> dict[str, int]:
+    import onnx
+
+    counts: dict[str, int] = {}
+    for node in onnx.load(str(path)).graph.node:
+        if node.op_type in ops:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
 
 
 def test_bad_inputs_are_one_line(tiny, tmp_path):  # noqa: F811

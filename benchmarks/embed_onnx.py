@@ -65,11 +65,10 @@ def st_worker(model_dir: str, threads: int, batch_size: int, texts_file: str) ->
 
     torch.set_num_threads(threads)
     texts = json.loads(Path(texts_file).read_text(encoding="utf-8"))
-    onnx = SentenceTransformer(model_dir, device="cpu", backend="onnx")
-    onnx.save_pretrained(model_dir)  # writes onnx/model.onnx beside the weights
+    onnx = SentenceTransformer(model_dir, device="cpu", backend="onnx")  # exported by optimum on loading
     export_dynamic_quantized_onnx_model(onnx, "avx2", model_dir)
-    int8 = SentenceTransformer(model_dir, device="cpu", backend="onnx",
-                               model_kwargs={"file_name": "onnx/model_qint8_avx2.onnx"})
+    qfile = next(Path(model_dir).glob("onnx/model_*avx2.onnx")).relative_to(model_dir)
+    int8 = SentenceTransformer(model_dir, device="cpu", backend="onnx", model_kwargs={"file_name": str(qfile)})
     models = {"onnx": onnx, "onnx-int8": int8}
     for name, model in models.items():
         np.save(Path(texts_file).with_name(f"st_{name}.npy"), model.encode(texts, batch_size=batch_size))

@@ -281,3 +281,39 @@ def test_cli_int8_and_fused_export_keep_minilm_sts_within_half_a_point(tmp_path)
     for which in ("q", "x/model.int8.onnx"):
         rho, _ = embed(str(tmp_path / which))
         assert fp32 - rho <= 0.5, (which, rho)
+
+
+@pytest.mark.parametrize("family", ["roberta", "albert"])
+def test_other_families_export_fused_and_match(tmp_path, family):
+    """RoBERTa's padding-aware positions and ALBERT's factorised, shared layers go through the same fusions; the
+    int8 graph keeps the embeddings fp32 (onnxruntime's quantised EmbedLayerNormalization drops RoBERTa's
+    position ids: cosine 0.78 to fp32 on this model)."""
+    from bertforge.config import ModelConfig
+    from bertforge.distill.compress import export_onnx
+    from bertforge.model.checkpoint import save_pretrained
+
+    words = "the a movie film good bad actor plot great dull was very and".split()
+    tok = Tokenizer.train([" ".join(words)] * 50, vocab_size=120, min_frequency=1)
+    small = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
+                 vocab_size=tok.vocab_size, max_position_embeddings=64)
+    cfg = (ModelConfig(model_type="roberta", pad_token_id=1, type_vocab_size=1, use_pooler=False, **small)
+           if family == "roberta" else ModelConfig(model_type="albert", embedding_size=16, share_layers="all", **small))
+    torch.manual_seed(0)
+    save_pretrained(Encoder(cfg), tmp_path / "m", cfg, tokenizer=tok)
+    record = export_onnx(tmp_path / "m", tmp_path / "x", int8=True)
+    assert record["fused_nodes"] == {"EmbedLayerNormalization": 1, "Attention": 3, "SkipLayerNormalization": 6,
+                                     "BiasGelu": 3}
+    batch = tok(["good", "the movie was very good and the actor was great", "a dull plot"], return_tensors="pt",
+                padding="longest")
+    feeds = {k: v.numpy() for k, v in batch.items() if k != "token_type_ids" or cfg.type_vocab_size > 0}
+    feeds.setdefault("token_type_ids", np.zeros_like(feeds["input_ids"]))
+    with torch.no_grad():
+        want = Encoder.from_pretrained(tmp_path / "m")(**batch).last_hidden_state.numpy()
+    real = batch["attention_mask"].bool().numpy()
+    got = ort.InferenceSession(str(tmp_path / "x" / "model.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, feeds)[0]
+    assert np.abs(got - want)[real].max() <= 1e-4
+    q = ort.InferenceSession(str(tmp_path / "x" / "model.int8.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, feeds)[0][real]
+    cos = (q * want[real]).sum(-1) / np.linalg.norm(q, axis=-1) / np.linalg.norm(want[real], axis=-1)
+    assert cos.min() > 0.98  # per token, random weights

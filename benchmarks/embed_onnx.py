@@ -4,7 +4,7 @@ backends, all-MiniLM-L6-v2, the same 2,758 STS-benchmark test sentences, the sam
 Arms: sentence-transformers fp32 (torch; the reference), ST `backend="onnx"` and ST's
 `export_dynamic_quantized_onnx_model` (avx2 int8) (both need optimum-onnx, which pins transformers < 5: they run in a
 separate interpreter given by --st-python, a worker process kept alive so that its arms interleave with the others),
-bertforge fp32 / bf16 (PyTorch), the `bertforge quantize` folder (torch int8), and the `bertforge export --int8`
+bertforge fp32 (PyTorch; bf16 is left out: on a CPU without native bf16 it is the slowest arm), the `bertforge quantize` folder (torch int8), and the `bertforge export --int8`
 folder run through onnxruntime: model.onnx (fused fp32) and model.int8.onnx (fused, then int8). Every arm encodes
 all sentences with its library's own `encode` at --batch-size; the arms run in turn, --repeats rounds, and each
 arm's figure is its median (machine load hits every arm alike). Spearman of cosine vs the gold scores from each
@@ -160,7 +160,6 @@ def main() -> None:
         return lambda: model.encode(texts, batch_size=args.batch_size, precision=precision, progress=False)
 
     arms["bertforge fp32 (torch)"] = ours(path)
-    arms["bertforge bf16 (torch)"] = ours(path, "bf16")
     arms["bertforge quantize (torch int8)"] = ours(work / "int8")
     arms["bertforge export fp32 (fused, onnxruntime)"] = ours(work / "export")
     arms["bertforge export int8 (fused, onnxruntime)"] = ours(work / "export" / "model.int8.onnx")

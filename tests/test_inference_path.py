@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.model.heads import mean_pool, task_loss
-from bertforge.model import Encoder, FusedSelfAttention, SelfAttention, for_inference
+from bertforge.model import Encoder, FusedSelfAttention, Int8Linear, SelfAttention, for_inference
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SRC = Path(__file__).resolve().parents[1] / "src" / "bertforge"
@@ -86,9 +86,13 @@ def test_inference_copy_structure():
     assert all(p.data_ptr() != q.data_ptr() for p in fast.parameters() for q in enc.parameters())
     q8 = for_inference(enc, "int8")
     fp32_linear = {name for name, m in q8.named_modules(remove_duplicate=False) if type(m) is torch.nn.Linear}
-    # every Linear is int8 (shared layers too) except the FFN output projections, which stay fp32
-    assert fp32_linear == {f"encoder.layer.{i}.output.dense" for i in range(3)}
+    assert fp32_linear == set()  # every Linear is int8 (shared layers too)
     assert q8.encoder.layer[2].attention.self.qkv.weight().dtype == torch.qint8
+    assert type(q8.encoder.layer[0].output.dense) is Int8Linear and type(q8.pooler.dense) is Int8Linear
+    # scheme 1 (folders quantised before scheme 2) kept the FFN output projections fp32
+    q1 = for_inference(enc, "int8", int8_scheme=1)
+    fp32_linear = {name for name, m in q1.named_modules(remove_duplicate=False) if type(m) is torch.nn.Linear}
+    assert fp32_linear == {f"encoder.layer.{i}.output.dense" for i in range(3)}
     with pytest.raises(BertforgeError, match="inference copy"):
         fast.save_pretrained("/nonexistent")
     with pytest.raises(BertforgeError, match="precision"):

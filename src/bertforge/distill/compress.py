@@ -2,17 +2,20 @@
 and task models.
 
 `quantize` writes a copy of the model folder whose encoder is torch's dynamic int8 quantisation
-(`model.for_inference(..., "int8")`: int8 Linear weights per output channel, activations quantised per batch; the
-FFN output projection stays fp32), stored as int8: `model.int8.safetensors` holds the int8 weights and their
+(`model.for_inference(..., "int8")`: every Linear int8, weights per output channel in 7 bits, activations
+quantised per batch in 8 bits; `model.int8.quantize_linears` says why), stored as int8: `model.int8.safetensors` holds the int8 weights and their
 scales (`bertforge.model.int8`), and config.json carries `bertforge_quantization`. The folder is smaller on disk
 and loads in `embed`, `predict`, `evaluate` and `serve` exactly as the quantised model was before saving (the
 copy is reloaded and compared before `quantize` returns); it is bertforge's layout, so transformers does not load
 it (it finds no model.safetensors).
 
-`export` traces the model into ONNX (opset 17, dynamic batch and sequence axes), runs the file in onnxruntime on a
-padded batch and refuses it unless fp32 max |diff| <= 1e-4 against PyTorch; `--int8` adds onnxruntime's dynamic
-int8 quantisation of the same graph (model.int8.onnx). `embed`, `predict` and `evaluate` run the exported folder
-(model.onnx) or either .onnx file through onnxruntime (`bertforge.model.onnx`).
+`export` traces the model into ONNX (opset 17, dynamic batch and sequence axes) from `model.onnx.for_export`'s copy
+of its encoder (attention in the op pattern onnxruntime fuses), runs onnxruntime's BERT optimiser over it (fused
+EmbedLayerNormalization, Attention, SkipLayerNormalization, BiasGelu: what the graph gains its speed from), runs
+the fused file in onnxruntime on a padded batch and refuses it unless fp32 max |diff| <= 1e-4 against PyTorch;
+`--int8` adds onnxruntime's dynamic int8 quantisation of the fused graph (model.int8.onnx: quantising after fusion
+gives int8 Attention and MatMul kernels; quantising first would leave nothing for the fusions to match).
+`embed`, `predict` and `evaluate` run the exported folder (model.onnx) or either .onnx file through onnxruntime (`bertforge.model.onnx`).
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from bertforge.io.write import atomic_write, atomic_write_text, write_errors
 from bertforge.io.read import read_json
 from bertforge.model import INT8_WEIGHTS, QUANT_FIELD, for_inference, save_int8
 from bertforge.model.folder import inspect_folder
-from bertforge.model.onnx import onnx_file
+from bertforge.model.int8 import INT8_SCHEME, WEIGHT_RANGE
+from bertforge.model.onnx import for_export, fusable, onnx_file
 
 EXPORTABLE = ("encoder", "sentence-encoder", "classify", "regress", "tag", "qa")
 PARITY_TOL = 1e-4
@@ -95,9 +99,11 @@ def quantize(model_dir: str | Path, out: str | Path, overwrite: bool = False) ->
                                    "results.json", "metrics.jsonl", "speed.jsonl"})
         save_int8(saved, out)
         config[QUANT_FIELD] = {"method": "dynamic_int8", "library": "torch.ao.quantization.quantize_dynamic",
-                               "weights": f"int8 per output channel with float64 scales, in {INT8_WEIGHTS}",
-                               "activations": "int8 per batch", "fp32_layers": "FFN output projections, "
-                               "embeddings, LayerNorms, task heads", "layout": "bertforge (not loadable in "
+                               "scheme": INT8_SCHEME,
+                               "weights": f"int8 per output channel in [{WEIGHT_RANGE[0]}, {WEIGHT_RANGE[1]}] "
+                                          f"with float64 scales, in {INT8_WEIGHTS}",
+                               "activations": "uint8 per batch, full range", "fp32_layers": "embeddings, "
+                               "LayerNorms, task heads", "layout": "bertforge (not loadable in "
                                "transformers: use the fp32 model it came from there)"}
         atomic_write_text(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")  # last: complete
         reloaded, _ = load_for_export(out, kind)
@@ -166,6 +172,44 @@ def _first_output(model: nn.Module, kind: str, tok) -> torch.Tensor:
     return outs[0].float()
 
 
+def _encoder_of(model: nn.Module, kind: str) -> nn.Module:
+    if kind == "encoder":
+        return model
+    return model.transformer.bert if kind == "sentence-encoder" else model.bert
+
+
+def _with_encoder(model: nn.Module, kind: str, encoder: nn.Module) -> nn.Module:
+    """`model` with `encoder` in its encoder's place (for kind "encoder": `encoder` itself)."""
+    if kind == "encoder":
+        return encoder
+    if kind == "sentence-encoder":
+        model.transformer.bert = encoder
+    else:
+        model.bert = encoder
+    return model
+
+
+FUSED_OPS = ("EmbedLayerNormalization", "Attention", "SkipLayerNormalization", "BiasGelu", "FastGelu", "Gelu")
+
+
+def _optimise(path: Path, config) -> dict[str, int]:
+    """Rewrite the graph at `path` in place with onnxruntime's BERT fusions; returns the fused nodes by type."""
+    import logging
+
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)  # its per-fusion chatter
+    # opt_level 0: the Python fusions only; onnxruntime's own graph optimisations run when a session loads it
+    opt = optimize_model(str(path), model_type="bert", num_heads=config.num_attention_heads,
+                         hidden_size=config.hidden_size, opt_level=0)
+    opt.save_model_to_file(str(path))
+    counts: dict[str, int] = {}
+    for node in opt.model.graph.node:
+        if node.op_type in FUSED_OPS:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
 def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opset: int = 17,
                 overwrite: bool = False) -> dict[str, Any]:
     """Export to `out`/model.onnx (+ model.int8.onnx), checked in onnxruntime; returns the parity record."""
@@ -191,12 +235,17 @@ def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opse
     for name in names:
         axes[name] = {0: "batch"} if name in ("sentence_embedding", "pooler_output") or kind in ("classify", "regress") \
             else {0: "batch", 1: "sequence"}
+    encoder = _encoder_of(model, kind)
+    fuse = fusable(encoder)
+    if fuse:  # traced from the fusable copy; `expected` above came from the model as it runs in PyTorch
+        wrapper = _Exportable(_with_encoder(model, kind, for_export(encoder)), kind).eval()
     with claim_output_dir(out, resume=False, overwrite=overwrite, resume_flag=None, what="--out"):
         # partial files carry the pid (fileio's temporary pattern): a killed export's are swept by the next claim
         tmp = out / f".model.onnx.{os.getpid()}.partial.tmp"
         qtmp = out / f".model.int8.onnx.{os.getpid()}.partial.tmp"
         try:
-            record = _write_onnx(src, out, wrapper, args, names, axes, expected, kind, opset, int8, tmp, qtmp)
+            record = _write_onnx(src, out, wrapper, args, names, axes, expected, kind, opset, int8, tmp, qtmp,
+                                 encoder.config if fuse else None)
         finally:  # a write error, a parity failure or an interrupt leaves no partial file behind
             tmp.unlink(missing_ok=True)
             qtmp.unlink(missing_ok=True)
@@ -207,13 +256,15 @@ def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opse
 
 
 def _write_onnx(src: Path, out: Path, wrapper, args, names, axes, expected, kind: str, opset: int, int8: bool,
-                tmp: Path, qtmp: Path) -> dict[str, Any]:
-    """model.onnx (+ model.int8.onnx) in `out` through the partial files `tmp` / `qtmp`, parity-checked."""
+                tmp: Path, qtmp: Path, fuse_config: Any = None) -> dict[str, Any]:
+    """model.onnx (+ model.int8.onnx) in `out` through the partial files `tmp` / `qtmp`, parity-checked; with
+    `fuse_config` (the encoder's config) onnxruntime's BERT optimiser fuses the graph first."""
     import onnxruntime as ort
 
     with torch.no_grad(), write_errors(out / "model.onnx"):
         torch.onnx.export(wrapper, args, str(tmp), input_names=list(axes)[:3], output_names=names,
                           dynamic_axes=axes, opset_version=opset, dynamo=False, do_constant_folding=True)
+    fused = _optimise(tmp, fuse_config) if fuse_config is not None else {}
     feeds = {k: v.numpy() for k, v in zip(("input_ids", "attention_mask", "token_type_ids"), args)}
     got = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"]).run(names, feeds)
     diff = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
@@ -222,12 +273,18 @@ def _write_onnx(src: Path, out: Path, wrapper, args, names, axes, expected, kind
                              f"(> {PARITY_TOL}); not written")
     os.replace(tmp, out / "model.onnx")
     record: dict[str, Any] = {"kind": kind, "format": "onnx", "opset": opset, "inputs": list(feeds),
-                              "outputs": names, "fp32_max_abs_diff": diff}
+                              "outputs": names, "fp32_max_abs_diff": diff, "fused_nodes": fused}
     if int8:
+        import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
+        # the fused nodes are onnxruntime's own (com.microsoft), whose outputs ONNX shape inference cannot type.
+        # The embeddings stay fp32: a lookup gains no speed from int8, and QEmbedLayerNormalization drops the
+        # position ids that RoBERTa's padding-aware positions feed EmbedLayerNormalization (cosine 0.78 to fp32)
         with write_errors(out / "model.int8.onnx"):
-            quantize_dynamic(str(out / "model.onnx"), str(qtmp), weight_type=QuantType.QInt8, per_channel=True)
+            quantize_dynamic(str(out / "model.onnx"), str(qtmp), weight_type=QuantType.QInt8, per_channel=True,
+                             op_types_to_quantize=["MatMul", "Attention"],
+                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
         qgot = ort.InferenceSession(str(qtmp), providers=["CPUExecutionProvider"]).run(names, feeds)
         record["int8_max_abs_diff"] = max(float(np.abs(g - e).max()) for g, e in zip(qgot, expected))
         e0, q0 = expected[0].reshape(len(SAMPLE), -1), qgot[0].reshape(len(SAMPLE), -1)

@@ -40,12 +40,12 @@ from bertforge.model.xlnet import (
     permutation_mask,
     target_mapping_of,
 )
-from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8, save_int8
+from bertforge.model.int8 import INT8_SCHEME, INT8_WEIGHTS, QUANT_FIELD, Int8Linear, load_int8, save_int8
 from bertforge.model.sparse.bigbird import BigBirdSelfAttention
 from bertforge.model.sparse.longformer import LongformerSelfAttention
 from bertforge.model.sparse.layout import SparseLayout, global_mask_from_indices, task_global_mask
 
-__all__ = ["ATTN_IMPLEMENTATIONS", "INT8_WEIGHTS", "PRECISIONS", "QUANT_FIELD", "AddNorm", "Decoder",
+__all__ = ["ATTN_IMPLEMENTATIONS", "INT8_SCHEME", "INT8_WEIGHTS", "Int8Linear", "PRECISIONS", "QUANT_FIELD", "AddNorm", "Decoder",
            "DecoderLM", "Embeddings", "Encoder", "EncoderOutput", "KVCache",
            "EncoderAttention", "EncoderFeedForward", "EncoderLayer",
            "FusedSelfAttention", "LayerStack", "MultiHeadAttention", "Pooler",

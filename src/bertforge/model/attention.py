@@ -190,3 +190,31 @@ class FusedSelfAttention(MultiHeadAttention):
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         return self.qkv(x)
+
+
+class OnnxSelfAttention(MultiHeadAttention):
+    """Export-only variant: the attention written in the op pattern that onnxruntime's transformer optimiser
+    fuses into one `Attention` node (`fusion_attention.py`, the pattern of transformers' BERT export): three
+    MatMul + Add projections, K transposed by one Transpose, (Q K^T) / sqrt(d), + an additive mask, Softmax, @ V.
+    `attend` scales Q before the product and masks with a boolean `Where`, which the fusion does not match. It
+    shares the source's Linear modules; `bertforge export` checks its graph against PyTorch before keeping it."""
+
+    def __init__(self, source: SelfAttention):
+        super().__init__(source.n_heads, source.head_dim, 0.0, "eager")
+        self.query, self.key, self.value = source.query, source.key, source.value
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, eager: bool = False,
+                head_mask: torch.Tensor | None = None, kv_cache=None, rotary=None):
+        """`mask`: the additive float mask [B, 1, 1, T] (0 = attend, the dtype's lowest value = padding)."""
+        if head_mask is not None or kv_cache is not None or rotary is not None:
+            raise BertforgeError("the ONNX export attention takes no head mask, cache or rotary positions")
+        B, T, _ = x.shape
+        shape = (B, T, self.n_heads, self.head_dim)
+        q = self.query(x).view(shape).permute(0, 2, 1, 3)
+        k = self.key(x).view(shape).permute(0, 2, 3, 1)  # [B, heads, d, T]: K^T in one Transpose
+        v = self.value(x).view(shape).permute(0, 2, 1, 3)
+        scores = torch.matmul(q, k) / math.sqrt(self.head_dim)
+        if mask is not None:
+            scores = scores + mask
+        ctx = torch.matmul(scores.softmax(dim=-1), v)
+        return ctx.permute(0, 2, 1, 3).reshape(B, T, self.n_heads * self.head_dim), None

@@ -18,14 +18,12 @@ pre-fused into one Linear) in fp32, bf16 or int8.
 from __future__ import annotations
 
 import copy
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 from bertforge.model.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
@@ -36,7 +34,7 @@ from bertforge.io.read import read_json
 from bertforge.model.attention import (FusedSelfAttention, MultiHeadAttention, SelfAttention, rotary_cos_sin,
                                        sliding_window_mask)
 from bertforge.model.dropout import Dropout
-from bertforge.model.int8 import INT8_WEIGHTS, QUANT_FIELD, load_int8
+from bertforge.model.int8 import INT8_SCHEME, INT8_WEIGHTS, QUANT_FIELD, int8_scheme, load_int8, quantize_linears
 from bertforge.model.sparse.longformer import sparse_self_attention
 from bertforge.model.sparse.layout import prepare as prepare_sparse
 
@@ -383,7 +381,7 @@ class Encoder(nn.Module):
         """The encoder saved in `path`; a folder written by `bertforge quantize` loads as its int8 inference copy."""
         model = cls(ModelConfig.from_file(path), attn_implementation)
         if (Path(path) / INT8_WEIGHTS).is_file():
-            fast = for_inference(model, "int8")
+            fast = for_inference(model, "int8", int8_scheme(path))
             load_int8(fast, path)
             return fast
         load_pretrained(model, path)
@@ -402,9 +400,10 @@ def is_quantised(path: str | Path) -> bool:
     return bool(read_json(Path(path) / "config.json").get(QUANT_FIELD))
 
 
-def for_inference(encoder: Encoder, precision: str = "fp32") -> Encoder:
-    """An eval-mode copy of `encoder` with Q/K/V fused per layer, in its own dtype ("fp32"), bf16, fp16 or int8.
-    It runs the same `Encoder.forward`; it shares no tensors with `encoder`, so rebuild it after the weights change."""
+def for_inference(encoder: Encoder, precision: str = "fp32", int8_scheme: int = INT8_SCHEME) -> Encoder:
+    """An eval-mode copy of `encoder` with Q/K/V fused per layer, in its own dtype ("fp32"), bf16, fp16 or int8
+    (`int8_scheme`: the recipe, `model.int8.INT8_SCHEME`; a saved folder's own). It runs the same `Encoder.forward`;
+    it shares no tensors with `encoder`, so rebuild it after the weights change."""
     if precision not in PRECISIONS:
         raise BertforgeError(f"unknown precision {precision!r} (expected {', '.join(PRECISIONS)})")
     fast = copy.deepcopy(encoder)
@@ -419,14 +418,9 @@ def for_inference(encoder: Encoder, precision: str = "fp32") -> Encoder:
         return fast.to(torch.bfloat16 if precision == "bf16" else torch.float16)
     if precision == "int8":
         # Dynamic quantisation: int8 weights (per output channel), activations quantised per batch on the fly, no
-        # calibration data. The FFN output projection stays fp32: its input (GELU of the up-projection) has
-        # outlier features that a single per-tensor activation scale crushes (mean cosine to fp32 on STS
-        # sentences 0.978 with it quantised, 0.988 without; measured in benchmarks/embed_throughput.py).
-        keep_fp32 = {id(layer.output.dense) for layer in fast.encoder.layer}
-        # Every path to a module, shared (ALBERT) ones included: qconfigs are looked up by path.
-        spec = {name: per_channel_dynamic_qconfig for name, mod in fast.named_modules(remove_duplicate=False)
-                if isinstance(mod, nn.Linear) and id(mod) not in keep_fp32}
-        with warnings.catch_warnings():  # torch.ao deprecation notices: the API is still the supported CPU path
-            warnings.simplefilter("ignore")
-            quantize_dynamic(fast, spec, dtype=torch.qint8, inplace=True)
+        # calibration data (`model.int8.quantize_linears`: the recipe and why). Scheme 1 kept the FFN output
+        # projection fp32: its input (GELU of the up-projection) has outlier features that a 7-bit per-tensor
+        # activation scale crushes; scheme 2's 8-bit activations quantise it too.
+        keep_fp32 = {id(layer.output.dense) for layer in fast.encoder.layer} if int8_scheme == 1 else set()
+        quantize_linears(fast, keep_fp32, int8_scheme)
     return fast

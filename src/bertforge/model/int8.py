@@ -3,7 +3,8 @@
 A model whose encoder is `for_inference(..., "int8")` (torch's dynamic int8 Linear layers) saves to
 `model.int8.safetensors`: every quantised Linear as its int8 weight (per output channel, symmetric) plus the
 channel scales (float64, exactly as torch computed them) and its fp32 bias; every other tensor (embeddings,
-LayerNorms, the FFN output projections kept in fp32, task heads) as fp32. Names are the int8 model's own module
+LayerNorms, task heads; the FFN output projections in scheme 1 folders) as fp32. `quantize_linears` is the
+recipe (`INT8_SCHEME`), recorded in config.json so that a folder always loads with the recipe it was saved with. Names are the int8 model's own module
 paths (Q/K/V fused into `qkv`), so this is bertforge's layout, not Hugging Face's: transformers finds no
 model.safetensors there and says so, instead of loading int8 numbers as if they were weights. Loading puts the
 stored int8 weights and scales back into the same quantised modules, so the model computes exactly what the
@@ -11,19 +12,68 @@ quantised model that was saved computed.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+from torch.ao.quantization import (PerChannelMinMaxObserver, QConfig, default_dynamic_quant_observer,
+                                   per_channel_dynamic_qconfig, quantize_dynamic)
 
 from bertforge.model.checkpoint import INT8_WEIGHTS
 from bertforge.errors import BertforgeError
+from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write
 
 QUANT_FIELD = "bertforge_quantization"  # config.json: how the folder was quantised (also: "load me as int8")
 _SCALE = ".weight_scale"
+# The int8 recipe, recorded as QUANT_FIELD["scheme"] (absent: 1), so that a folder loads with the recipe it was
+# saved with. 1: every Linear but the FFN output projections, 8-bit weights, 7-bit activations (torch's default
+# reduce_range). 2: every Linear, 7-bit weights, 8-bit activations (`Int8Linear`).
+INT8_SCHEME = 2
+# Scheme 2's weight range: |w| <= 64 and activations <= 255 keep fbgemm's AVX2 kernel (vpmaddubsw: two u8 x s8
+# products summed in int16) below 32767; full-range weights with full-range activations saturate it there.
+WEIGHT_RANGE = (-64, 63)
+
+
+class Int8Linear(DynamicLinear):
+    """torch's dynamic int8 Linear with activations quantised over the full 8 bits (torch's module uses 7,
+    `reduce_range`, for the saturation that `WEIGHT_RANGE` rules out instead). The activation scale is one per
+    batch, so a few outlier features (BERT's LayerNorm outputs have them) set it: the eighth bit halves the step
+    every other feature is rounded to. all-MiniLM-L6-v2, STS-benchmark test, two `embed` calls: Spearman -0.57
+    points with scheme 1, -0.12 with this (benchmarks/embed_onnx.py, docs/benchmarks.md)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, False).to(x.dtype)
+
+
+def int8_scheme(directory: str | Path) -> int:
+    """The int8 recipe a quantised folder was written with (`INT8_SCHEME`; 1 before the field existed)."""
+    field = read_json(Path(directory) / "config.json").get(QUANT_FIELD)
+    scheme = field.get("scheme", 1) if isinstance(field, dict) else 1
+    if scheme not in (1, 2):
+        raise BertforgeError(f"{directory}/config.json: {QUANT_FIELD}.scheme {scheme!r} is not one this bertforge "
+                             "knows (1, 2); quantise the fp32 model again")
+    return scheme
+
+
+def quantize_linears(model: nn.Module, keep_fp32: set[int], scheme: int = INT8_SCHEME) -> None:
+    """Replace `model`'s Linear layers (every path to one, shared ALBERT ones included: qconfigs are looked up by
+    path) by dynamic int8 ones in place, except the modules whose ids are in `keep_fp32`."""
+    if scheme == 1:
+        qconfig, mapping = per_channel_dynamic_qconfig, None
+    else:
+        weight = PerChannelMinMaxObserver.with_args(dtype=torch.qint8, qscheme=torch.per_channel_symmetric,
+                                                    quant_min=WEIGHT_RANGE[0], quant_max=WEIGHT_RANGE[1])
+        qconfig = QConfig(activation=default_dynamic_quant_observer, weight=weight)
+        mapping = {nn.Linear: Int8Linear}
+    spec = {name: qconfig for name, mod in model.named_modules(remove_duplicate=False)
+            if isinstance(mod, nn.Linear) and id(mod) not in keep_fp32}
+    with warnings.catch_warnings():  # torch.ao deprecation notices: the API is still the supported CPU path
+        warnings.simplefilter("ignore")
+        quantize_dynamic(model, spec, dtype=torch.qint8, mapping=mapping, inplace=True)
 
 
 def _quantised(model: nn.Module) -> dict[str, DynamicLinear]:

@@ -5,9 +5,12 @@ and tokenizer. `onnx_file(path)` says whether a --model argument names such a gr
 model.onnx, when the folder holds no PyTorch weights) or a .onnx file inside it (e.g. model.int8.onnx).
 `OnnxModel` runs it: `model(input_ids, attention_mask, token_type_ids)` returns the graph's outputs by name as
 torch tensors (`out["logits"]`, `out.last_hidden_state`), so `predict`, `evaluate` and `embed` use it unchanged.
+`for_export(encoder)` is the copy of an encoder that `export` traces: the same weights, its attention in the op
+pattern onnxruntime's transformer optimiser fuses (`OnnxSelfAttention`, an additive mask).
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertforge.model.attention import OnnxSelfAttention, SelfAttention
 from bertforge.model.checkpoint import INT8_WEIGHTS
+from bertforge.model.encoder import Encoder
 from bertforge.errors import BertforgeError
 
 ONNX_FP32 = "model.onnx"
@@ -93,3 +98,41 @@ class OnnxModel(nn.Module):
         feeds = {name: np.ascontiguousarray(given[name].cpu().numpy(), dtype=np.int64) for name in self.input_names}
         outs = self.session.run(self.output_names, feeds)
         return Outputs({name: torch.from_numpy(o) for name, o in zip(self.output_names, outs)})
+
+
+class _ExportEncoder(Encoder):
+    """An `Encoder` whose mask is additive, built from the graph input as transformers' BERT builds it: the
+    Unsqueeze -> Cast -> Sub -> Mul chain that onnxruntime's attention fusion reads its mask from. Always built
+    (no "nothing is padded" branch), so the traced graph serves padded and unpadded batches alike."""
+
+    def dense_mask(self, attention_mask: torch.Tensor | None, length: int,
+                   device: torch.device) -> torch.Tensor | None:
+        if attention_mask is None:
+            return None
+        mask = attention_mask.unsqueeze(1).unsqueeze(2).to(torch.float32)
+        return (1.0 - mask) * torch.finfo(torch.float32).min
+
+
+def fusable(encoder: Encoder) -> bool:
+    """Whether onnxruntime's BERT fusions apply: post-norm layers with full softmax attention, learned absolute
+    positions, bidirectional, fp32 (BERT, RoBERTa, DistilBERT, ALBERT, ELECTRA; not ModernBERT, sparse, causal)."""
+    cfg = encoder.config
+    return (not cfg.family.sparse and not cfg.causal and cfg.norm_position == "post" and cfg.heads_per_layer is None
+            and cfg.position_embedding_type == "absolute"
+            and all(type(layer.attention.self) is SelfAttention for layer in encoder.encoder.layer)
+            and all(p.dtype == torch.float32 for p in encoder.parameters()))
+
+
+def for_export(encoder: Encoder) -> Encoder:
+    """An eval-mode copy of `encoder` to trace for ONNX: the same forward and weights, with `OnnxSelfAttention`
+    and the additive mask, so the exported graph fuses; an encoder the fusions do not cover comes back unchanged."""
+    if not fusable(encoder):
+        return encoder
+    out = copy.deepcopy(encoder).eval()
+    swapped: dict[int, OnnxSelfAttention] = {}  # ALBERT's shared attention stays one module
+    for layer in out.encoder.layer:
+        src = layer.attention.self
+        if not isinstance(src, OnnxSelfAttention):
+            layer.attention.self = swapped.setdefault(id(src), OnnxSelfAttention(src))
+    out.__class__ = _ExportEncoder  # same state and forward; only the mask rule differs
+    return out

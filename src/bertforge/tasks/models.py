@@ -35,6 +35,7 @@ from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.model.heads import mean_pool, task_loss
 from bertforge.model import INT8_WEIGHTS, Encoder, for_inference, is_quantised, load_int8
+from bertforge.model.int8 import int8_scheme
 from bertforge.model.dropout import Dropout
 from bertforge.model.sparse.layout import task_global_mask
 from bertforge.model.bilstm import load_bilstm
@@ -396,7 +397,7 @@ def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[s
         return OnnxModel(onnx).eval(), task, labels
     model = build_model(cfg, task["kind"], len(labels) if labels else 2, freeze)
     if (path / INT8_WEIGHTS).is_file():  # `bertforge quantize`: int8 weights and scales as they were saved
-        model.bert = for_inference(model.bert, "int8")
+        model.bert = for_inference(model.bert, "int8", int8_scheme(path))
         load_int8(model, path)
         return model.eval(), task, labels
     missing = load_pretrained(model, path)

@@ -1,4 +1,4 @@
-"""What `bash benchmarks/gpu_check.sh` runs: every GPU figure of issue 30 in one command, about 8 minutes on one GPU.
+"""What `bash benchmarks/gpu_check.sh` runs: every GPU figure of the GPU path in one command, about 8 minutes on one GPU.
 
 Each row runs one of the existing benchmark scripts (or the CLI) as its own process with small flags, under a time
 limit, and its JSON is read back; a row that fails or is skipped stays in the table with the reason, so the JSON

@@ -12,7 +12,7 @@ Also: batches/s made by 1, 2, ... worker processes alone (--make-workers), again
 A step is forward + backward + AdamW (+ clipping), as in `bertforge pretrain`; the arms are run one after the
 other, in the order synthetic / inline / background / synthetic, and the synthetic figure is the mean of its two
 runs, so drifting machine load hits both sides. Also reported: the milliseconds one batch takes to make alone.
-The goal (issue 14): end-to-end >= 95% of the synthetic figure.
+The goal: end-to-end >= 95% of the synthetic figure.
 
     python benchmarks/gpu_pipeline.py --corpus ../shared/data/gutenberg --device cpu --size bert-mini \\
         --batch-size 32 --steps 30

@@ -180,7 +180,7 @@ class FusedSelfAttention(MultiHeadAttention):
         super().__init__(source.n_heads, source.head_dim, source.dropout_p, source.attn_implementation)
         bias = source.query.bias is not None
         # Built where the source's weights are (device and dtype): a default-dtype CPU Linear beside a float64 or
-        # GPU model was the crash of issue 30 ("mat1 is on cuda:0, different from other tensors on cpu").
+        # GPU model crashed `embed --device cuda` ("mat1 is on cuda:0, different from other tensors on cpu").
         self.qkv = nn.Linear(source.query.in_features, 3 * source.query.out_features, bias=bias,
                              **like(source.query.weight))
         with torch.no_grad():

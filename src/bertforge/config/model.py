@@ -263,9 +263,9 @@ def check_against_weights(cfg: ModelConfig, weights: Path, source: str) -> None:
     # A size beyond every dimension in the file is refused here, before it is allocated; a smaller mismatch is
     # left to load_pretrained, whose message names the tensor and both shapes.
     largest = max((n for shape in shapes.values() for n in shape), default=None)
-    for field in ("hidden_size", "intermediate_size"):
-        if largest is not None and getattr(cfg, field) > largest:
-            refuse(field, f"no tensor with a dimension of {getattr(cfg, field)} (the largest is {largest})")
+    for size_field in ("hidden_size", "intermediate_size"):
+        if largest is not None and getattr(cfg, size_field) > largest:
+            refuse(size_field, f"no tensor with a dimension of {getattr(cfg, size_field)} (the largest is {largest})")
     layers: dict[str, set[int]] = {}
     for name in shapes:
         if m := _LAYER_INDEX.match(name):

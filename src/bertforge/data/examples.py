@@ -127,7 +127,7 @@ class ExampleBuilder:
         Returns input_ids, token_type_ids, word_start (+ sentence_label) as numpy arrays; `words=False` leaves
         word_start out (token masking never reads it: half the shard reads of an example)."""
         cls, sep = corpus.cls_id, corpus.sep_id
-        ids, ws, types = [np.array([cls])], [np.ones(1, np.uint8)], [0]
+        ids, ws = [np.array([cls])], [np.ones(1, np.uint8)]
         n_per_type = [1, 0]
         prev_seg = 0
         for s, e, g, p in plan.ranges(i):

@@ -21,7 +21,7 @@ from torch import nn
 from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write, atomic_write_text
 from bertforge.io.read import read_json
-from bertforge.model.heads import task_loss
+from bertforge.model.heads import task_output
 
 MODEL_TYPE = "bertforge-bilstm"
 ARCHITECTURE = "BertforgeBiLSTM"
@@ -65,10 +65,7 @@ class BiLSTMStudent(nn.Module):
         else:
             feats = torch.cat([h[0], h[1]], dim=-1)  # last forward state ++ last backward state (at token 0)
         logits = self.mlp(self.dropout(feats))
-        result: dict[str, Any] = {"logits": logits}
-        if labels is not None:
-            result["loss"] = task_loss(logits, labels, regression=self.kind == "regress")
-        return result
+        return task_output(logits, labels, self.kind)
 
     @property
     def architecture(self) -> str:

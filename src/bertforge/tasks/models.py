@@ -33,7 +33,7 @@ from bertforge.model.checkpoint import load_pretrained, read_state_dict, save_pr
 from bertforge.families import FAMILIES
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.model.heads import mean_pool, task_loss
+from bertforge.model.heads import mean_pool, task_output
 from bertforge.model import INT8_WEIGHTS, Encoder, for_inference, is_quantised, load_int8
 from bertforge.model.int8 import int8_scheme
 from bertforge.model.dropout import Dropout
@@ -145,10 +145,7 @@ class SequenceClassifier(_TaskModel):
             logits = self.classifier(out.last_hidden_state[:, 0])
         else:
             logits = self.classifier(self.dropout(self.pooled(out, attention_mask)))
-        result: dict[str, Any] = {"logits": logits}
-        if labels is not None:
-            result["loss"] = task_loss(logits, labels, regression=self.kind == "regress")
-        return result
+        return task_output(logits, labels, self.kind)
 
 
 class TokenClassifier(_TaskModel):
@@ -165,10 +162,7 @@ class TokenClassifier(_TaskModel):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> dict[str, Any]:
         out = self.encode(input_ids, attention_mask, token_type_ids)
         logits = self.classifier(self.dropout(out.last_hidden_state))
-        result: dict[str, Any] = {"logits": logits}
-        if labels is not None:
-            result["loss"] = task_loss(logits, labels)
-        return result
+        return task_output(logits, labels)
 
 
 class QuestionAnswering(_TaskModel):
@@ -211,10 +205,7 @@ class MultipleChoice(_TaskModel):
         flat = lambda x: None if x is None else x.reshape(b * c, t)  # noqa: E731
         out = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids))
         logits = self.classifier(self.dropout(self.pooled(out, flat(attention_mask)))).view(b, c)
-        result: dict[str, Any] = {"logits": logits}
-        if labels is not None:
-            result["loss"] = task_loss(logits, labels)
-        return result
+        return task_output(logits, labels)
 
 
 # ---- feature-based mode (BERT paper, section 5.3) -----------------------------------------------------------------
@@ -294,10 +285,7 @@ class FeatureModel(nn.Module):
         if self.kind != "tag":
             x = mean_pool(x, attention_mask)
         logits = self.classifier(x)
-        result: dict[str, Any] = {"logits": logits}
-        if labels is not None:
-            result["loss"] = task_loss(logits, labels, regression=self.kind == "regress")
-        return result
+        return task_output(logits, labels, self.kind)
 
     @property
     def architecture(self) -> str:

@@ -1,8 +1,9 @@
 """The shared training loop: `from bertforge.training import Trainer, TrainConfig, ResumableLoader`."""
 
+from bertforge.device import resolve_device, to_device
 from bertforge.training.config import TrainConfig, parse_duration
-from bertforge.training.distributed import distributed_context, resolve_device
-from bertforge.training.loader import ResumableLoader, count_tokens, to_device
+from bertforge.training.distributed import distributed_context
+from bertforge.training.loader import ResumableLoader, count_tokens
 from bertforge.training.optim import (SCHEDULES, WarmupLinearDecay, WarmupStableDecay, build_optimizer,
                                       build_schedule, no_decay, param_groups)
 from bertforge.training.state import default_load_fn, default_save_fn, load_trainer_state, set_seed

@@ -9,8 +9,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bertforge.device import resolve_device  # noqa: F401  (re-exported: bertforge.training.resolve_device)
-
 
 def distributed_context() -> tuple[int, int, int]:
     """(rank, world_size, local_rank) from the torchrun environment; (0, 1, 0) when not launched by torchrun."""

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import default_collate
 
 from bertforge.errors import BertforgeError
-from bertforge.device import pin, to_device  # noqa: F401  (to_device re-exported)
+from bertforge.device import pin
 
 # Length grouping sorts inside chunks of this many batches: big enough to cut padding, small enough to stay random.
 _GROUP_CHUNK_BATCHES = 50

@@ -283,24 +283,15 @@ def main() -> None:
     # bertforge from src/ on PYTHONPATH, not installed: its module runs the same command
     bertforge = shlex.join([str(installed)] if installed.is_file() else [sys.executable, "-m", "bertforge.cli"])
 
-    # (a) bertforge serve
-    if "bertforge" in args.servers:
-        serve_bertforge(bertforge, model_path, texts, want, env, args, result)
-    # (b) the hand-written per-request app
-    if "plain" in args.servers:
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-c", PLAIN_APP, model_path, str(port), str(args.threads)], env=env)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_ready(proc, url)
-            result["rows"] += run_points("fastapi + ST encode", url, "/embed", lambda s: {"inputs": s}, texts, want,
-                                         args, proc.pid)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
-    # (c) infinity-emb, run by an interpreter that has it
-    if "infinity" in args.servers:
-        serve_infinity(model_path, texts, want, env, args, result)
+    # in the order given (run it twice, reversed, to see whether the machine drifted between servers):
+    # (a) bertforge serve, (b) the hand-written per-request app, (c) infinity-emb, run by an interpreter that has it
+    for server in dict.fromkeys(args.servers):
+        if server == "bertforge":
+            serve_bertforge(bertforge, model_path, texts, want, env, args, result)
+        elif server == "plain":
+            serve_plain(model_path, texts, want, env, args, result)
+        else:
+            serve_infinity(model_path, texts, want, env, args, result)
     finish(result, offline, in_order, args)
 
 
@@ -333,14 +324,32 @@ def serve_bertforge(bertforge: str, model_path: str, texts: list[str], want: np.
         proc.wait(timeout=60)
 
 
+def serve_plain(model_path: str, texts: list[str], want: np.ndarray, env: dict, args: argparse.Namespace,
+                result: dict) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", PLAIN_APP, model_path, str(port), str(args.threads)], env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(proc, url)
+        result["rows"] += run_points("fastapi + ST encode", url, "/embed", lambda s: {"inputs": s}, texts, want,
+                                     args, proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 def serve_infinity(model_path: str, texts: list[str], want: np.ndarray, env: dict, args: argparse.Namespace,
                    result: dict) -> None:
     if not args.infinity:
         result["infinity_error"] = "no --infinity executable given"
         return
     port = free_port()
-    proc = subprocess.Popen([args.infinity, "v2", "--model-id", model_path, "--port",
-                             str(port), "--engine", "torch", "--device", "cpu", "--no-bettertransformer"], env=env)
+    # its torch engine in fp32, like the other servers; BetterTransformer off (deprecated in optimum, and torch's
+    # own attention is used either way on a CPU)
+    proc = subprocess.Popen([args.infinity, "v2", "--model-id", model_path, "--port", str(port), "--engine", "torch",
+                             "--device", "cpu", "--dtype", "float32", "--no-bettertransformer",
+                             "--log-level", "warning"],
+                            env={**env, "DO_NOT_TRACK": "1"})  # its usage reports would retry DNS on every batch
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, url, timeout=300)
@@ -367,6 +376,17 @@ def finish(result: dict, offline: float, in_order: float, args: argparse.Namespa
             summary["vs_plain_app"] = row["sentences_per_s"] / plain["sentences_per_s"]
         result.setdefault("at_32", {})[name] = summary
         print(f"at concurrency 32, {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in summary.items()))
+    # the anchor: bertforge serve against infinity-emb at every concurrency (throughput ratio, p99 of each)
+    infinity = {r["concurrency"]: r for r in result["rows"] if r["server"] == "infinity-emb"}
+    for row in result["rows"]:
+        other = infinity.get(row["concurrency"])
+        if row["server"].startswith("bertforge serve") and other is not None:
+            ratio = row["sentences_per_s"] / other["sentences_per_s"]
+            result.setdefault("vs_infinity", []).append(
+                {"server": row["server"], "concurrency": row["concurrency"], "throughput_ratio": ratio,
+                 "p99_ms": row["p99_ms"], "infinity_p99_ms": other["p99_ms"]})
+            print(f"concurrency {row['concurrency']}, {row['server']} / infinity-emb: {ratio:.2f}x "
+                  f"(p99 {row['p99_ms']:.0f} vs {other['p99_ms']:.0f} ms)")
     out = Path(args.out)
     if args.append and out.is_file():  # e.g. a later run of only --servers infinity
         old = json.loads(out.read_text(encoding="utf-8"))

@@ -196,7 +196,25 @@ def test_predict_evaluate_and_embed_run_the_onnx_export(tiny, sentence_encoder, 
     st = tmp_path / "st"
     export_onnx(sentence_encoder, st, int8=True)
     a = SentenceEncoder.from_pretrained(sentence_encoder).encode(SAMPLE, progress=False)
-    np.testing.assert_allclose(SentenceEncoder.from_pretrained(st).encode(SAMPLE, progress=False), a, atol=1e-4)
+    graph = SentenceEncoder.from_pretrained(st)
+    asked = []  # which outputs encode asks onnxruntime for: the graph's own pooled vector only
+
+    class Session:
+        def __init__(self, session):
+            self.session = session
+
+        def run(self, names, feeds):
+            asked.append(tuple(names))
+            return self.session.run(names, feeds)
+
+    graph.transformer.bert.session = Session(graph.transformer.bert.session)
+    np.testing.assert_allclose(graph.encode(SAMPLE, progress=False), a, atol=1e-4)
+    assert set(asked) == {("sentence_embedding",)}
+    # another pooling, or raw vectors from a normalising pipeline: pooled in PyTorch from the token embeddings
+    for kwargs in ({"pooling": "cls"}, {"normalize": False}, {"normalize": True}):
+        want = SentenceEncoder.from_pretrained(sentence_encoder, **kwargs).encode(SAMPLE, progress=False)
+        got = SentenceEncoder.from_pretrained(st, **kwargs).encode(SAMPLE, progress=False)
+        np.testing.assert_allclose(got, want, atol=1e-4)
     (tmp_path / "t.txt").write_text("\n".join(SAMPLE) + "\n", encoding="utf-8")
     proc = run("embed", "--model", st / "model.int8.onnx", "--input", tmp_path / "t.txt", "--out",
                tmp_path / "v.npy", "--no-progress")

@@ -109,13 +109,14 @@ def pad_batch(ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 
 
 def encode(encoder: Encoder | OnnxModel, token_ids: Callable[[list[str]], list[list[int]]], pad_id: int,
-           pool: Callable[[Features], torch.Tensor], texts: Sequence[str], dim: int, batch_size: int = 32,
+           pool: Callable[[Features], torch.Tensor] | None, texts: Sequence[str], dim: int, batch_size: int = 32,
            precision: str = "fp32", normalize: bool = False, progress: bool = True,
            compile: bool = False) -> np.ndarray:
     """Encode `texts` to an [N, dim] float32 array in input order.
 
     token_ids: texts -> unpadded, truncated id lists; pool: features (`token_embeddings`, optional
-    `attention_mask`) -> sentence vectors, run in fp32. precision: "fp32" (matches sentence-transformers to
+    `attention_mask`) -> sentence vectors, run in fp32; None takes the `sentence_embedding` output of an exported
+    graph that pools itself. precision: "fp32" (matches sentence-transformers to
     ~1e-6), "bf16" (weights and activations in bfloat16), "fp16" (GPU only), "int8" (dynamic int8 quantisation,
     CPU only). normalize: L2. The model runs on the encoder's device; compile: torch.compile it (see
     `bertforge.device.compile_module`).
@@ -129,6 +130,8 @@ def encode(encoder: Encoder | OnnxModel, token_ids: Callable[[list[str]], list[l
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise BertforgeError(f"text {i} is a {type(t).__name__}, not a string")
+    if pool is None and not (isinstance(encoder, OnnxModel) and "sentence_embedding" in encoder.output_names):
+        raise BertforgeError("encode: no pooling given and the model has no sentence_embedding output")
     if isinstance(encoder, OnnxModel):  # an exported graph: its precision is the file's (model.int8.onnx)
         if precision != "fp32":
             raise BertforgeError(f"--precision {precision}: {encoder.file} is an ONNX graph with its own precision; "
@@ -147,12 +150,15 @@ def encode(encoder: Encoder | OnnxModel, token_ids: Callable[[list[str]], list[l
                 if cuda:  # pinned, so the copy does not wait for the GPU to finish the batch before
                     input_ids, mask = (None if t is None else pin(t).to(device, non_blocking=True)
                                        for t in (input_ids, mask))
-                hidden = fast(input_ids, mask).last_hidden_state
-                # the head (Pooling, Dense) is cheap: fp32 (or the model's own float64), never half precision
-                features = {"token_embeddings": hidden.to(torch.promote_types(hidden.dtype, torch.float32))}
-                if mask is not None:
-                    features["attention_mask"] = mask
-                emb = pool(features)
+                if pool is None:
+                    emb = fast(input_ids, mask, outputs=("sentence_embedding",)).sentence_embedding
+                else:
+                    hidden = fast(input_ids, mask).last_hidden_state
+                    # the head (Pooling, Dense) is cheap: fp32 (or the model's own float64), never half precision
+                    features = {"token_embeddings": hidden.to(torch.promote_types(hidden.dtype, torch.float32))}
+                    if mask is not None:
+                        features["attention_mask"] = mask
+                    emb = pool(features)
                 if normalize:
                     emb = F.normalize(emb, p=2, dim=1)
                 out[start + rows] = emb.float().cpu().numpy()

@@ -254,6 +254,10 @@ class SentenceEncoder(nn.Sequential):
 
     source: Path | None = None
     compile_inference = False  # encode() with a torch.compile'd copy (`--compile`)
+    # An exported folder's graph already holds the pooling (and a final Normalize): its `sentence_embedding`
+    # output is this pipeline's vector when the folder's modules were loaded as saved. None: it is not (no such
+    # output, or pooling was replaced at load); True / False: it is, L2-normalised or not.
+    graph_normalized: bool | None = None
 
     def __init__(self, *modules: nn.Module):
         super().__init__(*modules)
@@ -304,11 +308,14 @@ class SentenceEncoder(nn.Sequential):
         normalisation on/off. Runs on the model's device (`model.to("cuda")`).
         """
         head = nn.Sequential(*[m for m in list(self)[1:] if not isinstance(m, Normalize)])  # Pooling, Dense
+        normalize = self.normalizes if normalize is None else normalize
+        # the graph's own pooled output saves a pooling pass in PyTorch between onnxruntime calls (whose threads
+        # and torch's would contend for the same cores); not when it is normalised and raw vectors are asked for
+        graph_pools = self.graph_normalized is not None and (normalize or not self.graph_normalized)
         return encode_texts(self.transformer.bert, self.transformer.token_ids, self.tokenizer.pad_token_id,
-                            lambda features: head(features)["sentence_embedding"], texts, self.dim,
-                            batch_size=batch_size, precision=precision,
-                            normalize=self.normalizes if normalize is None else normalize, progress=progress,
-                            compile=self.compile_inference)
+                            None if graph_pools else lambda features: head(features)["sentence_embedding"],
+                            texts, self.dim, batch_size=batch_size, precision=precision, normalize=normalize,
+                            progress=progress, compile=self.compile_inference)
 
     # ---- construction ------------------------------------------------------------------------------------------
     @classmethod
@@ -358,12 +365,16 @@ class SentenceEncoder(nn.Sequential):
                 if new.out_dim != modules[idx].out_dim and any(isinstance(m, Dense) for m in modules):
                     raise BertforgeError(f"{path}: --pooling changes the vector size, which its Dense layer forbids")
                 modules[idx] = new
+        saved_normalizes = isinstance(modules[-1], Normalize)
         if normalize is True and not isinstance(modules[-1], Normalize):
             modules.append(Normalize())
         elif normalize is False and isinstance(modules[-1], Normalize):
             modules.pop()
         model = cls(*modules).eval()
         model.source = path
+        graph = model.transformer.bert
+        if isinstance(graph, OnnxModel) and "sentence_embedding" in graph.output_names and pooling is None:
+            model.graph_normalized = saved_normalizes
         return model
 
     def save_pretrained(self, path: str | Path) -> Path:

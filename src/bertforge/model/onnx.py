@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -89,15 +89,17 @@ class OnnxModel(nn.Module):
         return self._digest
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, **_: Any) -> Outputs:
+                token_type_ids: torch.Tensor | None = None, outputs: Sequence[str] | None = None, **_: Any) -> Outputs:
+        """The graph's outputs by name: all of them, or only `outputs`."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         feeds = {name: np.ascontiguousarray(given[name].cpu().numpy(), dtype=np.int64) for name in self.input_names}
-        outs = self.session.run(self.output_names, feeds)
-        return Outputs({name: torch.from_numpy(o) for name, o in zip(self.output_names, outs)})
+        names = list(outputs) if outputs is not None else self.output_names
+        outs = self.session.run(names, feeds)
+        return Outputs({name: torch.from_numpy(o) for name, o in zip(names, outs)})
 
 
 class _ExportEncoder(Encoder):

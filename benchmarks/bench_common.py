@@ -1,4 +1,5 @@
-"""What several benchmark scripts share: the machine-wide benchmark lock and the atomic JSON write.
+"""What several benchmark scripts share: the machine-wide benchmark lock, the best-of-N timer and the atomic
+JSON write.
 
 Scripts run as `python benchmarks/NAME.py`, so this module imports as `bench_common`."""
 from __future__ import annotations
@@ -7,7 +8,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,3 +38,15 @@ def save(path: Path, result: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def best_time(fn: Callable[[], object], repeats: int, warmup: int = 0) -> float:
+    """The fastest of `repeats` timed calls of `fn` (after `warmup` untimed ones), in seconds."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)

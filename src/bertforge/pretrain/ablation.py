@@ -22,7 +22,7 @@ from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write, atomic_write_text
 from bertforge.pretrain.inputs import heldout_batches
 from bertforge.pretrain.metrics import mlm_metrics, most_frequent_token
-from bertforge.pretrain.objectives import LEFT_TO_RIGHT
+from bertforge.pretrain.recipes import LEFT_TO_RIGHT
 from bertforge.pretrain.options import PretrainOptions
 from bertforge.device import default_precision
 from bertforge.pretrain.prepare import prepare_data, prepare_tokenizer

@@ -10,7 +10,7 @@ import torch
 from bertforge.config import ModelConfig
 from bertforge.data import LMCollator, Masker, PermutationSampler, PretrainingDataset, WordShuffle
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.objectives import LEFT_TO_RIGHT
+from bertforge.pretrain.recipes import LEFT_TO_RIGHT
 from bertforge.pretrain.recipes import Recipe
 
 PAIR_FORMATS = ("segment-pair", "sentence-pair")

@@ -32,6 +32,7 @@ from bertforge.model.heads import (ARCHITECTURES, MaskedLM, PreTrainingModel, Re
                                    SentenceRelationHead, XLNetLM, masked_lm_loss, vocab_loss)
 from bertforge.model import DecoderLM, activation, permutation_mask, target_mapping_of
 from bertforge.model.sparse.layout import task_global_mask
+from bertforge.pretrain.recipes import OBJECTIVES, SENTENCE_OBJECTIVES
 
 IGNORE = -100
 RELATIONS = (None, "nsp", "sop")
@@ -336,12 +337,6 @@ class LeftToRightObjective(MaskedLM):
         from bertforge.model.checkpoint import save_pretrained
         save_pretrained(self, path, self.config, architecture=ARCHITECTURES[("ltr", self.config.model_type)],
                         tokenizer=tokenizer)
-
-
-OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", "electra", "mlm+wso", "mlm+sso", "structbert", "plm",
-              "clm", "ltr")
-LEFT_TO_RIGHT = ("clm", "ltr")  # unmasked packed rows, next-token targets
-SENTENCE_OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm+sso", "structbert")
 
 
 def uses_pooler(name: str) -> bool:

@@ -17,7 +17,7 @@ from bertforge.data.corpus import iter_texts
 from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write_text
 from bertforge.pretrain.default_corpus import default_corpus
-from bertforge.pretrain.objectives import LEFT_TO_RIGHT
+from bertforge.pretrain.recipes import LEFT_TO_RIGHT
 from bertforge.pretrain.options import DEFAULT_VOCAB, DEFAULT_VOCAB_EMBEDDED, PREPARE_HELDOUT, PretrainOptions
 from bertforge.tokenization import Tokenizer
 from bertforge.training.distributed import barrier

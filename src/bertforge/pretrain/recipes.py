@@ -4,6 +4,9 @@ A `Recipe` fixes the objective, masking, input format, static vs dynamic masks, 
 model size, sequence length, batch size and duration are separate. `resolve(name, **overrides)` applies flags.
 Family settings (activation, dropout, positions, ...) come from `bertforge.families.FAMILIES`, shapes and default
 learning rates from `bertforge.config.SIZES`; a recipe only names the knobs that are ablation arms.
+
+The names each knob takes (objectives, maskings, input formats, sizes) are defined here and import no torch: the
+command line's parser offers them as choices, and `bertforge pretrain --help` should not wait for torch.
 """
 from __future__ import annotations
 
@@ -15,10 +18,15 @@ from bertforge.config import CAUSAL_ENCODERS, ModelConfig, compose
 from bertforge.families import FAMILIES
 from bertforge.families import SEQ2SEQ_FAMILIES
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.objectives import LEFT_TO_RIGHT, OBJECTIVES, SENTENCE_OBJECTIVES
-from bertforge.pretrain.seq2seq import SEQ2SEQ_OBJECTIVES
-from bertforge.training.optim import SCHEDULES
+from bertforge.training.config import SCHEDULES
 
+# objectives.build_objective builds each of these; pretrain.seq2seq trains the encoder-decoders' own
+OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", "electra", "mlm+wso", "mlm+sso", "structbert", "plm",
+              "clm", "ltr")
+LEFT_TO_RIGHT = ("clm", "ltr")  # unmasked packed rows, next-token targets
+SENTENCE_OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm+sso", "structbert")
+# objective -> the noise of data.seq2seq; the recipe's mask_prob is the noise share, its span_mean the span length
+SEQ2SEQ_OBJECTIVES = {"span-corruption": "t5", "denoising": "bart"}
 MASKINGS = ("token", "whole_word", "span")
 INPUT_FORMATS = ("segment-pair", "sentence-pair", "full-sentences", "doc-sentences")
 SIZE_NAMES = tuple(f"bert-{size}" for size in SIZES)  # --size names the BERT shape: bert-tiny ... bert-large
@@ -27,7 +35,7 @@ SIZE_NAMES = tuple(f"bert-{size}" for size in SIZES)  # --size names the BERT sh
 @dataclass(frozen=True)
 class Recipe:
     name: str
-    objective: str             # one of objectives.OBJECTIVES
+    objective: str             # one of OBJECTIVES or SEQ2SEQ_OBJECTIVES
     masking: str               # token | whole_word | span
     dynamic: bool              # re-mask every epoch (RoBERTa) vs masks fixed at preparation (BERT, dupe_factor)
     input_format: str          # segment-pair | sentence-pair | full-sentences | doc-sentences

@@ -18,7 +18,7 @@ from bertforge.pretrain import seq2seq as s2s
 from bertforge.pretrain.inputs import collator_for, heldout_batches, make_dataset, single_segment
 from bertforge.pretrain.lm_eval import NgramBaselines, lm_metrics, samples
 from bertforge.pretrain.metrics import evaluate, most_frequent_token
-from bertforge.pretrain.objectives import LEFT_TO_RIGHT
+from bertforge.pretrain.recipes import LEFT_TO_RIGHT
 from bertforge.pretrain.options import PretrainOptions
 from bertforge.pretrain.prompts import fill_mask, fill_mask_prompts
 

@@ -23,9 +23,8 @@ from bertforge.data.masking import IGNORE_INDEX
 from bertforge.data.seq2seq import Seq2SeqCollator, Seq2SeqPretrainingDataset, make_noise
 from bertforge.errors import BertforgeError
 from bertforge.model import Seq2SeqLM
+from bertforge.pretrain.recipes import SEQ2SEQ_OBJECTIVES
 
-# objective -> the noise of data.seq2seq; the recipe's mask_prob is the noise share, its span_mean the span length
-SEQ2SEQ_OBJECTIVES = {"span-corruption": "t5", "denoising": "bart"}
 HELDOUT_SEED = 12345  # as pretrain.inputs: the same held-out noise for every evaluation
 
 

@@ -1,16 +1,30 @@
-"""The shared training loop: `from bertforge.training import Trainer, TrainConfig, ResumableLoader`."""
+"""The shared training loop: `from bertforge.training import Trainer, TrainConfig, ResumableLoader`.
 
-from bertforge.device import resolve_device, to_device
-from bertforge.training.config import TrainConfig, parse_duration
-from bertforge.training.distributed import distributed_context
-from bertforge.training.loader import ResumableLoader, count_tokens
-from bertforge.training.optim import (SCHEDULES, WarmupLinearDecay, WarmupStableDecay, build_optimizer,
-                                      build_schedule, no_decay, param_groups)
-from bertforge.training.state import default_load_fn, default_save_fn, load_trainer_state, set_seed
-from bertforge.training.trainer import NonFiniteLoss, Trainer
+The names below load on first use: `bertforge.training.config` (TrainConfig's checks, the schedule names) is read
+by the command line's parser, which should not wait for torch.
+"""
+from __future__ import annotations
 
-__all__ = [
-    "Trainer", "TrainConfig", "ResumableLoader", "parse_duration", "distributed_context", "to_device",
-    "WarmupLinearDecay", "WarmupStableDecay", "SCHEDULES", "build_schedule", "build_optimizer", "no_decay", "param_groups", "default_save_fn", "default_load_fn",
-    "load_trainer_state", "set_seed", "count_tokens", "resolve_device", "NonFiniteLoss",
-]
+import importlib
+from typing import Any
+
+_HOMES = {
+    "bertforge.device": ("resolve_device", "to_device"),
+    "bertforge.training.config": ("TrainConfig", "parse_duration", "SCHEDULES"),
+    "bertforge.training.distributed": ("distributed_context",),
+    "bertforge.training.loader": ("ResumableLoader", "count_tokens"),
+    "bertforge.training.optim": ("WarmupLinearDecay", "WarmupStableDecay", "build_optimizer", "build_schedule",
+                                 "no_decay", "param_groups"),
+    "bertforge.training.state": ("default_load_fn", "default_save_fn", "load_trainer_state", "set_seed"),
+    "bertforge.training.trainer": ("NonFiniteLoss", "Trainer"),
+}
+_HOME = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = list(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'bertforge.training' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value  # once: later look-ups do not come here
+    return value

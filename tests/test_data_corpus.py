@@ -6,7 +6,6 @@ import os
 import re
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +17,6 @@ from bertforge.data.corpus import find_files
 from bertforge.errors import BertforgeError
 from bertforge.tokenization import Tokenizer
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 WORDS = ("time people year way day thing man world life hand part child eye woman place work week case point "
          "government company number group problem fact extraordinary unbelievable remarkable considering "
          "nevertheless whatsoever understanding circumstances approximately").split()
@@ -330,8 +328,8 @@ def test_tokenizer_travels_to_workers_as_its_json(small):
 
 
 @pytest.mark.slow
-def test_gutenberg_books_prepare_throughput(tmp_path):
-    books = [SHARED / "gutenberg" / "11-0.txt", SHARED / "gutenberg" / "2600-0.txt"]
+def test_gutenberg_books_prepare_throughput(tmp_path, shared_data):
+    books = [shared_data("gutenberg", "11-0.txt"), shared_data("gutenberg", "2600-0.txt")]
     tok = make_tokenizer(books, vocab_size=8000)
     t0 = time.perf_counter()
     m = prepare_corpus(books, tok, tmp_path / "g", workers=2, progress=False)

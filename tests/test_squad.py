@@ -20,8 +20,7 @@ from bertforge.tasks.squad import (
     split_by_article,
 )
 
-DEV = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "squad" / "dev-v1.1.json"
-needs_dev = pytest.mark.skipif(not DEV.is_file(), reason="shared SQuAD dev file not present")
+DEV = ("squad", "dev-v1.1.json")  # under the shared data folder (the shared_data fixture)
 
 
 @pytest.fixture(scope="module")
@@ -158,9 +157,8 @@ def test_postprocess_rules(tmp_path, tok):
     assert postprocess(ex, f, start2, end2).predictions["q1"] == CTX[f.offsets[0, c[2], 0] : f.offsets[0, c[3], 1]]
 
 
-@needs_dev
-def test_real_dev_counts_and_article_split():
-    ex = read_squad(DEV)
+def test_real_dev_counts_and_article_split(shared_data):
+    ex = read_squad(shared_data(*DEV))
     assert len(ex) == 10570 and len({e.article for e in ex}) == 48
     train, evals = split_by_article(ex, 24)
     assert len(train) + len(evals) == 10570
@@ -170,9 +168,8 @@ def test_real_dev_counts_and_article_split():
         split_by_article(ex, 48)
 
 
-@needs_dev
-def test_real_dev_gold_spans_and_perfect_postprocess(tok):
-    sample = read_squad(DEV)[::15]  # 705 questions across all articles
+def test_real_dev_gold_spans_and_perfect_postprocess(tok, shared_data):
+    sample = read_squad(shared_data(*DEV))[::15]  # 705 questions across all articles
     f = build_squad_features(sample, tok)
     inside, aligned = set(), set()
     for k in range(len(f)):

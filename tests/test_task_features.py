@@ -1,7 +1,6 @@
 """Feature builders with the real bertforge Tokenizer (the MiniLM WordPiece vocabulary)."""
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +15,6 @@ from bertforge.tasks.features import (
 )
 from bertforge.tasks.readers import ChoiceExample, TaggingExample, TextExample, read_conll, tag_list
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +70,8 @@ def test_tag_roundtrip_and_truncation(tok):
     assert tags_from_token_predictions(logits, out["word_index"], [4, 40], labels) == tags
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="shared data not present")
-def test_real_conll_alignment_roundtrip(tok):
-    sents = read_conll(DATA / "conll2003" / "valid.txt")[:300]
+def test_real_conll_alignment_roundtrip(tok, shared_data):
+    sents = read_conll(shared_data("conll2003", "valid.txt"))[:300]
     labels = tag_list(sents)
     out = encode_tagging_examples(sents, tok, labels, max_length=256)
     pred = out["labels"].clamp(min=0)

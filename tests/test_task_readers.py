@@ -27,7 +27,6 @@ from bertforge.tasks.readers import (
     tag_list,
 )
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -229,11 +228,10 @@ REAL = [
 ]
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="shared data not present")
 @pytest.mark.parametrize("task,split,count", REAL)
-def test_real_glue_files(task, split, count):
+def test_real_glue_files(task, split, count, shared_data):
     spec = TASKS[task]
-    ex = spec.read(DATA / spec.files[split])  # about 0.5 s for the largest (SST-2 train), so not marked slow
+    ex = spec.read(shared_data(spec.files[split]))  # about 0.5 s for the largest (SST-2 train), so not marked slow
     assert len(ex) == count
     if spec.is_regression:
         assert all(0.0 <= e.label <= 5.0 for e in ex)
@@ -241,10 +239,9 @@ def test_real_glue_files(task, split, count):
         assert {e.label for e in ex} == set(spec.labels)
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="shared data not present")
 @pytest.mark.parametrize("split,count", [("train", 14041), ("valid", 3250), ("test", 3453)])
-def test_real_conll(split, count):
-    sents = read_conll(DATA / "conll2003" / f"{split}.txt")
+def test_real_conll(split, count, shared_data):
+    sents = read_conll(shared_data("conll2003", f"{split}.txt"))
     assert len(sents) == count
     assert detect_tag_scheme([s.tags for s in sents]) == "iob2"  # as the manifest says
     assert tag_list(sents) == ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]

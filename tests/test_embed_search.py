@@ -216,7 +216,8 @@ def test_index_build_checks_faiss_and_out_before_embedding(tiny_dirs, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     # the model is never looked at (it does not exist), nothing is created
     assert proc.returncode == 2 and proc.stderr.strip() == (
-        "bertforge index: error: faiss is not installed: pip install 'bertforge[embed]' (or faiss-cpu)"), proc.stderr
+        "bertforge index: error: index build needs faiss-cpu, which is not installed: pip install 'bertforge[embed]'"), \
+        proc.stderr
     assert not (tmp_path / "idx").exists()
     from bertforge.cli import main
 

@@ -17,6 +17,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 
+from bertforge.commands.needs import check_needs
 from bertforge.commands.options import apply_config_file
 from bertforge.errors import BertforgeError
 from bertforge.io.write import is_write_failure, write_failure_reason
@@ -143,6 +144,7 @@ def _run(argv: list[str] | None) -> int:
         return 2
     verb = args.command
     try:
+        check_needs(args)  # a missing optional library: one line naming its extra, before anything is read
         inputs = verb_inputs(parser, args)
         with one_line_warnings(verb), protect_inputs(inputs):
             for dest in OUTPUT_DESTS:  # before any work: no verb clears or writes what it reads

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from bertforge.commands.bounds import COUNT
+from bertforge.commands.needs import Need
 from bertforge.errors import BertforgeError
 
 
@@ -32,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--layers", type=_ints, help="comma-separated layers (default all)")
     a.add_argument("--heads", type=_ints, help="comma-separated heads (default all)")
     a.add_argument("--max-length", type=COUNT, help="truncate longer inputs (default the model's maximum)")
-    a.set_defaults(func=attention_command)
+    a.set_defaults(func=attention_command, needs=lambda args: _plot_needs(args, "analyze attention"))
 
     h = verbs.add_parser("heads", help="per-head attention statistics over a corpus (Clark et al. 2019)")
     h.add_argument("--model", required=True, metavar="DIR")
@@ -43,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--js-sentences", type=COUNT, default=200, help="sentences for the JS distances (default 200)")
     h.add_argument("--clusters", type=COUNT, default=8)
     h.add_argument("--batch-size", type=COUNT, default=32)
-    h.set_defaults(func=heads_command)
+    h.set_defaults(func=heads_command, needs=(Need("analysis", "matplotlib", "analyze heads"),
+                                              Need("analysis", "scipy", "analyze heads")))  # clusters
 
     r = verbs.add_parser("probe", help="a linear probe per layer with random-init and majority controls")
     r.add_argument("--model", required=True, metavar="DIR")
@@ -55,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--epochs", type=COUNT, default=8, help="passes of the probes over the training words (default 8)")
     r.add_argument("--no-control", action="store_true", help="skip the random-init control")
     r.add_argument("--batch-size", type=COUNT, default=32)
-    r.set_defaults(func=probe_command)
+    r.set_defaults(func=probe_command, needs=(Need("analysis", "matplotlib", "analyze probe"),))
 
     i = verbs.add_parser("importance", help="Michel et al. head importance as a layer x head heat map")
     i.add_argument("--model", required=True, metavar="DIR", help="a fine-tuned task model")
@@ -64,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--out", required=True, metavar="DIR")
     i.add_argument("--max-examples", type=COUNT, default=2000)
     i.add_argument("--batch-size", type=COUNT, default=32)
-    i.set_defaults(func=importance_command)
+    i.set_defaults(func=importance_command, needs=(Need("analysis", "matplotlib", "analyze importance"),))
 
     e = verbs.add_parser("explain", help="Integrated Gradients token attributions (needs captum)")
     e.add_argument("--model", required=True, metavar="DIR", help="a fine-tuned classification model")
@@ -72,7 +74,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--out", required=True, metavar="F.html|F.png")
     e.add_argument("--target", help="label to explain (default: the predicted one)")
     e.add_argument("--steps", type=COUNT, default=50)
-    e.set_defaults(func=explain_command)
+    e.set_defaults(func=explain_command, needs=lambda args: (Need("analysis", "captum", "analyze explain"),
+                                                             *_plot_needs(args, "analyze explain")))
+
+
+def _plot_needs(args: argparse.Namespace, what: str) -> tuple[Need, ...]:
+    """An --out F.png is drawn with matplotlib (an F.html is written without it)."""
+    return (Need("analysis", "matplotlib", f"{what} --out {args.out}"),) if args.out.lower().endswith(".png") else ()
 
 
 def _suffix(out: str, allowed: tuple[str, ...]) -> str:

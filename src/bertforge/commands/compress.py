@@ -6,6 +6,7 @@ import json
 import sys
 
 from bertforge.commands.bounds import OPSET
+from bertforge.commands.needs import of_extra
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, metavar="DIR")
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier output in --out")
-    p.set_defaults(func=quantize_command)
+    p.set_defaults(func=quantize_command, needs=())
 
     p = sub.add_parser("export", help="export an encoder / sentence encoder / task model to ONNX",
                        description="Trace the model to ONNX, run it in onnxruntime and keep it only if it matches "
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--int8", action="store_true", help="also write model.int8.onnx (dynamic int8)")
     p.add_argument("--opset", type=OPSET, default=17)
     p.add_argument("--overwrite", action="store_true", help="replace an earlier output in --out")
-    p.set_defaults(func=export_command)
+    p.set_defaults(func=export_command, needs=of_extra("export", "export"))
 
 
 def quantize_command(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 
+from bertforge.commands.needs import task_needs, tracker_needs
 from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
 from bertforge.device import TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, COUNT0, FRACTION, NONNEG, OPEN_FRACTION, POSITIVE, SEED
@@ -52,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--progress", action="store_true")
     add_tracking_args(g)
     add_config_arg(g)
-    g.set_defaults(func=general_command)
+    g.set_defaults(func=general_command, needs=tracker_needs)
 
     t = dsub.add_parser("task", help="soft targets of a fine-tuned teacher -> layers:N, bilstm or a pretrained DIR")
     t.add_argument("--teacher", required=True, metavar="DIR", help="a model fine-tuned by `bertforge finetune`")
@@ -87,7 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--progress", action="store_true")
     add_tracking_args(t)
     add_config_arg(t)
-    t.set_defaults(func=task_command)
+    t.set_defaults(func=task_command, needs=lambda args: (*task_needs(args.task), *tracker_needs(args)))
 
 
 def _run(args: argparse.Namespace, config_cls: type, run) -> int:

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from bertforge.commands.needs import Need, of_extra, tracker_needs
 from bertforge.commands.options import add_tracking_args, tracking
 from bertforge.device import PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, POSITIVE, SEED
@@ -25,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pooling", choices=POOLINGS, help="override the model's pooling (plain HF dirs: mean)")
     p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors (ST models that end in "
                                                             "Normalize always are)")
-    p.set_defaults(func=embed_command)
+    p.set_defaults(func=embed_command, needs=())
 
     p = sub.add_parser("embed-train", help="fine-tune a sentence encoder (cosine / softmax / triplet / mnrl loss)",
                        description="Fine-tune a bi-encoder on pair, scored-pair, NLI or triplet data and save it in "
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (refused otherwise)")
     add_tracking_args(p)
-    p.set_defaults(func=train_command)
+    p.set_defaults(func=train_command, needs=_train_needs)
 
     p = sub.add_parser("embed-eval", help="STS correlation or retrieval metrics of a sentence encoder (JSON)",
                        description="Print JSON: Spearman/Pearson of cosine vs gold (--sts), or Recall@k and MRR@10 "
@@ -58,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=COUNT, help="evaluate only the first N pairs / queries")
     _encode_options(p)
     p.add_argument("--pooling", choices=POOLINGS)
-    p.set_defaults(func=eval_command, progress=False)
+    p.set_defaults(func=eval_command, progress=False, needs=(Need("embed", "scipy", "embed-eval"),))
 
     p = sub.add_parser("index", help="FAISS vector index: build, add, query")
     isub = p.add_subparsers(dest="index_command", metavar="ACTION")
@@ -70,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flat: exact inner product on unit vectors (default); hnsw / ivf: approximate")
     b.add_argument("--pooling", choices=POOLINGS)
     _encode_options(b)
-    b.set_defaults(func=index_build)
+    b.set_defaults(func=index_build, needs=(Need("embed", "faiss", "index build"),))
     a = isub.add_parser("add", help="encode more passages into an existing index (same model required)")
     a.add_argument("--index", required=True, metavar="DIR")
     a.add_argument("--corpus", required=True, metavar="FILE")
@@ -78,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--batch-size", type=COUNT, default=32)
     _device_options(a)
     a.add_argument("--no-progress", dest="progress", action="store_false")
-    a.set_defaults(func=index_add)
+    a.set_defaults(func=index_add, needs=(Need("embed", "faiss", "index add"),))
     q = isub.add_parser("query", help="top-k passages for a question")
     q.add_argument("--index", required=True, metavar="DIR")
     q.add_argument("question", nargs="+", help="one or more questions")
@@ -88,8 +89,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                     "re-orders the top-k")
     q.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     _device_options(q)
-    q.set_defaults(func=index_query)
+    q.set_defaults(func=index_query, needs=(Need("embed", "faiss", "index query"),))
     p.set_defaults(func=lambda args: _index_help(p))
+
+
+def _train_needs(args: argparse.Namespace) -> tuple[Need, ...]:
+    """--eval scores STS with scipy's Spearman."""
+    return (*tracker_needs(args), *((Need("embed", "scipy", "embed-train --eval"),) if args.eval else ()))
 
 
 def _encode_options(p: argparse.ArgumentParser) -> None:
@@ -171,7 +177,6 @@ def embed_command(args: argparse.Namespace) -> int:
 # ---- train / eval --------------------------------------------------------------------------------------------------
 def train_command(args: argparse.Namespace) -> int:
     from bertforge.embed.data import read_examples
-    from bertforge.embed.evaluate import evaluate_sts
     from bertforge.embed.train import fit
     from bertforge.io.rundir import claim_output_dir
 
@@ -180,6 +185,8 @@ def train_command(args: argparse.Namespace) -> int:
         model = _load(args)
         dataset = read_examples(args.train)
         eval_set = read_examples(args.eval) if args.eval else None
+        if eval_set:
+            from bertforge.embed.evaluate import evaluate_sts  # scipy: only with --eval
         before = evaluate_sts(model, eval_set) if eval_set else None
         fit(model, dataset, args.out, loss=args.loss, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
             max_steps=args.max_steps, seed=args.seed, **trackers)

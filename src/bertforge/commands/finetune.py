@@ -5,6 +5,7 @@ import argparse
 import json
 import logging
 
+from bertforge.commands.needs import Need, task_needs, tracker_needs
 from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
 from bertforge.device import INFERENCE_PRECISIONS, TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, FRACTION, NONNEG, POSITIVE, SEED
@@ -97,7 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="SQuAD: question tokens kept (default: 64)")
     add_tracking_args(ft)
     add_config_arg(ft)
-    ft.set_defaults(func=run_finetune)
+    ft.set_defaults(func=run_finetune, needs=_finetune_needs)
 
     ev = subparsers.add_parser("evaluate", help="score a fine-tuned model on a task's data (JSON metrics)",
                                description="Evaluate a fine-tuned model directory (a finetune OUT folder) and print "
@@ -107,7 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--split", default="dev", choices=("dev", "test"),
                     help="which file of --data to score: dev (dev/valid/validation) or test (default: dev)")
     add_device_args(ev, INFERENCE_PRECISIONS, "fp32", "bf16 or fp16 (GPU only) autocast", device=False)
-    ev.set_defaults(func=run_evaluate)
+    ev.set_defaults(func=run_evaluate, needs=lambda args: task_needs(args.task))
 
     pr = subparsers.add_parser("predict", help="predictions of a fine-tuned model as JSONL",
                                description="Predict with a fine-tuned model; the task is read from its config.json. "
@@ -120,7 +121,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pr.add_argument("--batch-size", type=COUNT, default=64, metavar="N", help="batch size (default: 64)")
     add_device_args(pr, INFERENCE_PRECISIONS, "fp32", "bf16 or fp16 (GPU only) autocast", compile="torch.compile the model (falls back to eager with one line where it cannot)")
     pr.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    pr.set_defaults(func=run_predict)
+    pr.set_defaults(func=run_predict, needs=())
+
+
+def _finetune_needs(args: argparse.Namespace) -> tuple[Need, ...]:
+    return (*task_needs(args.task), *tracker_needs(args))
 
 
 def _positive(name: str, value: int | float | None) -> None:

@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "the weights' type while decoding (bf16: half the bytes each new token reads, 1.8-1.9x faster "
                     "at batch 1). fp32 is token-identical to transformers; bf16 tokens may differ where two are "
                     "nearly tied; fp16: GPU only")
-    p.set_defaults(func=run_generate)
+    p.set_defaults(func=run_generate, needs=())
 
 
 def run_generate(args: argparse.Namespace) -> int:

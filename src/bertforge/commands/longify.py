@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attention-window", type=COUNT, default=512, metavar="W",
                    help="window per layer, even: each token sees W/2 tokens either side (default 512)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
-    p.set_defaults(func=longify_command)
+    p.set_defaults(func=longify_command, needs=())
 
 
 def longify_command(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Describe a checkpoint directory: architecture, parameter count, vocabulary.")
     p.add_argument("model", metavar="DIR", help="checkpoint directory (bertforge or Hugging Face layout)")
     p.add_argument("--json", action="store_true", help="print the description as JSON")
-    p.set_defaults(func=info)
+    p.set_defaults(func=info, needs=())
 
     p = sub.add_parser("fill-mask", help="top-k predictions for each [MASK] in a text",
                        description="Print the masked LM's top-k candidates (with probabilities) for each mask.")
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, metavar="DIR", help="checkpoint with an MLM head")
     p.add_argument("--top-k", type=COUNT, default=5, help="candidates per mask (default 5)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=fill_mask_command)
+    p.set_defaults(func=fill_mask_command, needs=())
 
 
 def _blocks(cfg) -> str:

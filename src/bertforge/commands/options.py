@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.commands.bounds import Number
+from bertforge.commands.needs import Need
 from bertforge.errors import BertforgeError
 
 CONFIG_DEST = "config_file"
@@ -69,10 +70,9 @@ def read_config_file(path: str) -> dict[str, Any]:
 
     p = require_file(path, "--config")
     if p.suffix.lower() in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError:
-            raise BertforgeError(f"--config {p}: a YAML file needs PyYAML: pip install 'bertforge[yaml]'") from None
+        Need("yaml", "yaml", f"--config {p} (YAML)").check()
+        import yaml
+
         try:
             data = yaml.safe_load(p.read_text(encoding="utf-8"))
         except (yaml.YAMLError, UnicodeDecodeError) as err:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bertforge.commands.needs import Need, of_extra, tracker_needs
 from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
 from bertforge.device import TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, FRACTION, OPEN_FRACTION, POSITIVE, SEED
@@ -37,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="a blank line ends a document (default), or one document per file")
     prep.add_argument("--heldout-fraction", type=FRACTION, default=0.05, metavar="F",
                       help="share of documents held out for evaluation (default: 0.05)")
-    prep.set_defaults(func=run_prepare)
+    prep.set_defaults(func=run_prepare, needs=())
 
     pre = subparsers.add_parser(
         "pretrain", help="pretrain a BERT-family model or a GPT decoder (default: a ~5 minute demo on the stdlib docs)",
@@ -78,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_tracking_args(pre)
     add_config_arg(pre)
-    pre.set_defaults(func=run_pretrain)
+    pre.set_defaults(func=run_pretrain, needs=tracker_needs)
 
     abl = subparsers.add_parser(
         "ablate", help="re-run the BERT, RoBERTa, ALBERT, ELECTRA and SpanBERT papers' ablation tables at equal "
@@ -124,7 +125,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="--arms: experiment trackers for each arm's pretraining (OUT/arms/ARM): tensorboard, "
                           "mlflow or none (default: none; several comma-separated or repeated)")
     add_config_arg(abl)
-    abl.set_defaults(func=run_ablate)
+    abl.set_defaults(func=run_ablate, needs=_ablate_needs)
+
+
+def _ablate_needs(args: argparse.Namespace) -> tuple[Need, ...]:
+    """--table fine-tunes its suite (the tasks' metrics) and tests the seeds' difference (scipy)."""
+    return (*tracker_needs(args), *(of_extra("tasks", "ablate --table") if args.table and not args.list else ()))
 
 
 def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules) -> None:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from bertforge.commands.bounds import COUNT, COUNT0, OPEN_FRACTION, POSITIVE
+from bertforge.commands.needs import task_needs
 from bertforge.errors import BertforgeError
 
 
@@ -28,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval", metavar="PATH", help="labelled data to evaluate before and after (default --data)")
     p.add_argument("--batch-size", type=COUNT, default=32)
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (refused otherwise)")
-    p.set_defaults(func=prune_command)
+    p.set_defaults(func=prune_command, needs=lambda args: task_needs(args.task))  # scored before and after
 
 
 def _forward_seconds(model, enc, batch_size: int) -> float:

@@ -7,6 +7,7 @@ import sys
 
 from bertforge.device import PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, NONNEG, PORT
+from bertforge.commands.needs import of_extra
 from bertforge.errors import BertforgeError
 
 
@@ -39,15 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_device_args(p, PRECISIONS, "fp32", "embedding precision (fp16: GPU only, int8: CPU only)")
     p.add_argument("--threads", type=COUNT, metavar="N", help="torch intra-op threads for inference")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
-    p.set_defaults(func=serve_command)
+    p.set_defaults(func=serve_command, needs=of_extra("serve", "serve"))
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn
-    except ImportError:
-        raise BertforgeError("serving needs FastAPI and uvicorn: pip install 'bertforge[serve]'") from None
     for name in ("max_batch_tokens", "batches_in_flight", "max_queue", "max_inputs", "max_body_bytes"):
         if getattr(args, name) < 1:
             raise BertforgeError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
@@ -62,6 +58,7 @@ def serve_command(args: argparse.Namespace) -> int:
         raise BertforgeError(f"{where} is empty or blank: give a key, or leave {where} out to serve without "
                              "authentication")
     import torch
+    import uvicorn
 
     from bertforge.serve import ServeOptions, create_app, load_models
 

@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="processes counting words of a large wordpiece corpus (default: 1)")
     train.add_argument("--overwrite", action="store_true",
                        help="replace an earlier tokenizer in --out (refused otherwise)")
-    train.set_defaults(func=run_train)
+    train.set_defaults(func=run_train, needs=())
 
 
 def _output_dir(path: str) -> Path:

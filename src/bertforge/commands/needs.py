@@ -1,0 +1,100 @@
+"""What a verb needs beyond bertforge's own dependencies, declared beside the verb and checked by `cli` right after
+the command line is parsed, before any work: a missing optional library is one line naming the extra to install,
+
+    bertforge finetune: error: --task mrpc needs scikit-learn, which is not installed: pip install 'bertforge[tasks]'
+
+Every verb declares `needs` with its parser: a tuple of `Need`s, or a function of the parsed arguments returning
+them (an option can add needs: `--task mrpc` scikit-learn, `analyze attention --out F.png` matplotlib). `EXTRAS` is
+pyproject.toml's [project.optional-dependencies] as bertforge imports them (tests/test_cli_needs.py keeps the two
+the same). The trackers of `--report-to` are checked by `training.reporting.parse_report_to` (`tracker_needs`);
+a YAML `--config` file by `commands.options.read_config_file`, which reads it before the command line is parsed.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from bertforge.errors import BertforgeError
+
+# extra -> {module bertforge imports: the package pip installs}
+EXTRAS: dict[str, dict[str, str]] = {
+    "tasks": {"scipy": "scipy", "sklearn": "scikit-learn", "seqeval": "seqeval"},
+    "embed": {"faiss": "faiss-cpu", "scipy": "scipy"},
+    "plot": {"matplotlib": "matplotlib"},
+    "analysis": {"matplotlib": "matplotlib", "scipy": "scipy", "sklearn": "scikit-learn", "captum": "captum"},
+    "serve": {"fastapi": "fastapi", "uvicorn": "uvicorn"},
+    "export": {"onnx": "onnx", "onnxruntime": "onnxruntime"},
+    "seq2seq": {"sacrebleu": "sacrebleu", "rouge_score": "rouge-score"},
+    "yaml": {"yaml": "PyYAML"},
+}
+
+
+@dataclass(frozen=True)
+class Need:
+    """`module` (from `extra`) must import for `what` (the verb or option that uses it) to run."""
+
+    extra: str
+    module: str
+    what: str
+
+    def __post_init__(self) -> None:
+        if self.module not in EXTRAS.get(self.extra, {}):
+            raise ValueError(f"{self.module!r} is not a library of the extra {self.extra!r} (EXTRAS)")
+
+    @property
+    def package(self) -> str:
+        return EXTRAS[self.extra][self.module]
+
+    def check(self) -> None:
+        """One line naming the extra when the module does not import (missing, or an install that is broken)."""
+        try:
+            importlib.import_module(self.module)
+        except ImportError:
+            raise BertforgeError(f"{self.what} needs {self.package}, which is not installed: "
+                                 f"pip install 'bertforge[{self.extra}]'") from None
+
+
+Needs = tuple[Need, ...] | Callable[[argparse.Namespace], Iterable[Need]]
+
+
+def of_extra(extra: str, what: str) -> tuple[Need, ...]:
+    """Every library of `extra`."""
+    return tuple(Need(extra, module, what) for module in EXTRAS[extra])
+
+
+# The libraries of tasks.metrics: by metric name (a GLUE task's `TaskSpec.metrics`), and by task kind for the
+# generic tasks (classify: macro F1; regress: Pearson / Spearman; tag: seqeval's entity F1; seq2seq: BLEU, ROUGE).
+_METRIC_MODULES = {"f1": "sklearn", "mcc": "sklearn", "pearson": "scipy", "spearman": "scipy"}
+_KIND_NEEDS = {"classify": (("tasks", "sklearn"),), "regress": (("tasks", "scipy"),), "tag": (("tasks", "seqeval"),),
+               "seq2seq": (("seq2seq", "sacrebleu"), ("seq2seq", "rouge_score"))}
+
+
+def task_needs(task: str | None) -> tuple[Need, ...]:
+    """What scoring `--task TASK` imports (nothing for a task name the verb will refuse itself)."""
+    from bertforge.tasks.config import TASK_KINDS
+    from bertforge.tasks.registry import TASKS
+
+    name = (task or "").lower().replace("-", "").replace("_", "")
+    what = f"--task {task}"
+    if name in TASKS:
+        modules = dict.fromkeys(_METRIC_MODULES[m] for m in TASKS[name].metrics if m in _METRIC_MODULES)
+        return tuple(Need("tasks", module, what) for module in modules)
+    return tuple(Need(extra, module, what) for extra, module in _KIND_NEEDS.get(TASK_KINDS.get(name, ""), ()))
+
+
+def tracker_needs(args: argparse.Namespace) -> tuple[Need, ...]:
+    """`--report-to`'s trackers: `training.reporting` imports each now and names its extra in one line."""
+    if getattr(args, "report_to", None):
+        from bertforge.training.reporting import parse_report_to
+
+        parse_report_to(args.report_to)
+    return ()
+
+
+def check_needs(args: argparse.Namespace) -> None:
+    """The parsed verb's declared needs, each importable, else one line (a BertforgeError) naming its extra."""
+    needs = getattr(args, "needs", ())
+    for need in needs(args) if callable(needs) else needs:
+        need.check()

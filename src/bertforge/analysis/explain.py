@@ -43,8 +43,9 @@ def explain(model: nn.Module, tokenizer: Tokenizer, text: str, labels: list[str]
         raise BertforgeError("--text is empty")
     model.eval()
     enc = tokenizer(text, max_length=min(max_length, model.config.max_position_embeddings))
-    ids, types, mask = enc["input_ids"], enc["token_type_ids"], enc["attention_mask"]
-    special = torch.tensor([[i in tokenizer.special_ids for i in ids[0].tolist()]])
+    device = next(model.parameters()).device  # the model's: a GPU model gets GPU inputs
+    ids, types, mask = (enc[k].to(device) for k in ("input_ids", "token_type_ids", "attention_mask"))
+    special = torch.tensor([[i in tokenizer.special_ids for i in ids[0].tolist()]], device=device)
     baseline = torch.where(special, ids, torch.full_like(ids, tokenizer.pad_token_id))
 
     def forward(input_ids):
@@ -60,7 +61,7 @@ def explain(model: nn.Module, tokenizer: Tokenizer, text: str, labels: list[str]
     lig = LayerIntegratedGradients(forward, model.bert.embeddings.word_embeddings)
     attr, delta = lig.attribute(ids, baselines=baseline, target=target, n_steps=steps,
                                 return_convergence_delta=True)
-    scores = attr.sum(-1)[0].detach().numpy()
+    scores = attr.sum(-1)[0].detach().cpu().numpy()
     name = labels[target] if labels else str(target)
     return Attribution(tokenizer.convert_ids_to_tokens(ids[0].tolist()), scores, name, probability,
                        float(delta.abs().max()))

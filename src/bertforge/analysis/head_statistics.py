@@ -97,13 +97,14 @@ def head_statistics(encoder: Encoder, tokenizer: Tokenizer, sentences: list[str]
     js_sum, js_tokens, tokens = np.zeros((L * H, L * H)), 0, 0
     sep_id = tokenizer.token_to_id(tokenizer.sep_token)
     encoder.eval()
+    device = next(encoder.parameters()).device  # the model's: a GPU model gets GPU inputs
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # similar lengths, less padding
     for start in tqdm(range(0, len(order), batch_size), desc="head statistics", disable=not progress):
         idx = order[start:start + batch_size]
         enc = tokenizer([sentences[i] for i in idx], max_length=max_length)
         with torch.no_grad():
-            out = encoder(**enc, output_attentions=True)
-        attn = torch.stack(out.attentions, 1).float().numpy()  # [B, L, H, T, T]
+            out = encoder(**{k: v.to(device) for k, v in enc.items()}, output_attentions=True)
+        attn = torch.stack(out.attentions, 1).float().cpu().numpy()  # [B, L, H, T, T]
         for b, i in enumerate(idx):
             n = int(enc["attention_mask"][b].sum())
             ids = enc["input_ids"][b, :n].tolist()

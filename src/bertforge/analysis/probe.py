@@ -71,6 +71,7 @@ def layer_features(encoder: Encoder, tokenizer: Tokenizer, items: list[tuple[lis
     """[L+1, N, H] float32 features (N words, or N sentences for sentence-level) and their N labels. Words cut
     off by truncation are left out."""
     encoder.eval()
+    device = next(encoder.parameters()).device  # the model's: a GPU model gets GPU inputs
     # Batches of similar length (then put back in order): CoNLL sentences run from 1 to 100+ words, and padding
     # every batch to its longest sentence doubles the encoder's work.
     order = sorted(range(len(items)), key=lambda i: len(items[i][0]))
@@ -82,7 +83,8 @@ def layer_features(encoder: Encoder, tokenizer: Tokenizer, items: list[tuple[lis
         enc = tokenizer(texts, max_length=max_length, return_offsets=True)
         offsets = enc.pop("offset_mapping")
         with torch.no_grad():
-            hidden = torch.stack(encoder(**enc, output_hidden_states=True).hidden_states, 0)  # [L+1, B, T, H]
+            out = encoder(**{k: v.to(device) for k, v in enc.items()}, output_hidden_states=True)
+            hidden = torch.stack(out.hidden_states, 0).cpu()  # [L+1, B, T, H]
         for b, (words, tags) in enumerate(batch):
             mask = enc["attention_mask"][b].bool()
             if sentence_level:
@@ -147,9 +149,9 @@ def fit_probes(x_train: np.ndarray, y_train: list[str], x_test: np.ndarray, y_te
 
 
 def random_like(encoder: Encoder, seed: int = 0) -> Encoder:
-    """The control: the same architecture (and config) with fresh random weights."""
+    """The control: the same architecture (and config) with fresh random weights, on the encoder's device."""
     torch.manual_seed(seed)
-    return Encoder(encoder.config).eval()
+    return Encoder(encoder.config).to(next(encoder.parameters()).device).eval()
 
 
 def probe(encoder: Encoder, tokenizer: Tokenizer, task: str, train: list, test: list, batch_size: int = 32,

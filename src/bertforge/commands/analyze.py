@@ -9,6 +9,8 @@ from pathlib import Path
 
 from bertforge.commands.bounds import COUNT
 from bertforge.commands.needs import Need
+from bertforge.commands.options import add_overwrite_arg, add_progress_arg, add_seed_arg, device_of
+from bertforge.device import add_device_args
 from bertforge.errors import BertforgeError
 
 
@@ -33,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--layers", type=_ints, help="comma-separated layers (default all)")
     a.add_argument("--heads", type=_ints, help="comma-separated heads (default all)")
     a.add_argument("--max-length", type=COUNT, help="truncate longer inputs (default the model's maximum)")
+    add_device_args(a, None)
     a.set_defaults(func=attention_command, needs=lambda args: _plot_needs(args, "analyze attention"))
 
     h = verbs.add_parser("heads", help="per-head attention statistics over a corpus (Clark et al. 2019)")
@@ -44,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--js-sentences", type=COUNT, default=200, help="sentences for the JS distances (default 200)")
     h.add_argument("--clusters", type=COUNT, default=8)
     h.add_argument("--batch-size", type=COUNT, default=32)
+    _folder_options(h)
     h.set_defaults(func=heads_command, needs=(Need("analysis", "matplotlib", "analyze heads"),
                                               Need("analysis", "scipy", "analyze heads")))  # clusters
 
@@ -57,6 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--epochs", type=COUNT, default=8, help="passes of the probes over the training words (default 8)")
     r.add_argument("--no-control", action="store_true", help="skip the random-init control")
     r.add_argument("--batch-size", type=COUNT, default=32)
+    add_seed_arg(r, 0, "random seed of the probes and the random-init control")
+    _folder_options(r)
     r.set_defaults(func=probe_command, needs=(Need("analysis", "matplotlib", "analyze probe"),))
 
     i = verbs.add_parser("importance", help="Michel et al. head importance as a layer x head heat map")
@@ -66,6 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--out", required=True, metavar="DIR")
     i.add_argument("--max-examples", type=COUNT, default=2000)
     i.add_argument("--batch-size", type=COUNT, default=32)
+    _folder_options(i)
     i.set_defaults(func=importance_command, needs=(Need("analysis", "matplotlib", "analyze importance"),))
 
     e = verbs.add_parser("explain", help="Integrated Gradients token attributions (needs captum)")
@@ -74,8 +81,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--out", required=True, metavar="F.html|F.png")
     e.add_argument("--target", help="label to explain (default: the predicted one)")
     e.add_argument("--steps", type=COUNT, default=50)
+    add_device_args(e, None)
     e.set_defaults(func=explain_command, needs=lambda args: (Need("analysis", "captum", "analyze explain"),
                                                              *_plot_needs(args, "analyze explain")))
+
+
+def _folder_options(p: argparse.ArgumentParser) -> None:
+    """The analyses over a data set: they write a folder and show progress."""
+    add_device_args(p, None)
+    add_progress_arg(p)
+    add_overwrite_arg(p)
 
 
 def _plot_needs(args: argparse.Namespace, what: str) -> tuple[Need, ...]:
@@ -91,51 +106,85 @@ def _suffix(out: str, allowed: tuple[str, ...]) -> str:
 
 
 def _save(fig, path: Path) -> None:
+    """The figure as a PNG, written atomically."""
     import matplotlib.pyplot as plt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    from bertforge.io.write import atomic_write
+
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
 
 
+def _write_json(path: Path, record: dict) -> None:
+    from bertforge.io.write import atomic_write_text
+
+    atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+
+
+def _load_encoder(args: argparse.Namespace):
+    """The encoder (eager attention) and tokenizer of --model, on --device."""
+    from bertforge.analysis.attention import load_encoder
+    from bertforge.device import move_model
+
+    encoder, tok = load_encoder(args.model)
+    return move_model(encoder, device_of(args), f"--model {args.model}"), tok
+
+
+def _load_task_data(args: argparse.Namespace):
+    """A fine-tuned --model on --device and its encoded --data."""
+    from bertforge.analysis.importance import load_task_data
+    from bertforge.device import move_model
+
+    model, kind, enc, labels, saved = load_task_data(args.model, args.task, args.data)
+    return move_model(model, device_of(args), f"--model {args.model}"), kind, enc, labels, saved
+
+
+def _claim(args: argparse.Namespace):
+    """--out, claimed before any work: an earlier analysis there is replaced only with --overwrite."""
+    from bertforge.io.rundir import claim_output_dir
+
+    device_of(args)
+    return claim_output_dir(args.out, resume=False, overwrite=args.overwrite, resume_flag=None)
+
+
 def attention_command(args: argparse.Namespace) -> int:
-    from bertforge.analysis.attention import attention_html, attention_maps, load_encoder, plot_attention
+    from bertforge.analysis.attention import attention_html, attention_maps, plot_attention
+    from bertforge.io.write import atomic_write_text, prepare_output_file
 
     suffix = _suffix(args.out, (".png", ".html"))
-    encoder, tok = load_encoder(args.model)
+    device_of(args)
+    out = prepare_output_file(args.out)
+    encoder, tok = _load_encoder(args)
     maps = attention_maps(encoder, tok, args.text, args.pair, args.max_length)
     if maps.truncated:
         print(f"note: the input is longer than the model's maximum; truncated to {len(maps.tokens)} tokens",
               file=sys.stderr)
-    out = Path(args.out)
     if suffix == ".png":
         _save(plot_attention(maps, args.layers, args.heads), out)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(attention_html(maps, args.layers, args.heads), encoding="utf-8")
+        atomic_write_text(out, attention_html(maps, args.layers, args.heads))
     print(f"attention of {len(maps.tokens)} tokens -> {out}")
     return 0
 
 
 def heads_command(args: argparse.Namespace) -> int:
-    from bertforge.analysis.attention import load_encoder
     from bertforge.analysis.head_statistics import head_statistics, plot_clusters, plot_statistics
     from bertforge.io.read import text_lines
 
     sentences = [line.strip() for _, line in text_lines(args.input)][:args.max_sentences]
-    encoder, tok = load_encoder(args.model)
-    start = time.perf_counter()
-    stats = head_statistics(encoder, tok, sentences, args.batch_size, args.max_length, args.js_sentences,
-                            args.clusters)
-    seconds = time.perf_counter() - start
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    report = {"sentences": stats.sentences, "tokens": stats.tokens, "seconds": round(seconds, 2),
-              "patterns_over_0.5": stats.patterns(), "clusters": stats.clusters, "heads": stats.table()}
-    (out / "heads.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    _save(plot_statistics(stats), out / "head_stats.png")
-    if stats.js is not None:
-        _save(plot_clusters(stats), out / "head_clusters.png")
+    with _claim(args):
+        encoder, tok = _load_encoder(args)
+        start = time.perf_counter()
+        stats = head_statistics(encoder, tok, sentences, args.batch_size, args.max_length, args.js_sentences,
+                                args.clusters, progress=args.progress)
+        seconds = time.perf_counter() - start
+        out = Path(args.out)
+        _write_json(out / "heads.json", {"sentences": stats.sentences, "tokens": stats.tokens,
+                                         "seconds": round(seconds, 2), "patterns_over_0.5": stats.patterns(),
+                                         "clusters": stats.clusters, "heads": stats.table()})
+        _save(plot_statistics(stats), out / "head_stats.png")
+        if stats.js is not None:
+            _save(plot_clusters(stats), out / "head_clusters.png")
     print(f"{stats.sentences} sentences, {stats.tokens} tokens in {seconds:.1f}s -> {out}")
     for k, heads in stats.patterns().items():
         print(f"  heads with > 0.5 of their attention on {k}: {', '.join(heads) or 'none'}")
@@ -143,7 +192,6 @@ def heads_command(args: argparse.Namespace) -> int:
 
 
 def probe_command(args: argparse.Namespace) -> int:
-    from bertforge.analysis.attention import load_encoder
     from bertforge.analysis.probe import plot_probe, probe, read_items
 
     items = read_items(args.task, args.data, args.max_sentences)
@@ -154,18 +202,18 @@ def probe_command(args: argparse.Namespace) -> int:
             raise BertforgeError(f"{args.data}: {len(items)} examples is too few to split; give --eval")
         cut = int(len(items) * 0.8)
         train, test = items[:cut], items[cut:]
-    encoder, tok = load_encoder(args.model)
-    start = time.perf_counter()
-    result = probe(encoder, tok, args.task, train, test, args.batch_size, epochs=args.epochs,
-                   control=not args.no_control)
-    seconds = time.perf_counter() - start
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    report = {"task": args.task, "train": result.n_train, "test": result.n_test, "seconds": round(seconds, 1),
-              "accuracy": result.accuracy, "control": result.control, "majority": result.majority,
-              "best_layer": result.best_layer}
-    (out / "probe.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    _save(plot_probe([result]), out / "probe.png")
+    with _claim(args):
+        encoder, tok = _load_encoder(args)
+        start = time.perf_counter()
+        result = probe(encoder, tok, args.task, train, test, args.batch_size, epochs=args.epochs, seed=args.seed,
+                       control=not args.no_control, progress=args.progress)
+        seconds = time.perf_counter() - start
+        out = Path(args.out)
+        _write_json(out / "probe.json", {"task": args.task, "train": result.n_train, "test": result.n_test,
+                                         "seconds": round(seconds, 1), "accuracy": result.accuracy,
+                                         "control": result.control, "majority": result.majority,
+                                         "best_layer": result.best_layer})
+        _save(plot_probe([result]), out / "probe.png")
     print("layer  model   random-init")
     for k, acc in enumerate(result.accuracy):
         ctrl = f"{result.control[k]:.4f}" if result.control else "-"
@@ -175,37 +223,41 @@ def probe_command(args: argparse.Namespace) -> int:
 
 
 def importance_command(args: argparse.Namespace) -> int:
-    from bertforge.analysis.importance import head_importance, load_task_data, plot_importance
+    from bertforge.analysis.importance import head_importance, plot_importance
 
-    model, _, enc, _, _ = load_task_data(args.model, args.task, args.data)
-    scores = head_importance(model, enc, batch_size=args.batch_size, max_examples=args.max_examples)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = [[None if s != s else round(float(s), 5) for s in row] for row in scores]
-    (out / "importance.json").write_text(json.dumps({"importance": rows}, indent=1) + "\n", encoding="utf-8")
-    _save(plot_importance(scores), out / "importance.png")
+    with _claim(args):
+        model, _, enc, _, _ = _load_task_data(args)
+        scores = head_importance(model, enc, batch_size=args.batch_size, max_examples=args.max_examples,
+                                 progress=args.progress)
+        out = Path(args.out)
+        rows = [[None if s != s else round(float(s), 5) for s in row] for row in scores]
+        _write_json(out / "importance.json", {"importance": rows})
+        _save(plot_importance(scores), out / "importance.png")
     print(f"head importance ({scores.shape[0]} layers x {scores.shape[1]} heads) -> {out}")
     return 0
 
 
 def explain_command(args: argparse.Namespace) -> int:
     from bertforge.analysis.explain import attribution_html, explain, plot_attribution
+    from bertforge.device import move_model
+    from bertforge.io.write import atomic_write_text, prepare_output_file
     from bertforge.tasks.models import load_task_model
     from bertforge.tokenization import Tokenizer
 
     suffix = _suffix(args.out, (".png", ".html"))
+    device = device_of(args)
+    out = prepare_output_file(args.out)
     model, _, labels = load_task_model(args.model)
+    model = move_model(model, device, f"--model {args.model}")
     target = None
     if args.target is not None:
         if not labels or args.target not in labels:
             raise BertforgeError(f"--target {args.target!r} is not one of the model's labels ({labels})")
         target = labels.index(args.target)
     attr = explain(model, Tokenizer.from_pretrained(args.model), args.text, labels, target, args.steps)
-    out = Path(args.out)
     if suffix == ".png":
         _save(plot_attribution(attr), out)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(attribution_html(attr), encoding="utf-8")
+        atomic_write_text(out, attribution_html(attr))
     print(f"{attr.label} (p = {attr.probability:.3f}), IG convergence delta {attr.delta:.2e} -> {out}")
     return 0

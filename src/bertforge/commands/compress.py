@@ -7,6 +7,7 @@ import sys
 
 from bertforge.commands.bounds import OPSET
 from bertforge.commands.needs import of_extra
+from bertforge.commands.options import add_overwrite_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "when `embed`, `predict` or `evaluate` load it. See docs/distillation.md.")
     p.add_argument("--model", required=True, metavar="DIR")
     p.add_argument("--out", required=True, metavar="DIR")
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier output in --out")
+    add_overwrite_arg(p)
     p.set_defaults(func=quantize_command, needs=())
 
     p = sub.add_parser("export", help="export an encoder / sentence encoder / task model to ONNX",
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--int8", action="store_true", help="also write model.int8.onnx (dynamic int8)")
     p.add_argument("--opset", type=OPSET, default=17)
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier output in --out")
+    add_overwrite_arg(p)
     p.set_defaults(func=export_command, needs=of_extra("export", "export"))
 
 

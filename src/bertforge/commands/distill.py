@@ -6,9 +6,10 @@ import json
 import sys
 
 from bertforge.commands.needs import task_needs, tracker_needs
-from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
+from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
+                                        add_tracking_args, tracking)
 from bertforge.device import TRAINING_PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, COUNT0, FRACTION, NONNEG, OPEN_FRACTION, POSITIVE, SEED
+from bertforge.commands.bounds import COUNT, COUNT0, FRACTION, NONNEG, OPEN_FRACTION, POSITIVE
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,12 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="held-out text for the MLM accuracy (default: the corpus' last --heldout-fraction)")
     g.add_argument("--teacher-precision", choices=("fp32", "bf16"), default="fp32")
     add_device_args(g, TRAINING_PRECISIONS, None, "training autocast", device=False)
-    g.add_argument("--seed", type=SEED, default=0)
+    add_seed_arg(g)
     add_device_args(g, None)
     g.add_argument("--save-every", type=COUNT, metavar="N", help="checkpoint every N steps (default: at the end)")
     g.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
-    g.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
-    g.add_argument("--progress", action="store_true")
+    add_overwrite_arg(g, resume=True)
+    add_progress_arg(g, default=False)
     add_tracking_args(g)
     add_config_arg(g)
     g.set_defaults(func=general_command, needs=tracker_needs)
@@ -80,12 +81,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--bilstm-hidden", type=COUNT, default=300)
     t.add_argument("--teacher-precision", choices=("fp32", "bf16"), default="fp32")
     add_device_args(t, TRAINING_PRECISIONS, None, "training autocast (a bilstm student: fp32)", device=False)
-    t.add_argument("--seed", type=SEED, default=42)
+    add_seed_arg(t, 42)
     add_device_args(t, None)
     t.add_argument("--save-every", type=COUNT, metavar="N", help="checkpoint every N steps (default: every epoch)")
     t.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
-    t.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
-    t.add_argument("--progress", action="store_true")
+    add_overwrite_arg(t, resume=True)
+    add_progress_arg(t, default=False)
     add_tracking_args(t)
     add_config_arg(t)
     t.set_defaults(func=task_command, needs=lambda args: (*task_needs(args.task), *tracker_needs(args)))

@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 from bertforge.commands.needs import Need, of_extra, tracker_needs
-from bertforge.commands.options import add_tracking_args, tracking
-from bertforge.device import PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, POSITIVE, SEED
+from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
+                                        add_tracking_args, device_of, tracking)
+from bertforge.device import PRECISIONS, TRAINING_PRECISIONS, add_device_args
+from bertforge.commands.bounds import COUNT, POSITIVE
 from bertforge.errors import BertforgeError
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
@@ -41,9 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=POSITIVE, default=2e-5)
     p.add_argument("--pooling", choices=POOLINGS, help="pooling for a plain HF dir (default mean)")
     p.add_argument("--eval", metavar="FILE", help="scored-pair file for STS Spearman after training")
-    p.add_argument("--seed", type=SEED, default=0)
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (refused otherwise)")
+    add_seed_arg(p)
+    add_device_args(p, TRAINING_PRECISIONS, "fp32", "bf16 autocast or fp32",
+                    compile="torch.compile the model (default: on when training on a GPU; falls back to eager with "
+                            "one line)")
+    add_progress_arg(p)
+    add_overwrite_arg(p)
     add_tracking_args(p)
+    add_config_arg(p)
     p.set_defaults(func=train_command, needs=_train_needs)
 
     p = sub.add_parser("embed-eval", help="STS correlation or retrieval metrics of a sentence encoder (JSON)",
@@ -71,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flat: exact inner product on unit vectors (default); hnsw / ivf: approximate")
     b.add_argument("--pooling", choices=POOLINGS)
     _encode_options(b)
+    add_overwrite_arg(b)
     b.set_defaults(func=index_build, needs=(Need("embed", "faiss", "index build"),))
     a = isub.add_parser("add", help="encode more passages into an existing index (same model required)")
     a.add_argument("--index", required=True, metavar="DIR")
@@ -78,7 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--model", metavar="DIR", help="default: the model recorded in the index")
     a.add_argument("--batch-size", type=COUNT, default=32)
     _device_options(a)
-    a.add_argument("--no-progress", dest="progress", action="store_false")
+    add_progress_arg(a)
     a.set_defaults(func=index_add, needs=(Need("embed", "faiss", "index add"),))
     q = isub.add_parser("query", help="top-k passages for a question")
     q.add_argument("--index", required=True, metavar="DIR")
@@ -103,25 +110,12 @@ def _encode_options(p: argparse.ArgumentParser) -> None:
     add_device_args(p, PRECISIONS, "fp32", "fp32 (exact), bf16, fp16 (GPU only), or int8 (CPU only: dynamic "
                     "quantisation of the Linear layers)",
                     compile="torch.compile the encoder (pays off on long inputs; falls back to eager with one line)")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_progress_arg(p)
 
 
 def _device_options(p: argparse.ArgumentParser) -> None:
     add_device_args(p, None, compile="torch.compile the encoder (pays off on long inputs; falls back to eager with "
                                      "one line)")
-
-
-def _device(args: argparse.Namespace):
-    """--device resolved and --precision checked against it: the first thing a verb does (one line, nothing
-    written). Kept on `args` for `_placed`."""
-    from bertforge.training import resolve_device
-    from bertforge.device import check_precision
-
-    if getattr(args, "_device", None) is None:
-        args._device = resolve_device(getattr(args, "device", "auto"))
-        if getattr(args, "precision", None):
-            check_precision(args.precision, args._device)
-    return args._device
 
 
 def _placed(model, args: argparse.Namespace):
@@ -130,7 +124,7 @@ def _placed(model, args: argparse.Namespace):
         model.compile_inference = bool(getattr(args, "compile", False))
     from bertforge.device import move_model
 
-    return move_model(model, _device(args), f"--model {getattr(args, 'model', 'the model')}")
+    return move_model(model, device_of(args), f"--model {getattr(args, 'model', 'the model')}")
 
 
 def _index_help(p: argparse.ArgumentParser) -> int:
@@ -151,7 +145,7 @@ def embed_command(args: argparse.Namespace) -> int:
     from bertforge.embed.data import read_texts
     from bertforge.io.write import atomic_write, prepare_output_file
 
-    _device(args)
+    device_of(args)
     out = Path(args.out)
     if out.suffix not in (".npy", ".jsonl"):
         raise BertforgeError(f"--out {out}: use a .npy or .jsonl file name")
@@ -181,6 +175,7 @@ def train_command(args: argparse.Namespace) -> int:
     from bertforge.io.rundir import claim_output_dir
 
     trackers = tracking(args)  # a missing tracker library: one line before any work
+    device_of(args)
     with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, what="--out", resume_flag=None):
         model = _load(args)
         dataset = read_examples(args.train)
@@ -189,7 +184,8 @@ def train_command(args: argparse.Namespace) -> int:
             from bertforge.embed.evaluate import evaluate_sts  # scipy: only with --eval
         before = evaluate_sts(model, eval_set) if eval_set else None
         fit(model, dataset, args.out, loss=args.loss, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-            max_steps=args.max_steps, seed=args.seed, **trackers)
+            max_steps=args.max_steps, seed=args.seed, progress=args.progress, device=args.device,
+            precision=args.precision, compile=args.compile, **trackers)
     report = {"out": str(args.out), "examples": len(dataset), "loss": args.loss}
     if eval_set:
         report.update(sts_before=before, sts_after=evaluate_sts(model, eval_set))
@@ -201,7 +197,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from bertforge.embed.data import Dataset, read_examples, read_squad_retrieval, read_texts
     from bertforge.embed.evaluate import evaluate_retrieval, evaluate_sts
 
-    _device(args)
+    device_of(args)
     chosen = [x for x in (args.sts, args.squad, args.queries) if x]
     if len(chosen) != 1:
         raise BertforgeError("give exactly one of --sts FILE, --squad FILE, or --queries/--passages/--qrels")
@@ -252,12 +248,12 @@ def index_build(args: argparse.Namespace) -> int:
     from bertforge.io.rundir import claim_output_dir
 
     require_faiss()  # before hours of embedding
-    _device(args)
+    device_of(args)
     out = Path(args.out)
-    if (out / "meta.json").exists():
-        raise BertforgeError(f"{out}: an index already exists there (use `index add`, or another --out)")
+    if (out / "meta.json").exists() and not args.overwrite:
+        raise BertforgeError(f"{out}: an index already exists there (use `index add`, --overwrite, or another --out)")
     # one writer per folder; a failed build leaves no empty folder behind
-    with claim_output_dir(out, resume=False, overwrite=False, what="--out", resume_flag=None, overwrite_flag=None):
+    with claim_output_dir(out, resume=False, overwrite=args.overwrite, what="--out", resume_flag=None):
         ids, texts = read_corpus(args.corpus)
         model = _load(args)
         index = VectorIndex.build(out, model, ids, texts, kind=args.kind, batch_size=args.batch_size,
@@ -273,7 +269,7 @@ def index_add(args: argparse.Namespace) -> int:
     from bertforge.io.rundir import lock_dir
 
     require_faiss()
-    _device(args)
+    device_of(args)
     if not Path(args.index).is_dir():
         raise BertforgeError(f"--index {args.index}: not an index directory")
     lock = lock_dir(args.index, what="--index")  # load, add and save as one step: no lost update
@@ -292,7 +288,7 @@ def index_query(args: argparse.Namespace) -> int:
     from bertforge.embed.index import VectorIndex, require_faiss, rerank
 
     require_faiss()
-    _device(args)
+    device_of(args)
     if args.k <= 0:
         raise BertforgeError(f"-k must be positive, got {args.k}")
     index = VectorIndex.load(args.index)

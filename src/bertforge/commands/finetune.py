@@ -6,9 +6,10 @@ import json
 import logging
 
 from bertforge.commands.needs import Need, task_needs, tracker_needs
-from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
+from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
+                                        add_tracking_args, tracking)
 from bertforge.device import INFERENCE_PRECISIONS, TRAINING_PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, FRACTION, NONNEG, POSITIVE, SEED
+from bertforge.commands.bounds import COUNT, FRACTION, NONNEG, POSITIVE
 from bertforge.errors import BertforgeError
 
 TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
@@ -46,7 +47,7 @@ def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
     p.add_argument("--eval-batch-size", type=COUNT, default=64, metavar="N", help="evaluation batch size (default: 64)")
     p.add_argument("--limit", type=COUNT, metavar="N", help="use only the first N evaluation examples")
     add_device_args(p, None, compile="torch.compile the model (default: on when training on a GPU; falls back to eager with one line)")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    add_progress_arg(p)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -73,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--batch-size", type=COUNT, default=32, metavar="N", help="training batch size (default: 32)")
     ft.add_argument("--warmup-ratio", type=FRACTION, default=0.1, metavar="R", help="warm-up fraction (default: 0.1)")
     ft.add_argument("--weight-decay", type=NONNEG, default=0.01, metavar="W", help="AdamW weight decay (default: 0.01)")
-    ft.add_argument("--seed", type=SEED, default=42, help="random seed of the first run (default: 42)")
+    add_seed_arg(ft, 42, "random seed of the first run")
     ft.add_argument("--runs", type=COUNT, default=1, metavar="N",
                     help="repeat with seeds SEED..SEED+N-1 and report median and spread of the main metric; OUT gets "
                          "the best run's model")
@@ -91,8 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--resume", action="store_true",
                     help="continue an interrupted fine-tune in OUT (refused if an option it depends on changed; "
                          "--epochs, --max-steps, --eval-batch-size and --device may change)")
-    ft.add_argument("--overwrite", action="store_true",
-                    help="replace the earlier run in OUT (without it, or --resume, an OUT that holds files is refused)")
+    add_overwrite_arg(ft, resume=True)
     ft.add_argument("--doc-stride", type=COUNT, default=128, metavar="N", help="SQuAD window stride (default: 128)")
     ft.add_argument("--max-query-length", type=COUNT, default=64, metavar="N",
                     help="SQuAD: question tokens kept (default: 64)")
@@ -120,7 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pr.add_argument("--out", metavar="FILE", help="write JSONL here (default: stdout)")
     pr.add_argument("--batch-size", type=COUNT, default=64, metavar="N", help="batch size (default: 64)")
     add_device_args(pr, INFERENCE_PRECISIONS, "fp32", "bf16 or fp16 (GPU only) autocast", compile="torch.compile the model (falls back to eager with one line where it cannot)")
-    pr.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_progress_arg(pr)
     pr.set_defaults(func=run_predict, needs=())
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from bertforge.commands.bounds import COUNT, COUNT0, FINITE, OPEN_FRACTION, POSITIVE, SEED
+from bertforge.commands.bounds import COUNT, COUNT0, FINITE, OPEN_FRACTION, POSITIVE
+from bertforge.commands.options import add_seed_arg
 
 from bertforge.device import INFERENCE_PRECISIONS, add_device_args
 
@@ -39,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="divide the logit of every token already seen by R (CTRL; default: 1.0 = off)")
     p.add_argument("--length-penalty", type=FINITE, default=1.0, metavar="L",
                    help="beam search: finished beams score sum(log p) / length**L (default: 1.0)")
-    p.add_argument("--seed", type=SEED, metavar="S", help="random seed: the same seed gives the same text")
+    add_seed_arg(p, None, "random seed: the same seed gives the same text")
     p.add_argument("--no-stream", action="store_true", help="print the whole text at the end")
     add_device_args(p, INFERENCE_PRECISIONS, None,
                     "the weights' type while decoding (bf16: half the bytes each new token reads, 1.8-1.9x faster "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bertforge.commands.bounds import COUNT
+from bertforge.commands.options import add_overwrite_arg
 from bertforge.errors import BertforgeError
 
 
@@ -20,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="D", help="output directory (LongformerForMaskedLM layout)")
     p.add_argument("--attention-window", type=COUNT, default=512, metavar="W",
                    help="window per layer, even: each token sees W/2 tokens either side (default 512)")
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
+    add_overwrite_arg(p)
     p.set_defaults(func=longify_command, needs=())
 
 

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 
 from bertforge.commands.bounds import COUNT
+from bertforge.commands.options import device_of
+from bertforge.device import add_device_args
 from bertforge.errors import BertforgeError
 
 
@@ -23,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, metavar="DIR", help="checkpoint with an MLM head")
     p.add_argument("--top-k", type=COUNT, default=5, help="candidates per mask (default 5)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_device_args(p, None)
     p.set_defaults(func=fill_mask_command, needs=())
 
 
@@ -112,10 +115,13 @@ def info(args: argparse.Namespace) -> int:
 
 def fill_mask_command(args: argparse.Namespace) -> int:
     from bertforge.analysis.fill_mask import fill_mask
+    from bertforge.device import move_model
     from bertforge.model.heads import MaskedLM
     from bertforge.tokenization import Tokenizer
 
+    device = device_of(args)
     model = MaskedLM.from_pretrained(args.model)  # first: a checkpoint that cannot fill masks is the error to report
+    model = move_model(model, device, f"--model {args.model}")
     tokenizer = Tokenizer.from_pretrained(args.model)
     results = fill_mask(model, tokenizer, args.text, args.top_k)
     if args.json:

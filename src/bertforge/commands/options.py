@@ -1,5 +1,8 @@
-"""Options shared by the training verbs: `--report-to` / `--logging-dir` (experiment trackers) and `--config FILE`
-(a run's options from a JSON or YAML file, e.g. an earlier run's run_options.json).
+"""Options shared by verbs, declared once here with one meaning: `--no-progress` (verbs that show progress bars),
+`--seed` (verbs that draw random numbers), `--overwrite` (verbs that write an output folder), the training verbs'
+`--report-to` / `--logging-dir` (experiment trackers) and `--config FILE` (a run's options from a JSON or YAML
+file, e.g. an earlier run's run_options.json). `--device` / `--precision` / `--compile` are declared by
+`bertforge.device.add_device_args`; `device_of` resolves `--device` for the verbs that place a model themselves.
 
 `--config` is applied by `cli` before argparse parses the command line (`apply_config_file`): the file's keys become
 the verb's parser defaults, so a flag given on the command line still wins. Keys are the option names that
@@ -14,11 +17,46 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bertforge.commands.bounds import Number
+from bertforge.commands.bounds import SEED, Number
 from bertforge.commands.needs import Need
 from bertforge.errors import BertforgeError
 
 CONFIG_DEST = "config_file"
+
+
+def add_progress_arg(p: argparse.ArgumentParser, default: bool = True) -> None:
+    """--no-progress: no progress bars (`args.progress`). A verb quiet by default (default False) also takes
+    --progress."""
+    if default:
+        p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    else:
+        p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=False,
+                       help="progress bars (default: none)")
+
+
+def add_seed_arg(p: argparse.ArgumentParser, default: int | None = 0, what: str = "random seed") -> None:
+    """--seed S: the same seed, the same numbers (`args.seed`)."""
+    tail = f" (default: {default})" if default is not None else ""
+    p.add_argument("--seed", type=SEED, default=default, metavar="S", help=what + tail)
+
+
+def add_overwrite_arg(p: argparse.ArgumentParser, what: str = "--out", resume: bool = False) -> None:
+    """--overwrite: replace an earlier run's output folder (without it, a folder that holds files is refused)."""
+    unless = "without it or --resume" if resume else "without it"
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace the earlier output in {what} ({unless}, a {what} that holds files is refused)")
+
+
+def device_of(args: argparse.Namespace):
+    """--device resolved and --precision checked against it: the first thing a verb that places its own model
+    does (one line, nothing written). Kept on `args`, so later calls return the same device."""
+    from bertforge.device import check_precision, resolve_device
+
+    if getattr(args, "_device", None) is None:
+        args._device = resolve_device(getattr(args, "device", "auto"))
+        if getattr(args, "precision", None):
+            check_precision(args.precision, args._device)
+    return args._device
 
 
 def add_tracking_args(p: argparse.ArgumentParser) -> None:

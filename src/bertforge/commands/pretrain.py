@@ -5,9 +5,10 @@ import argparse
 from pathlib import Path
 
 from bertforge.commands.needs import Need, of_extra, tracker_needs
-from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
+from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
+                                        add_tracking_args, device_of, tracking)
 from bertforge.device import TRAINING_PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, FRACTION, OPEN_FRACTION, POSITIVE, SEED
+from bertforge.commands.bounds import COUNT, FRACTION, OPEN_FRACTION, POSITIVE
 from bertforge.errors import BertforgeError
 
 ABLATE_OUT = "runs/ablation"
@@ -38,6 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="a blank line ends a document (default), or one document per file")
     prep.add_argument("--heldout-fraction", type=FRACTION, default=0.05, metavar="F",
                       help="share of documents held out for evaluation (default: 0.05)")
+    add_overwrite_arg(prep)
+    add_progress_arg(prep)
     prep.set_defaults(func=run_prepare, needs=())
 
     pre = subparsers.add_parser(
@@ -60,9 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="continue the run in --out from its latest checkpoint (refused if an option it depends on, "
                           "or its data, changed; --max-steps, --time-budget, --threads, --log-every, --save-every, "
                           "--workers may change)")
-    pre.add_argument("--overwrite", action="store_true",
-                     help="replace an earlier run in --out (without it or --resume, a folder holding files is "
-                          "refused)")
+    add_overwrite_arg(pre, resume=True)
     pre.add_argument("--init-from", metavar="DIR",
                      help="continue pretraining this checkpoint with its own tokenizer (domain-adaptive)")
     pre.add_argument("--save-every", type=COUNT, metavar="N", help="checkpoint every N steps (default: at the end)")
@@ -76,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--threads", type=COUNT, metavar="N",
                      help="torch threads per process (default: the cores divided among the processes; lower it on a machine shared with other jobs)")
     add_device_args(pre, None, compile="torch.compile the model (default: on when training on a GPU; falls back to eager with one line)")
-    pre.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_progress_arg(pre)
     add_tracking_args(pre)
     add_config_arg(pre)
     pre.set_defaults(func=run_pretrain, needs=tracker_needs)
@@ -117,8 +118,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     abl.add_argument("--batch-size", type=COUNT, default=32, metavar="N")
     abl.add_argument("--budget", default="2m", metavar="DUR", help="training wall clock per arm (default: 2m)")
     abl.add_argument("--vocab-size", type=COUNT, metavar="N", help="tokenizer vocabulary (default: 8192)")
-    add_device_args(abl, TRAINING_PRECISIONS, None, device=False)
-    abl.add_argument("--seed", type=SEED, default=0)
+    add_device_args(abl, TRAINING_PRECISIONS, None)
+    add_seed_arg(abl)
     abl.add_argument("--out", default=ABLATE_OUT, metavar="DIR",
                      help="output directory (default: runs/ablation; with --table: runs/ablation-tables)")
     abl.add_argument("--report-to", action="append", metavar="NAME",
@@ -159,28 +160,19 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules)
                    help="peak learning rate (default: by size, 1e-3 for bert-tiny/mini down to 1e-4 for "
                         "bert-base/large; twice that for electra and modern)")
     add_device_args(p, TRAINING_PRECISIONS, None, device=False)
-    p.add_argument("--seed", type=SEED, default=0, help="random seed (default: 0)")
+    add_seed_arg(p)
 
 
 def run_prepare(args: argparse.Namespace) -> int:
     from bertforge.data import prepare_corpus
-    from bertforge.io.write import ensure_dir
-    from bertforge.io.rundir import RunDir, lock_dir
+    from bertforge.io.rundir import claim_output_dir
     from bertforge.tokenization import Tokenizer
-    out = Path(args.out)
-    created = not out.exists()
-    ensure_dir(out, "--out")  # one line for /proc, a file, a path through a file: before any work
-    # one writer at a time (prepare replaces the shards in --out); a failure leaves no empty new folder
-    try:
-        lock = lock_dir(out, "--out")
-    except BertforgeError:
-        if created:
-            out.rmdir()
-        raise
-    with RunDir(out, lock, created):
+
+    # one writer at a time; earlier shards are replaced only with --overwrite; a failure leaves no empty new folder
+    with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, resume_flag=None):
         tok = Tokenizer.from_pretrained(args.tokenizer)
-        m = prepare_corpus(args.corpus, tok, out, workers=args.workers, doc_boundary=args.doc_boundary,
-                           heldout_fraction=args.heldout_fraction)
+        m = prepare_corpus(args.corpus, tok, args.out, workers=args.workers, doc_boundary=args.doc_boundary,
+                           heldout_fraction=args.heldout_fraction, progress=args.progress)
     print(f"prepared {m['num_tokens']:,} tokens, {m['num_sentences']:,} sentences, {m['num_documents']:,} "
           f"documents in {len(m['shards'])} shard(s) ({m['stats']['seconds']:.1f} s) -> {args.out}")
     return 0
@@ -212,7 +204,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
         precision=args.precision or default_precision(args.device), seed=args.seed, resume=args.resume, overwrite=args.overwrite,
         init_from=Path(args.init_from) if args.init_from else None, heldout_fraction=args.heldout_fraction,
         eval_batches=args.eval_batches, log_every=args.log_every, save_every=args.save_every,
-        workers=args.workers, threads=args.threads, progress=not args.no_progress, device=args.device,
+        workers=args.workers, threads=args.threads, progress=args.progress, device=args.device,
         compile=args.compile, **trackers)
     pretrain(opts)
     return 0
@@ -225,6 +217,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         print(listing())
         return 0
     report_to = tracking(args)["report_to"]
+    device_of(args)  # a device that is not there: one line before the arms' tokenizer and data are made
     if args.table:
         if report_to:
             raise BertforgeError("--report-to: with --arms (or no --table) only; a --table run reports in TABLE.md")
@@ -235,7 +228,8 @@ def run_ablate(args: argparse.Namespace) -> int:
         reports = run_lab(LabOptions(
             tables=args.table, out=out, data_root=Path(args.downstream), corpus=args.corpus, budget=args.budget,
             steps=args.steps, seeds=args.seeds, size=args.size, seq_len=args.seq_len, batch_size=args.batch_size,
-            vocab_size=args.vocab_size, precision=args.precision, threads=args.threads, tasks=args.tasks,
+            vocab_size=args.vocab_size, precision=args.precision, device=args.device, threads=args.threads,
+            tasks=args.tasks,
             finetune_epochs=args.finetune_epochs, train_limit=args.train_limit, overwrite=args.overwrite))
         for name, rep in reports.items():
             for c in rep["claims"]:
@@ -246,5 +240,5 @@ def run_ablate(args: argparse.Namespace) -> int:
         return 0
     run_ablation(corpus=args.corpus, out=Path(args.out), arms=args.arms, size=args.size, seq_len=args.seq_len,
                  batch_size=args.batch_size, budget=args.budget, vocab_size=args.vocab_size,
-                 precision=args.precision, seed=args.seed, report_to=report_to)
+                 precision=args.precision, seed=args.seed, report_to=report_to, device=args.device)
     return 0

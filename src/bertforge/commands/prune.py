@@ -8,6 +8,8 @@ from pathlib import Path
 
 from bertforge.commands.bounds import COUNT, COUNT0, OPEN_FRACTION, POSITIVE
 from bertforge.commands.needs import task_needs
+from bertforge.commands.options import add_overwrite_arg, add_progress_arg, add_seed_arg, device_of
+from bertforge.device import add_device_args
 from bertforge.errors import BertforgeError
 
 
@@ -28,7 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=POSITIVE, default=2e-5, help="re-fine-tune learning rate (default 2e-5)")
     p.add_argument("--eval", metavar="PATH", help="labelled data to evaluate before and after (default --data)")
     p.add_argument("--batch-size", type=COUNT, default=32)
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (refused otherwise)")
+    add_seed_arg(p, 0, "random seed of the re-fine-tune")
+    add_device_args(p, None)
+    add_progress_arg(p)
+    add_overwrite_arg(p)
     p.set_defaults(func=prune_command, needs=lambda args: task_needs(args.task))  # scored before and after
 
 
@@ -49,6 +54,7 @@ def prune_command(args: argparse.Namespace) -> int:
     from bertforge.io.write import atomic_write_text
     from bertforge.io.rundir import claim_output_dir
 
+    device_of(args)
     # claimed before the model is loaded: an earlier run (or a fine-tuned model) in --out is refused, not replaced
     with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, resume_flag=None):
         report = _prune(args)
@@ -63,23 +69,26 @@ def _prune(args: argparse.Namespace) -> dict:
     import torch
 
     from bertforge.analysis.importance import (iterative_mask, load_task_data, prune_masked, short_finetune)
+    from bertforge.device import move_model
     from bertforge.tasks.models import save_task_model
     from bertforge.tokenization import Tokenizer
 
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     model, kind, enc, labels, saved = load_task_data(args.model, args.task, args.data)
+    model = move_model(model, device_of(args), f"--model {args.model}")
     eval_enc = enc
     if args.eval:
         examples = kind.read(Path(args.eval))
         kind.check(examples, Path(args.eval))
         eval_enc = kind.encode(examples, Tokenizer.from_pretrained(args.model))
-    before = kind.evaluate(model, eval_enc, args.batch_size)
+    before = kind.evaluate(model, eval_enc, args.batch_size, progress=args.progress)
     params_before = sum(p.numel() for p in model.parameters())
     secs_before = _forward_seconds(model, eval_enc, args.batch_size)
-    mask = iterative_mask(model, enc, args.fraction, args.step, args.batch_size, args.max_examples)
+    mask = iterative_mask(model, enc, args.fraction, args.step, args.batch_size, args.max_examples,
+                          progress=args.progress)
     removed = prune_masked(model, mask)
-    short_finetune(model, enc, args.finetune_steps, args.lr, args.batch_size)
-    after = kind.evaluate(model, eval_enc, args.batch_size)
+    short_finetune(model, enc, args.finetune_steps, args.lr, args.batch_size, seed=args.seed, progress=args.progress)
+    after = kind.evaluate(model, eval_enc, args.batch_size, progress=args.progress)
     secs_after = _forward_seconds(model, eval_enc, args.batch_size)
     save_task_model(model, args.out, labels, {k: v for k, v in saved.items() if k != "kind"},
                     tokenizer=Tokenizer.from_pretrained(args.model))
@@ -90,5 +99,5 @@ def _prune(args: argparse.Namespace) -> dict:
               "parameters_after": sum(p.numel() for p in model.parameters()),
               "metrics_before": before, "metrics_after": after, "eval_seconds_before": round(secs_before, 3),
               "eval_seconds_after": round(secs_after, 3), "speedup": round(secs_before / max(secs_after, 1e-9), 3),
-              "finetune_steps": args.finetune_steps}
+              "finetune_steps": args.finetune_steps, "seed": args.seed}
     return report

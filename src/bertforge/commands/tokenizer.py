@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from bertforge.commands.bounds import COUNT, COUNT0
+from bertforge.commands.options import add_overwrite_arg, add_progress_arg
 from bertforge.errors import BertforgeError
 from bertforge.tokenization.pipelines import TOKENIZER_KINDS
 
@@ -39,8 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="model_max_length written to tokenizer_config.json (default: 512)")
     train.add_argument("--workers", type=COUNT, default=1, metavar="N",
                        help="processes counting words of a large wordpiece corpus (default: 1)")
-    train.add_argument("--overwrite", action="store_true",
-                       help="replace an earlier tokenizer in --out (refused otherwise)")
+    add_overwrite_arg(train)
+    add_progress_arg(train)
     train.set_defaults(func=run_train, needs=())
 
 
@@ -68,7 +69,7 @@ def run_train(args: argparse.Namespace) -> int:
     # an existing tokenizer (or anything else) in --out is refused like every verb's earlier output
     with claim_output_dir(out, resume=False, overwrite=args.overwrite, resume_flag=None):
         tok = Tokenizer.train(iter_texts(files), kind=args.kind, vocab_size=args.vocab_size,
-                              lowercase=args.lowercase, min_frequency=args.min_frequency, show_progress=True,
+                              lowercase=args.lowercase, min_frequency=args.min_frequency, show_progress=args.progress,
                               model_max_length=args.model_max_length, workers=args.workers)
         tok.save_pretrained(out)
     seconds = time.perf_counter() - start

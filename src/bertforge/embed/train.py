@@ -76,8 +76,10 @@ def fit(encoder: SentenceEncoder, dataset: Dataset, out_dir: str | Path, loss: s
         epochs: float = 1.0, batch_size: int = 16, lr: float = 2e-5, warmup_ratio: float = 0.1,
         max_steps: int | None = None, seed: int = 0, num_labels: int = 3, progress: bool = True,
         eval_fn: Callable[[SentenceEncoder], dict[str, float]] | None = None, report_to: tuple[str, ...] = (),
-        logging_dir: str | Path | None = None) -> list[dict[str, Any]]:
+        logging_dir: str | Path | None = None, device: str = "auto", precision: str = "fp32",
+        compile: bool | None = None) -> list[dict[str, Any]]:
     """Train `encoder` in place, save it (sentence-transformers layout) to `out_dir`, return the history.
+    `device`, `precision` (fp32 or bf16 autocast) and `compile` as in `TrainConfig`.
 
     Checkpoints (for exact resume) go to out_dir/checkpoints; the loss head (SoftmaxLoss classifier) is kept in
     them but not in the final model, as in sentence-transformers.
@@ -88,7 +90,8 @@ def fit(encoder: SentenceEncoder, dataset: Dataset, out_dir: str | Path, loss: s
     loader = ResumableLoader(dataset, batch_size, collate_fn=Collator(encoder, scale), shuffle=True, seed=seed,
                              drop_last=loss == "mnrl")  # MNRL: a short last batch has too few negatives
     cfg = TrainConfig(out_dir=out_dir, lr=lr, warmup_ratio=warmup_ratio, seed=seed, progress=progress,
-                      report_to=report_to, logging_dir=logging_dir,
+                      report_to=report_to, logging_dir=logging_dir, device=device, precision=precision,
+                      compile=compile,
                       **({"max_steps": max_steps} if max_steps else {"num_epochs": epochs}))
     trainer = Trainer(model, loader, cfg, save_fn=_save, load_fn=_load,
                       eval_fn=(lambda m: eval_fn(m.encoder)) if eval_fn else None)

@@ -52,6 +52,7 @@ class LabOptions:
     batch_size: int = 32
     vocab_size: int | None = None
     precision: str | None = None
+    device: str = "auto"            # where the arms pretrain and fine-tune (not part of the setup: same numbers)
     threads: int | None = None
     tasks: list[str] | None = None  # None: each table's suite
     finetune_epochs: float = 3.0
@@ -112,7 +113,7 @@ def _run(opts: LabOptions, tables: list[Table], out: Path) -> dict[str, Any]:
     from bertforge.pretrain.ablation import prepare_shared
     from bertforge.device import default_precision
 
-    opts.precision = opts.precision or default_precision()
+    opts.precision = opts.precision or default_precision(opts.device)
     work = _work_list(tables, opts)
     runs = {(a, s) for a, s, _ in work if a != CONTROL}
     done = {key for key, r in _records(out).items() if "pretrain" in r}
@@ -188,7 +189,7 @@ def _pretrain_arm(arm: str, seed: int, table: Table, opts: LabOptions, shared, r
         budget, max_steps = None, max(1, math.floor(ref_row["flops"] / (per_token * per_step)))
     row = run_arm(arm, shared, opts.size, opts.seq_len, opts.batch_size, budget, opts.precision, seed,
                   max_steps=max_steps, threads=opts.threads, out_name=f"{arm}-s{seed}",
-                  extra_eval=lambda m: relation_accuracies(m, relation_batches, opts.precision))
+                  extra_eval=lambda m: relation_accuracies(m, relation_batches, opts.precision), device=opts.device)
     row["flops"] = per_token * row["tokens_seen"]
     shutil.rmtree(_arm_dir(out, arm, seed) / "checkpoints", ignore_errors=True)  # the final model stays
     return row
@@ -258,7 +259,7 @@ def finetune_task(model_dir: Path, task: str, seed: int, opts: LabOptions, work:
     cfg = FinetuneConfig(task=task, model=model_dir, out=work / task, data=Path(opts.data_root) / folder,
                          epochs=opts.finetune_epochs, lr=FINETUNE_LR[opts.size], batch_size=32, seed=seed,
                          train_limit=opts.train_limit or train_n, eval_limit=eval_n, precision=opts.precision or "fp32",
-                         progress=False, save_checkpoints=False)
+                         device=opts.device, progress=False, save_checkpoints=False)
     t0 = time.perf_counter()
     res = finetune(cfg, overwrite=True)
     run = res.runs[0]

@@ -114,21 +114,21 @@ def run_arm(name: str, shared: Shared, size: str = "bert-mini", seq_len: int = 1
             budget: str | None = "2m", precision: str | None = None, seed: int = 0, max_steps: int | None = None,
             lr: float | None = None, threads: int | None = None, out_name: str | None = None,
             extra_eval: Callable[[nn.Module], dict[str, float]] | None = None,
-            report_to: tuple[str, ...] = ()) -> dict[str, Any]:
+            report_to: tuple[str, ...] = (), device: str = "auto") -> dict[str, Any]:
     """Train arm `name` for `budget` (or `max_steps`, whichever ends first) into OUT/arms/NAME (or OUT/arms/
     `out_name`) and return its row of the table. `lr` None: the recipe's default for the size. `extra_eval`: more
     metrics of the final model, merged into the common held-out ones (a left-to-right arm has only these: it
     cannot fill a [MASK])."""
     if name not in ARMS:
         raise BertforgeError(f"--arms: unknown {name} (choose from {', '.join(ARMS)})")
-    precision = precision or default_precision()
+    precision = precision or default_precision(device)
     arm = ARMS[name]
     recipe = resolve(arm["recipe"], **arm["over"])
     print(f"\n=== arm {name}: {arm['describe']} ({budget or f'{max_steps} steps'}) ===", flush=True)
     opts = PretrainOptions(recipe=recipe, out=shared.out / "arms" / (out_name or name), data=shared.data_dir,
                            tokenizer=shared.out / "tokenizer", size=size, seq_len=seq_len, batch_size=batch_size,
                            time_budget=budget, max_steps=max_steps, lr=lr, threads=threads,
-                           precision=precision, seed=seed,
+                           precision=precision, seed=seed, device=device,
                            heldout_fraction=shared.heldout_fraction, progress=False, log_every=25,
                            fill_mask_examples=0, overwrite=True, report_to=report_to,
                            extra_eval=lambda m: {**({} if recipe.objective in LEFT_TO_RIGHT else
@@ -151,16 +151,18 @@ def run_arm(name: str, shared: Shared, size: str = "bert-mini", seq_len: int = 1
 
 def run_ablation(corpus: list[str] | None, out: Path, arms: list[str] | None = None, size: str = "bert-mini",
                  seq_len: int = 128, batch_size: int = 32, budget: str = "2m", vocab_size: int | None = None,
-                 precision: str | None = None, seed: int = 0, report_to: tuple[str, ...] = ()) -> dict[str, Any]:
+                 precision: str | None = None, seed: int = 0, report_to: tuple[str, ...] = (),
+                 device: str = "auto") -> dict[str, Any]:
     names = arms or list(ARMS)
     unknown = [a for a in names if a not in ARMS]
     if unknown:
         raise BertforgeError(f"--arms: unknown {', '.join(unknown)} (choose from {', '.join(ARMS)})")
-    precision = precision or default_precision()
+    precision = precision or default_precision(device)
     shared = prepare_shared(corpus, out, seq_len, batch_size, vocab_size)
     rows = []
     for name in names:
-        rows.append(run_arm(name, shared, size, seq_len, batch_size, budget, precision, seed, report_to=report_to))
+        rows.append(run_arm(name, shared, size, seq_len, batch_size, budget, precision, seed, report_to=report_to,
+                            device=device))
         _write(shared.out, rows, dict(size=size, seq_len=seq_len, batch_size=batch_size, budget=budget,
                                       precision=precision, corpus=[str(c) for c in shared.corpus], seed=seed))
     return {"rows": rows}

@@ -43,7 +43,7 @@ def dataset(n: int = 50) -> list[dict[str, torch.Tensor]]:
 def eager_compile(monkeypatch):
     """torch.compile with dynamo's eager backend: the same tracing and wrapping, without minutes of C++ builds."""
     real = torch.compile
-    monkeypatch.setattr(dev.torch, "compile", lambda fn, **kw: real(fn, backend="eager"))
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend="eager"))
 
 
 # ---- background batches ----------------------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def test_compile_failure_falls_back_with_one_line(monkeypatch, capsys):
     def failing_backend(gm, example_inputs):
         raise RuntimeError("no C++ compiler")
     real = torch.compile
-    monkeypatch.setattr(dev.torch, "compile", lambda fn, **kw: real(fn, backend=failing_backend))
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend=failing_backend))
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
     x = torch.randn(3, 4)

@@ -40,11 +40,13 @@ def add_seed_arg(p: argparse.ArgumentParser, default: int | None = 0, what: str 
     p.add_argument("--seed", type=SEED, default=default, metavar="S", help=what + tail)
 
 
-def add_overwrite_arg(p: argparse.ArgumentParser, what: str = "--out", resume: bool = False) -> None:
-    """--overwrite: replace an earlier run's output folder (without it, a folder that holds files is refused)."""
-    unless = "without it or --resume" if resume else "without it"
-    p.add_argument("--overwrite", action="store_true",
-                   help=f"replace the earlier output in {what} ({unless}, a {what} that holds files is refused)")
+def add_overwrite_arg(p: argparse.ArgumentParser, what: str = "--out", resume: bool = False,
+                      without: str | None = None) -> None:
+    """--overwrite: replace the earlier output in the verb's output folder. `without`: what the verb does without
+    it, when that is not refusing a folder that holds files."""
+    if without is None:
+        without = f"without it{' or --resume' if resume else ''}, a {what} that holds files is refused"
+    p.add_argument("--overwrite", action="store_true", help=f"replace the earlier output in {what} ({without})")
 
 
 def device_of(args: argparse.Namespace):
@@ -129,7 +131,8 @@ def _check(action: argparse.Action, key: str, value: Any, path: str) -> Any:
     def wrong(expected: str) -> BertforgeError:
         return BertforgeError(f"--config {path}: {key}: expected {expected}, got {value!r}")
 
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)) or (
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,
+                           argparse.BooleanOptionalAction)) or (
             isinstance(action, argparse._StoreConstAction) and isinstance(action.const, bool)):
         if not isinstance(value, bool):
             raise wrong("true or false")

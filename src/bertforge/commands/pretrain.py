@@ -108,7 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     abl.add_argument("--train-limit", type=COUNT, metavar="N",
                      help="--table: training examples per task (default: the suite's slice, 2,000 for most)")
     abl.add_argument("--threads", type=COUNT, metavar="N", help="torch threads (default: all cores)")
-    abl.add_argument("--overwrite", action="store_true", help="--table: start --out over instead of continuing")
+    add_overwrite_arg(abl, without="without it, --table continues the table in --out")
     abl.add_argument("--corpus", nargs="+", metavar="PATH", help="corpus (default: stdlib docs)")
     abl.add_argument("--arms", nargs="+", metavar="ARM",
                      help="subset of arms (default: all; see `bertforge ablate --list`)")

@@ -180,9 +180,10 @@ def train_command(args: argparse.Namespace) -> int:
         model = _load(args)
         dataset = read_examples(args.train)
         eval_set = read_examples(args.eval) if args.eval else None
+        before = None
         if eval_set:
             from bertforge.embed.evaluate import evaluate_sts  # scipy: only with --eval
-        before = evaluate_sts(model, eval_set) if eval_set else None
+            before = evaluate_sts(model, eval_set)
         fit(model, dataset, args.out, loss=args.loss, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
             max_steps=args.max_steps, seed=args.seed, progress=args.progress, device=args.device,
             precision=args.precision, compile=args.compile, **trackers)

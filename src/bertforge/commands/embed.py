@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from bertforge.commands.data_options import add_column_args, add_input_split_args
 from bertforge.commands.options import add_tracking_args, tracking
 from bertforge.device import PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, POSITIVE, SEED
@@ -15,11 +16,17 @@ POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("embed", help="encode a text file (one text per line) to vectors (.npy or .jsonl)",
-                       description="Encode one text per line. Empty lines are embedded as the empty string so row i "
-                                   "is line i; texts longer than the model's max_seq_length are truncated.")
+    p = sub.add_parser("embed", help="encode texts (a text file, or a column of a table) to vectors (.npy or .jsonl)",
+                       description="Encode one text per input row: the lines of a text file, or a column of a csv / "
+                                   "tsv / jsonl / json / parquet file, a saved or Hub dataset. Empty rows are "
+                                   "embedded as the empty string so output row i is input row i; texts longer than "
+                                   "the model's max_seq_length are truncated.")
     p.add_argument("--model", required=True, metavar="DIR", help="sentence-transformers folder or HF encoder dir")
-    p.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text file, one text per line")
+    p.add_argument("--input", required=True, metavar="PATH",
+                   help="a UTF-8 text file (one text per line), or a table: csv / tsv (with a header), jsonl, json, "
+                        "parquet, a save_to_disk folder, a Hub dataset id")
+    add_column_args(p, pair=False, label=False)
+    add_input_split_args(p)
     p.add_argument("--out", required=True, metavar="FILE", help="output .npy (float32 [N, dim]) or .jsonl")
     _encode_options(p)
     p.add_argument("--pooling", choices=POOLINGS, help="override the model's pooling (plain HF dirs: mean)")
@@ -31,7 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Fine-tune a bi-encoder on pair, scored-pair, NLI or triplet data and save it in "
                                    "the sentence-transformers layout.")
     p.add_argument("--model", required=True, metavar="DIR", help="starting model (ST folder or HF encoder dir)")
-    p.add_argument("--train", required=True, metavar="FILE", help="training file (tsv / jsonl; see docs/embeddings.md)")
+    p.add_argument("--train", required=True, metavar="PATH",
+                   help="training pairs: tsv / csv / jsonl / json / parquet, a saved or Hub dataset (its train split); "
+                        "layouts in docs/embeddings.md")
     p.add_argument("--out", required=True, metavar="DIR", help="where the trained model goes")
     p.add_argument("--loss", default="cosine", choices=("cosine", "softmax", "triplet", "mnrl"))
     p.add_argument("--epochs", type=POSITIVE, default=1.0)
@@ -39,7 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=COUNT, default=16)
     p.add_argument("--lr", type=POSITIVE, default=2e-5)
     p.add_argument("--pooling", choices=POOLINGS, help="pooling for a plain HF dir (default mean)")
-    p.add_argument("--eval", metavar="FILE", help="scored-pair file for STS Spearman after training")
+    p.add_argument("--eval", metavar="PATH", help="scored pairs for STS Spearman after training (a saved or Hub "
+                                                   "dataset: its dev / validation split)")
+    add_column_args(p)
+    p.add_argument("--data-config", metavar="NAME", help="a Hugging Face Hub dataset's configuration (e.g. stsb)")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (refused otherwise)")
     add_tracking_args(p)
@@ -49,13 +61,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Print JSON: Spearman/Pearson of cosine vs gold (--sts), or Recall@k and MRR@10 "
                                    "of questions against passages (--squad, or --queries/--passages/--qrels).")
     p.add_argument("--model", required=True, metavar="DIR")
-    p.add_argument("--sts", metavar="FILE", help="scored pairs (STS-benchmark layout, GLUE STS-B tsv, jsonl)")
+    p.add_argument("--sts", metavar="PATH", help="scored pairs (STS-benchmark layout, GLUE STS-B tsv, any table with "
+                                                  "sentence1 / sentence2 / score, a saved or Hub dataset)")
     p.add_argument("--squad", metavar="FILE", help="SQuAD v1.1 json: questions retrieve their paragraphs")
     p.add_argument("--queries", metavar="FILE", help="query per line (with --passages and --qrels)")
     p.add_argument("--passages", metavar="FILE", help="passage per line")
     p.add_argument("--qrels", metavar="FILE", help="per line: comma-separated 0-based passage rows relevant to that "
                                                    "query")
     p.add_argument("--limit", type=COUNT, help="evaluate only the first N pairs / queries")
+    add_column_args(p, "--sts: ")
+    add_input_split_args(p)
     _encode_options(p)
     p.add_argument("--pooling", choices=POOLINGS)
     p.set_defaults(func=eval_command, progress=False)
@@ -64,7 +79,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     isub = p.add_subparsers(dest="index_command", metavar="ACTION")
     b = isub.add_parser("build", help="encode a corpus and build an index directory")
     b.add_argument("--model", required=True, metavar="DIR")
-    b.add_argument("--corpus", required=True, metavar="FILE", help='one passage per line, or jsonl {"id", "text"}')
+    b.add_argument("--corpus", required=True, metavar="PATH",
+                   help="one passage per line, or a table (csv / tsv / jsonl / json / parquet, a saved or Hub "
+                        "dataset) with a text column and an optional id column")
+    _corpus_columns(b)
     b.add_argument("--out", required=True, metavar="DIR")
     b.add_argument("--kind", default="flat", choices=("flat", "hnsw", "ivf"),
                    help="flat: exact inner product on unit vectors (default); hnsw / ivf: approximate")
@@ -73,7 +91,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.set_defaults(func=index_build)
     a = isub.add_parser("add", help="encode more passages into an existing index (same model required)")
     a.add_argument("--index", required=True, metavar="DIR")
-    a.add_argument("--corpus", required=True, metavar="FILE")
+    a.add_argument("--corpus", required=True, metavar="PATH", help="passages, as for `index build`")
+    _corpus_columns(a)
     a.add_argument("--model", metavar="DIR", help="default: the model recorded in the index")
     a.add_argument("--batch-size", type=COUNT, default=32)
     _device_options(a)
@@ -90,6 +109,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     _device_options(q)
     q.set_defaults(func=index_query)
     p.set_defaults(func=lambda args: _index_help(p))
+
+
+def _corpus_columns(p: argparse.ArgumentParser) -> None:
+    add_column_args(p, pair=False, label=False)
+    p.add_argument("--id-col", metavar="COL",
+                   help="the passage id column (default: id where there is one, else FILE:ROW)")
+    add_input_split_args(p)
 
 
 def _encode_options(p: argparse.ArgumentParser) -> None:
@@ -143,6 +169,7 @@ def embed_command(args: argparse.Namespace) -> int:
     import numpy as np
 
     from bertforge.embed.data import read_texts
+    from bertforge.io.tables import single_source
     from bertforge.io.write import atomic_write, prepare_output_file
 
     _device(args)
@@ -150,7 +177,7 @@ def embed_command(args: argparse.Namespace) -> int:
     if out.suffix not in (".npy", ".jsonl"):
         raise BertforgeError(f"--out {out}: use a .npy or .jsonl file name")
     prepare_output_file(out, what="--out")  # before the model is loaded and every text embedded
-    texts = read_texts(args.input)
+    texts = read_texts(single_source(args.input, args.data_split, args.data_config), args.text_col)
     model = _load(args, normalize=True if args.normalize else None)
     vectors = model.encode(texts, batch_size=args.batch_size, precision=args.precision, progress=args.progress)
 
@@ -174,12 +201,14 @@ def train_command(args: argparse.Namespace) -> int:
     from bertforge.embed.evaluate import evaluate_sts
     from bertforge.embed.train import fit
     from bertforge.io.rundir import claim_output_dir
+    from bertforge.io.tables import single_source
 
     trackers = tracking(args)  # a missing tracker library: one line before any work
     with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, what="--out", resume_flag=None):
         model = _load(args)
-        dataset = read_examples(args.train)
-        eval_set = read_examples(args.eval) if args.eval else None
+        columns = (args.text_col, args.text_pair_col, args.label_col)
+        dataset = read_examples(single_source(args.train, "train", args.data_config), *columns)
+        eval_set = read_examples(single_source(args.eval, "dev", args.data_config), *columns) if args.eval else None
         before = evaluate_sts(model, eval_set) if eval_set else None
         fit(model, dataset, args.out, loss=args.loss, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
             max_steps=args.max_steps, seed=args.seed, **trackers)
@@ -193,6 +222,7 @@ def train_command(args: argparse.Namespace) -> int:
 def eval_command(args: argparse.Namespace) -> int:
     from bertforge.embed.data import Dataset, read_examples, read_squad_retrieval, read_texts
     from bertforge.embed.evaluate import evaluate_retrieval, evaluate_sts
+    from bertforge.io.tables import single_source
 
     _device(args)
     chosen = [x for x in (args.sts, args.squad, args.queries) if x]
@@ -201,7 +231,8 @@ def eval_command(args: argparse.Namespace) -> int:
     model = _load(args)
     opts = dict(batch_size=args.batch_size, precision=args.precision, progress=args.progress)
     if args.sts:
-        data = read_examples(args.sts)
+        data = read_examples(single_source(args.sts, args.data_split, args.data_config), args.text_col,
+                             args.text_pair_col, args.label_col)
         if args.limit:
             data = Dataset(data.examples[:args.limit], data.kind)
         result = {"task": "sts", "file": args.sts, **evaluate_sts(model, data, **opts)}
@@ -239,8 +270,15 @@ def _read_qrels(path: str, n_passages: int) -> list[set[int]]:
 
 
 # ---- index ---------------------------------------------------------------------------------------------------------
-def index_build(args: argparse.Namespace) -> int:
+def _corpus(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(ids, passages) of --corpus, read with its column and split flags."""
     from bertforge.embed.data import read_corpus
+    from bertforge.io.tables import single_source
+
+    return read_corpus(single_source(args.corpus, args.data_split, args.data_config), args.text_col, args.id_col)
+
+
+def index_build(args: argparse.Namespace) -> int:
     from bertforge.embed.index import VectorIndex, require_faiss
     from bertforge.io.rundir import claim_output_dir
 
@@ -251,7 +289,7 @@ def index_build(args: argparse.Namespace) -> int:
         raise BertforgeError(f"{out}: an index already exists there (use `index add`, or another --out)")
     # one writer per folder; a failed build leaves no empty folder behind
     with claim_output_dir(out, resume=False, overwrite=False, what="--out", resume_flag=None, overwrite_flag=None):
-        ids, texts = read_corpus(args.corpus)
+        ids, texts = _corpus(args)
         model = _load(args)
         index = VectorIndex.build(out, model, ids, texts, kind=args.kind, batch_size=args.batch_size,
                                   precision=args.precision, progress=args.progress)
@@ -261,7 +299,6 @@ def index_build(args: argparse.Namespace) -> int:
 
 
 def index_add(args: argparse.Namespace) -> int:
-    from bertforge.embed.data import read_corpus
     from bertforge.embed.index import VectorIndex, require_faiss
     from bertforge.io.rundir import lock_dir
 
@@ -272,7 +309,7 @@ def index_add(args: argparse.Namespace) -> int:
     lock = lock_dir(args.index, what="--index")  # load, add and save as one step: no lost update
     try:
         index = VectorIndex.load(args.index)
-        ids, texts = read_corpus(args.corpus)
+        ids, texts = _corpus(args)
         model = _placed(index.load_model(args.model), args)
         n = index.add(model, ids, texts, batch_size=args.batch_size, progress=args.progress)
     finally:

@@ -26,6 +26,13 @@ def add_input_split_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-config", metavar="NAME", help="a Hugging Face Hub dataset's configuration (e.g. sst2)")
 
 
+def add_corpus_column_arg(p: argparse.ArgumentParser) -> None:
+    """`--text-col` of a corpus: the column its tables (and the field its jsonl files) give documents from."""
+    p.add_argument("--text-col", metavar="COL",
+                   help="the text column of the corpus' tables (csv, tsv, json, parquet, saved datasets; default: "
+                        "the first of text, sentence, ... present) and the field of its jsonl files (default: text)")
+
+
 def add_column_args(p: argparse.ArgumentParser, prefix: str = "", pair: bool = True, label: bool = True) -> None:
     """`--text-col`, and `--text-pair-col` / `--label-col` where the verb reads them."""
     p.add_argument("--text-col", metavar="COL", help=f"{prefix}the text column ({COLUMN_HELP})")

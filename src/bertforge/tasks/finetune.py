@@ -169,6 +169,7 @@ def run_options(cfg: FinetuneConfig, model_dir: Path, train_file: Any,
 
     options = {
         "task": cfg.task, "model": absolute(model_dir), "train": absolute(train_file), "eval": absolute(eval_file),
+        "data_config": cfg.data_config,
         "text_col": cfg.text_col, "text_pair_col": cfg.text_pair_col, "label_col": cfg.label_col,
         "max_seq_len": cfg.max_seq_len, "doc_stride": cfg.doc_stride, "max_query_length": cfg.max_query_length,
         "source_col": cfg.source_col, "target_col": cfg.target_col, "max_target_len": cfg.max_target_len,

@@ -53,7 +53,7 @@ def read_items(task: str, path: str | Path, limit: int | None = None) -> list[tu
         table = open_table(path)
         for column in ("sentence", "label"):
             table.require(column, "SST-2")
-        items = [(text_value(row, "sentence", keep_empty=True).split(), [str(value(row, "label"))]) for row in table]
+        items = [(text_value(row, "sentence").split(), [str(value(row, "label"))]) for row in table]
     else:
         # IOB2 for chunk and NER (CoNLL-2003 ships IOB1); POS tags are plain labels
         items = [(ex.tokens, ex.tags) for ex in read_conll(path, TASK_COLUMNS[task],

@@ -232,7 +232,7 @@ def _table_documents(path: Path, text_col: str | None) -> Iterator[Document]:
     table = open_table(path)
     column = pick_columns(table, text_col, want_pair=False, want_label=False).text
     for n, row in enumerate(table, 1):
-        text = text_value(row, column, keep_empty=True).strip()
+        text = text_value(row, column).strip()
         if text:
             yield Document(text, str(path), n)
 

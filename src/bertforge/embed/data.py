@@ -215,7 +215,7 @@ def read_corpus(source: Any, text_col: Any = None, id_col: Any = None) -> tuple[
     ids: list[str] = []
     texts: list[str] = []
     for n, row in enumerate(table, 1):
-        text = tables.text_value(row, column, keep_empty=True)
+        text = tables.text_value(row, column)
         if not text.strip():
             continue
         ids.append(str(value(row, id_col)) if id_col is not None else f"{name}:{n}")

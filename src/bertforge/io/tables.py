@@ -37,7 +37,7 @@ from typing import Any
 from bertforge.errors import BertforgeError
 from bertforge.io.read import csv_rows, jsonl_rows, read_json, require_file, text_lines, tsv_rows, where
 
-TEXT_SUFFIXES = (".txt", ".txt.gz", ".text")
+TEXT_SUFFIXES = (".txt", ".txt.gz")
 TABLE_SUFFIXES = (".tsv", ".csv", ".jsonl", ".jsonl.gz", ".json", ".parquet")
 SUFFIXES = TEXT_SUFFIXES + TABLE_SUFFIXES
 
@@ -326,6 +326,8 @@ def load_hub_dataset(dataset: str, config: str | None) -> Any:
     key = (dataset, config)
     if key not in _HUB:
         datasets = _import("datasets", f"{dataset}: no such file or folder; reading it as a Hugging Face Hub dataset")
+        verbosity = datasets.logging.get_verbosity()
+        datasets.logging.set_verbosity_error()  # its notes ("using the latest cached version...") are no errors
         try:
             _HUB[key] = datasets.load_dataset(dataset, config)
         except ConnectionError:
@@ -334,6 +336,8 @@ def load_hub_dataset(dataset: str, config: str | None) -> Any:
         except Exception as err:  # DatasetNotFoundError, a config not cached or not given, ...
             raise BertforgeError(f"{dataset}: no such file or folder, nor a dataset to be had from the Hugging Face "
                                  f"Hub ({_first_line(err)})") from None
+        finally:
+            datasets.logging.set_verbosity(verbosity)
     return _HUB[key]
 
 
@@ -369,7 +373,7 @@ def _choose_split(splits: dict, name: str, split: str | None) -> tuple[Any, str,
     names = list(splits)
     chosen = _split_name(names, split) if split else (names[0] if len(names) == 1 else None)
     if chosen is None:
-        asked = f"no split {split!r}" if split else "several splits; name one"
+        asked = f"no split {split!r}" if split else "several splits; name the one to read"
         raise BertforgeError(f"{name}: {asked} (splits: {', '.join(map(str, names)) or 'none'})")
     return splits[chosen], f"{name} [{chosen}]", str(chosen)
 
@@ -494,7 +498,7 @@ def single_source(data: Any, split: str | None = None, config: str | None = None
         names = split_names(data, config)
         if len(names) != 1:
             raise BertforgeError(f"{source_name(data)}: {'several splits' if names else 'no splits'} "
-                                 f"({', '.join(names) or 'no train.*, dev.*, test.* files'}); name one")
+                                 f"({', '.join(names) or 'no train.*, dev.*, test.* files'}); name the one to read")
         split = names[0]
     found = find_split(data, split, config=config)
     if found is None:
@@ -538,7 +542,7 @@ def pick_columns(table: Table, text: Any = None, pair: Any = None, label: Any = 
         text = next((c for c in TEXT_COLUMNS if table.has(c)), None)
         if text is None:
             raise BertforgeError(f"{table.name}: no text column (looked for {', '.join(TEXT_COLUMNS)}; columns: "
-                                 f"{', '.join(map(str, table.columns)) or 'none'}); name one")
+                                 f"{', '.join(map(str, table.columns)) or 'none'}); name the text column")
         if pair is not None:
             table.require(pair, "text pair")
     if label is not None:
@@ -548,19 +552,15 @@ def pick_columns(table: Table, text: Any = None, pair: Any = None, label: Any = 
     return Columns(text, pair if want_pair else None, label if want_label else None)
 
 
-def text_value(row: Row, column: Any, keep_empty: bool = False) -> str:
-    """A row's text in `column`: strings as they are, numbers as text. Empty or missing is an error naming the row,
-    unless `keep_empty` (then ""): embedding keeps row i as input row i."""
+def text_value(row: Row, column: Any) -> str:
+    """A row's text in `column`: strings as they are, numbers as text, a missing value (None, NaN) as "" (embedding
+    keeps row i as input row i; readers that need a text check for empty ones)."""
     raw = value(row, column)
     if isinstance(raw, float) and not math.isfinite(raw):
         raw = None  # pandas' missing value
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        if keep_empty:
-            return ""
-        raise BertforgeError(f"{row.where}: empty text in column {column!r}")
-    if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
+    if raw is not None and (isinstance(raw, bool) or not isinstance(raw, (str, int, float))):
         raise BertforgeError(f"{row.where}: column {column!r} holds a {type(raw).__name__}, not a text")
-    return raw if isinstance(raw, str) else str(raw)
+    return "" if raw is None else raw if isinstance(raw, str) else str(raw)
 
 
 def read_texts(source: Any, text_col: Any = None, *, split: str | None = None, config: str | None = None) -> list[str]:
@@ -568,7 +568,7 @@ def read_texts(source: Any, text_col: Any = None, *, split: str | None = None, c
     TEXT_COLUMNS present; a text file's lines)."""
     table = open_table(source, split=split, config=config)
     column = pick_columns(table, text_col, want_pair=False, want_label=False).text
-    return [text_value(row, column, keep_empty=True) for row in table]
+    return [text_value(row, column) for row in table]
 
 
 def _import(module: str, what: str) -> Any:

@@ -30,6 +30,7 @@ from bertforge.io.tables import (Columns, find_split, open_table, pick_columns, 
 from bertforge.model import Encoder  # noqa: E402
 from bertforge.model.checkpoint import save_pretrained  # noqa: E402
 from bertforge.tokenization import Tokenizer  # noqa: E402
+from test_finetune import one_thread  # noqa: E402, F401 (fixture: tiny models train fastest on one thread)
 
 BERTFORGE = shutil.which("bertforge", path=str(Path(sys.executable).parent)) or shutil.which("bertforge")
 SST2 = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "glue" / "SST-2"
@@ -101,14 +102,6 @@ def write_splits(folder: Path, splits: dict[str, list[tuple[str, int]]], fmt: st
         for name, rows in splits.items():
             write_table(rows, folder / name, fmt)
     return folder
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from typing import Any
 
 from bertforge.errors import BertforgeError
 from bertforge.io.read import text_lines
-from bertforge.io.tables import Columns, Row, Table, file_format, open_table, pick_columns, value
+from bertforge.io.tables import Columns, Row, Table, open_table, pick_columns, value
 from bertforge.tasks.conll import read_conll
 from bertforge.tasks.examples import ChoiceExample, TaggingExample, TextExample, text_field
 from bertforge.tasks.swag import read_swag

@@ -282,7 +282,14 @@ def _parquet_table(p: Path) -> Table:
 
     def rows() -> Iterator[Row]:
         i = 0
-        for batch in pq.ParquetFile(p).iter_batches(batch_size=4096):
+        batches = pq.ParquetFile(p).iter_batches(batch_size=4096)
+        while True:
+            try:
+                batch = next(batches, None)
+            except Exception as err:  # a damaged page or column chunk
+                raise BertforgeError(f"{p.name} row {i}: cannot read further ({_first_line(err)})") from None
+            if batch is None:
+                return
             for values in batch.to_pylist():
                 yield Row(f"{p.name} row {i}", values)
                 i += 1

@@ -118,6 +118,9 @@ MISSING = [
     (["finetune", "--task", "sst2", "--model", "m", "--data", "d", "--out", "o", "--report-to", "mlflow"], "mlflow"),
     (["distill", "general", "--teacher", "m", "--corpus", "c.txt", "--out", "o", "--max-steps", "1",
       "--report-to", "mlflow"], "mlflow"),
+    (["embed", "--model", "m", "--input", "in.parquet", "--out", "o.npy"], "data"),
+    (["finetune", "--task", "sst2", "--model", "m", "--data", "nyu-mll/glue", "--data-config", "sst2", "--out", "o"],
+     "data"),
 ]
 
 

@@ -269,7 +269,7 @@ def test_embed_train_refuses_a_labelled_classification_file(two_layers, tmp_path
 
     labelled = _sst2(tmp_path / "sst.tsv")
     one_line(cli("embed-train", "--model", str(two_layers), "--train", str(labelled), "--loss", "mnrl",
-                 "--out", str(tmp_path / "et")), "sst.tsv: the first line (sentence, label) is a header, but not one")
+                 "--out", str(tmp_path / "et")), "sst.tsv:2: unrecognised record keys ['label', 'sentence']")
     assert not (tmp_path / "et").exists()
     (tmp_path / "nohead.tsv").write_text("".join(labelled.read_text().splitlines(keepends=True)[1:]))
     with pytest.raises(BertforgeError, match="every row's second column is a number"):

@@ -100,7 +100,7 @@ def test_nli_jsonl_string_and_int_labels_and_skips_dash(tmp_path, caplog):
     [
         (read_sst2, "train.tsv", "sentence\tlabel\ngood\t1\nno label here\n", "train.tsv:3: expected 2 columns, found 1"),
         (read_sst2, "train.tsv", "sentence\tlabel\ngood\t2\n", "train.tsv:2: unknown label '2'"),
-        (read_sst2, "train.tsv", "sentence\tlabel\n  \t1\n", "train.tsv:2: empty sentence"),
+        (read_sst2, "train.tsv", "sentence\tlabel\n  \t1\n", "train.tsv:2: empty text 'sentence'"),
         (read_cola, "dev.tsv", "gj04\t1\t\tFine.\ngj04\t1\tOops.\n", "dev.tsv:2: expected 4 columns, found 3"),
         (read_stsb, "dev.tsv", "sentence1\tsentence2\tscore\na\tb\thigh\n", "dev.tsv:2: expected a number"),
         (read_rte, "dev.tsv", "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tmaybe\n", "dev.tsv:2: unknown label 'maybe'"),

@@ -21,6 +21,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertforge.errors import BertforgeError
+from bertforge.io.tables import source_name
 from bertforge.model import Encoder
 from bertforge.tasks.batching import TRAIN_KEYS, make_collate, row_length
 
@@ -33,8 +34,12 @@ def encoder_of(model: nn.Module) -> Encoder:
     return enc
 
 
-def load_task_data(model_dir: str | Path, task: str, data: str | Path) -> tuple[nn.Module, Any, Any, Any, dict]:
-    """A fine-tuned model and its labelled task data, encoded: (model, kind, encoded, labels, saved task)."""
+def load_task_data(model_dir: str | Path, task: str, data: Any, split: str = "dev", data_config: str | None = None,
+                   text_col: str | None = None, text_pair_col: str | None = None,
+                   label_col: str | None = None) -> tuple[nn.Module, Any, Any, Any, dict]:
+    """A fine-tuned model and its labelled task data, encoded: (model, kind, encoded, labels, saved task). `data`
+    is one file (or table), or a folder of splits / a hub dataset whose `split` is read (the other of train and dev
+    where it has no such split); columns not named are the model's own where the data has them."""
     from bertforge.model.folder import inspect_folder
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
@@ -46,10 +51,15 @@ def load_task_data(model_dir: str | Path, task: str, data: str | Path) -> tuple[
     if task not in (saved.get("name"), saved.get("kind")):
         raise BertforgeError(f"{path}: this model was fine-tuned for {saved.get('name')!r} "
                              f"({saved.get('kind')}), not --task {task!r}")
-    kind = kind_from_saved(path, saved, labels)
-    data = Path(data)
-    examples = kind.read(data)
-    kind.check(examples, data)
+    kind = kind_from_saved(path, saved, labels, text_col, text_pair_col, label_col)
+    other = "train" if split != "train" else "dev"
+    source = kind.split_source(data, split, data_config)
+    if source is None:
+        source = kind.split_source(data, other, data_config)
+    if source is None:
+        raise BertforgeError(f"{source_name(data)}: no {split} or {other} split (expected {kind.data_files(split)[0]})")
+    examples = kind.read(source)
+    kind.check(examples, source)
     enc = kind.encode(examples, Tokenizer.from_pretrained(path))
     model, saved, labels = load_task_model(path)
     return model, kind, enc, labels, saved

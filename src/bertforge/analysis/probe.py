@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bertforge.errors import BertforgeError
-from bertforge.io.read import tsv_rows
+from bertforge.io.tables import open_table, text_value, value
 from bertforge.model import Encoder
 from bertforge.tokenization import Tokenizer
 
@@ -43,18 +43,17 @@ class ProbeResult:
 
 
 def read_items(task: str, path: str | Path, limit: int | None = None) -> list[tuple[list[str], list[str]]]:
-    """(words, labels) per sentence: token tasks one label per word; sst2 one label for the whole sentence."""
+    """(words, labels) per sentence: token tasks one label per word; sst2 one label for the whole sentence (a table
+    with sentence and label columns, in any format `bertforge.io.tables.open_table` reads)."""
     from bertforge.tasks.conll import read_conll
 
     if task not in TASKS:
         raise BertforgeError(f"unknown probing task {task!r} (choose from {', '.join(TASKS)})")
     if task == "sst2":
-        rows = tsv_rows(path)
-        _, header = next(rows, (0, []))
-        if "sentence" not in header or "label" not in header:
-            raise BertforgeError(f"{path}: no 'sentence' and 'label' columns in the header (an SST-2 TSV file)")
-        s, y = header.index("sentence"), header.index("label")
-        items = [(r[s].split(), [r[y]]) for _, r in rows if len(r) > max(s, y)]
+        table = open_table(path)
+        for column in ("sentence", "label"):
+            table.require(column, "SST-2")
+        items = [(text_value(row, "sentence").split(), [str(value(row, "label"))]) for row in table]
     else:
         # IOB2 for chunk and NER (CoNLL-2003 ships IOB1); POS tags are plain labels
         items = [(ex.tokens, ex.tags) for ex in read_conll(path, TASK_COLUMNS[task],

@@ -11,6 +11,7 @@ from bertforge.commands.bounds import COUNT
 from bertforge.commands.needs import Need
 from bertforge.commands.options import add_overwrite_arg, add_progress_arg, add_seed_arg, device_of
 from bertforge.device import add_device_args
+from bertforge.commands.data_options import add_column_args, add_data_args, add_input_split_args
 from bertforge.errors import BertforgeError
 
 
@@ -40,7 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     h = verbs.add_parser("heads", help="per-head attention statistics over a corpus (Clark et al. 2019)")
     h.add_argument("--model", required=True, metavar="DIR")
-    h.add_argument("--input", required=True, metavar="FILE", help="one sentence per line")
+    h.add_argument("--input", required=True, metavar="PATH",
+                   help="sentences: a text file (one a line), or a column of a csv / tsv / jsonl / json / parquet "
+                        "file, a saved or Hub dataset")
+    add_column_args(h, pair=False, label=False)
+    add_input_split_args(h)
     h.add_argument("--out", required=True, metavar="DIR")
     h.add_argument("--max-sentences", type=COUNT, default=1000)
     h.add_argument("--max-length", type=COUNT, default=128)
@@ -54,7 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = verbs.add_parser("probe", help="a linear probe per layer with random-init and majority controls")
     r.add_argument("--model", required=True, metavar="DIR")
     r.add_argument("--task", required=True, choices=["pos", "chunk", "ner", "sst2"])
-    r.add_argument("--data", required=True, metavar="PATH", help="CoNLL-2003 file (pos|chunk|ner) or SST-2 TSV")
+    r.add_argument("--data", required=True, metavar="PATH",
+                   help="CoNLL-2003 file (pos|chunk|ner); sst2: a table with sentence and label columns (SST-2's tsv, "
+                        "csv, jsonl, json, parquet, a saved dataset)")
     r.add_argument("--eval", metavar="PATH", help="held-out file (default: the last 20%% of --data)")
     r.add_argument("--out", required=True, metavar="DIR")
     r.add_argument("--max-sentences", type=COUNT, help="use only the first N sentences of --data")
@@ -68,7 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     i = verbs.add_parser("importance", help="Michel et al. head importance as a layer x head heat map")
     i.add_argument("--model", required=True, metavar="DIR", help="a fine-tuned task model")
     i.add_argument("--task", required=True)
-    i.add_argument("--data", required=True, metavar="PATH", help="labelled task data")
+    add_data_args(i, "labelled task data: a folder of splits (its dev split; as `finetune --data` takes), a saved or "
+                     "Hub dataset, or one file", required=True)
+    add_column_args(i)
     i.add_argument("--out", required=True, metavar="DIR")
     i.add_argument("--max-examples", type=COUNT, default=2000)
     i.add_argument("--batch-size", type=COUNT, default=32)
@@ -135,7 +144,9 @@ def _load_task_data(args: argparse.Namespace):
     from bertforge.analysis.importance import load_task_data
     from bertforge.device import move_model
 
-    model, kind, enc, labels, saved = load_task_data(args.model, args.task, args.data)
+    model, kind, enc, labels, saved = load_task_data(args.model, args.task, args.data, data_config=args.data_config,
+                                                     text_col=args.text_col, text_pair_col=args.text_pair_col,
+                                                     label_col=args.label_col)
     return move_model(model, device_of(args), f"--model {args.model}"), kind, enc, labels, saved
 
 
@@ -169,9 +180,10 @@ def attention_command(args: argparse.Namespace) -> int:
 
 def heads_command(args: argparse.Namespace) -> int:
     from bertforge.analysis.head_statistics import head_statistics, plot_clusters, plot_statistics
-    from bertforge.io.read import text_lines
+    from bertforge.io.tables import read_texts, single_source
 
-    sentences = [line.strip() for _, line in text_lines(args.input)][:args.max_sentences]
+    texts = read_texts(single_source(args.input, args.data_split, args.data_config), args.text_col)
+    sentences = [t.strip() for t in texts if t.strip()][:args.max_sentences]
     with _claim(args):
         encoder, tok = _load_encoder(args)
         start = time.perf_counter()

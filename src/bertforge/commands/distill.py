@@ -8,6 +8,7 @@ import sys
 from bertforge.commands.needs import task_needs, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
                                         add_tracking_args, tracking)
+from bertforge.commands.data_options import add_column_args, add_corpus_column_arg, add_data_args
 from bertforge.device import TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, COUNT0, FRACTION, NONNEG, OPEN_FRACTION, POSITIVE
 
@@ -20,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     g = dsub.add_parser("general", help="DistilBERT: soft MLM targets + MLM + hidden-state cosine on a corpus")
     g.add_argument("--teacher", required=True, metavar="DIR", help="a masked LM (BertForMaskedLM / ForPreTraining)")
-    g.add_argument("--corpus", required=True, nargs="+", metavar="PATH", help=".txt / .jsonl files or folders")
+    g.add_argument("--corpus", required=True, nargs="+", metavar="PATH",
+                   help=".txt / .jsonl / .csv / .tsv / .json / .parquet files, save_to_disk folders, or folders of them")
+    add_corpus_column_arg(g)
     g.add_argument("--out", required=True, metavar="DIR")
     g.add_argument("--student-layers", type=COUNT, help="student depth (default: half the teacher's, every other "
                                                       "layer copied)")
@@ -59,7 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t = dsub.add_parser("task", help="soft targets of a fine-tuned teacher -> layers:N, bilstm or a pretrained DIR")
     t.add_argument("--teacher", required=True, metavar="DIR", help="a model fine-tuned by `bertforge finetune`")
     t.add_argument("--task", required=True, help="the teacher's task (sst2, stsb, conll2003, or a kind name)")
-    t.add_argument("--data", required=True, metavar="PATH", help="task folder or training file")
+    add_data_args(t, "a folder of splits (as `finetune --data` takes), a saved DatasetDict, a Hugging Face Hub "
+                     "dataset id (with --data-config), or one training file", required=True)
     t.add_argument("--out", required=True, metavar="DIR")
     t.add_argument("--student", default="layers:3", help="layers:N (teacher layers spread evenly), bilstm, or a "
                                                          "pretrained encoder DIR with the teacher's vocabulary")
@@ -72,9 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--max-seq-len", type=COUNT)
     t.add_argument("--train-limit", type=COUNT, help="first N training examples")
     t.add_argument("--limit", type=COUNT, dest="eval_limit", help="first N evaluation examples")
-    t.add_argument("--text-col", default="text")
-    t.add_argument("--text-pair-col")
-    t.add_argument("--label-col", default="label")
+    add_column_args(t, "classify/regress: ")
     t.add_argument("--augment", type=COUNT0, default=0, help="bilstm: augmented variants per example (paper: 20)")
     t.add_argument("--p-mask", type=FRACTION, default=0.1)
     t.add_argument("--p-ng", type=FRACTION, default=0.25)

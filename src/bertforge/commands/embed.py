@@ -6,22 +6,29 @@ import json
 import sys
 from pathlib import Path
 
-from bertforge.commands.needs import Need, of_extra, tracker_needs
+from bertforge.commands.needs import Need, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
                                         add_tracking_args, device_of, tracking)
 from bertforge.device import PRECISIONS, TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, POSITIVE
+from bertforge.commands.data_options import add_column_args, add_input_split_args
 from bertforge.errors import BertforgeError
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("embed", help="encode a text file (one text per line) to vectors (.npy or .jsonl)",
-                       description="Encode one text per line. Empty lines are embedded as the empty string so row i "
-                                   "is line i; texts longer than the model's max_seq_length are truncated.")
+    p = sub.add_parser("embed", help="encode texts (a text file, or a column of a table) to vectors (.npy or .jsonl)",
+                       description="Encode one text per input row: the lines of a text file, or a column of a csv / "
+                                   "tsv / jsonl / json / parquet file, a saved or Hub dataset. Empty rows are "
+                                   "embedded as the empty string so output row i is input row i; texts longer than "
+                                   "the model's max_seq_length are truncated.")
     p.add_argument("--model", required=True, metavar="DIR", help="sentence-transformers folder or HF encoder dir")
-    p.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text file, one text per line")
+    p.add_argument("--input", required=True, metavar="PATH",
+                   help="a UTF-8 text file (one text per line), or a table: csv / tsv (with a header), jsonl, json, "
+                        "parquet, a save_to_disk folder, a Hub dataset id")
+    add_column_args(p, pair=False, label=False)
+    add_input_split_args(p)
     p.add_argument("--out", required=True, metavar="FILE", help="output .npy (float32 [N, dim]) or .jsonl")
     _encode_options(p)
     p.add_argument("--pooling", choices=POOLINGS, help="override the model's pooling (plain HF dirs: mean)")
@@ -33,7 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Fine-tune a bi-encoder on pair, scored-pair, NLI or triplet data and save it in "
                                    "the sentence-transformers layout.")
     p.add_argument("--model", required=True, metavar="DIR", help="starting model (ST folder or HF encoder dir)")
-    p.add_argument("--train", required=True, metavar="FILE", help="training file (tsv / jsonl; see docs/embeddings.md)")
+    p.add_argument("--train", required=True, metavar="PATH",
+                   help="training pairs: tsv / csv / jsonl / json / parquet, a saved or Hub dataset (its train split); "
+                        "layouts in docs/embeddings.md")
     p.add_argument("--out", required=True, metavar="DIR", help="where the trained model goes")
     p.add_argument("--loss", default="cosine", choices=("cosine", "softmax", "triplet", "mnrl"))
     p.add_argument("--epochs", type=POSITIVE, default=1.0)
@@ -41,7 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=COUNT, default=16)
     p.add_argument("--lr", type=POSITIVE, default=2e-5)
     p.add_argument("--pooling", choices=POOLINGS, help="pooling for a plain HF dir (default mean)")
-    p.add_argument("--eval", metavar="FILE", help="scored-pair file for STS Spearman after training")
+    p.add_argument("--eval", metavar="PATH", help="scored pairs for STS Spearman after training (a saved or Hub "
+                                                   "dataset: its dev / validation split)")
+    add_column_args(p)
+    p.add_argument("--data-config", metavar="NAME", help="a Hugging Face Hub dataset's configuration (e.g. stsb)")
     add_seed_arg(p)
     add_device_args(p, TRAINING_PRECISIONS, "fp32", "bf16 autocast or fp32",
                     compile="torch.compile the model (default: on when training on a GPU; falls back to eager with "
@@ -56,13 +68,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Print JSON: Spearman/Pearson of cosine vs gold (--sts), or Recall@k and MRR@10 "
                                    "of questions against passages (--squad, or --queries/--passages/--qrels).")
     p.add_argument("--model", required=True, metavar="DIR")
-    p.add_argument("--sts", metavar="FILE", help="scored pairs (STS-benchmark layout, GLUE STS-B tsv, jsonl)")
+    p.add_argument("--sts", metavar="PATH", help="scored pairs (STS-benchmark layout, GLUE STS-B tsv, any table with "
+                                                  "sentence1 / sentence2 / score, a saved or Hub dataset)")
     p.add_argument("--squad", metavar="FILE", help="SQuAD v1.1 json: questions retrieve their paragraphs")
     p.add_argument("--queries", metavar="FILE", help="query per line (with --passages and --qrels)")
     p.add_argument("--passages", metavar="FILE", help="passage per line")
     p.add_argument("--qrels", metavar="FILE", help="per line: comma-separated 0-based passage rows relevant to that "
                                                    "query")
     p.add_argument("--limit", type=COUNT, help="evaluate only the first N pairs / queries")
+    add_column_args(p, "--sts: ")
+    add_input_split_args(p)
     _encode_options(p)
     p.add_argument("--pooling", choices=POOLINGS)
     p.set_defaults(func=eval_command, progress=False, needs=(Need("embed", "scipy", "embed-eval"),))
@@ -71,7 +86,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     isub = p.add_subparsers(dest="index_command", metavar="ACTION")
     b = isub.add_parser("build", help="encode a corpus and build an index directory")
     b.add_argument("--model", required=True, metavar="DIR")
-    b.add_argument("--corpus", required=True, metavar="FILE", help='one passage per line, or jsonl {"id", "text"}')
+    b.add_argument("--corpus", required=True, metavar="PATH",
+                   help="one passage per line, or a table (csv / tsv / jsonl / json / parquet, a saved or Hub "
+                        "dataset) with a text column and an optional id column")
+    _corpus_columns(b)
     b.add_argument("--out", required=True, metavar="DIR")
     b.add_argument("--kind", default="flat", choices=("flat", "hnsw", "ivf"),
                    help="flat: exact inner product on unit vectors (default); hnsw / ivf: approximate")
@@ -81,7 +99,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.set_defaults(func=index_build, needs=(Need("embed", "faiss", "index build"),))
     a = isub.add_parser("add", help="encode more passages into an existing index (same model required)")
     a.add_argument("--index", required=True, metavar="DIR")
-    a.add_argument("--corpus", required=True, metavar="FILE")
+    a.add_argument("--corpus", required=True, metavar="PATH", help="passages, as for `index build`")
+    _corpus_columns(a)
     a.add_argument("--model", metavar="DIR", help="default: the model recorded in the index")
     a.add_argument("--batch-size", type=COUNT, default=32)
     _device_options(a)
@@ -103,6 +122,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _train_needs(args: argparse.Namespace) -> tuple[Need, ...]:
     """--eval scores STS with scipy's Spearman."""
     return (*tracker_needs(args), *((Need("embed", "scipy", "embed-train --eval"),) if args.eval else ()))
+
+
+def _corpus_columns(p: argparse.ArgumentParser) -> None:
+    add_column_args(p, pair=False, label=False)
+    p.add_argument("--id-col", metavar="COL",
+                   help="the passage id column (default: id where there is one, else FILE:ROW)")
+    add_input_split_args(p)
 
 
 def _encode_options(p: argparse.ArgumentParser) -> None:
@@ -143,6 +169,7 @@ def embed_command(args: argparse.Namespace) -> int:
     import numpy as np
 
     from bertforge.embed.data import read_texts
+    from bertforge.io.tables import single_source
     from bertforge.io.write import atomic_write, prepare_output_file
 
     device_of(args)
@@ -150,7 +177,7 @@ def embed_command(args: argparse.Namespace) -> int:
     if out.suffix not in (".npy", ".jsonl"):
         raise BertforgeError(f"--out {out}: use a .npy or .jsonl file name")
     prepare_output_file(out, what="--out")  # before the model is loaded and every text embedded
-    texts = read_texts(args.input)
+    texts = read_texts(single_source(args.input, args.data_split, args.data_config), args.text_col)
     model = _load(args, normalize=True if args.normalize else None)
     vectors = model.encode(texts, batch_size=args.batch_size, precision=args.precision, progress=args.progress)
 
@@ -173,13 +200,15 @@ def train_command(args: argparse.Namespace) -> int:
     from bertforge.embed.data import read_examples
     from bertforge.embed.train import fit
     from bertforge.io.rundir import claim_output_dir
+    from bertforge.io.tables import single_source
 
     trackers = tracking(args)  # a missing tracker library: one line before any work
     device_of(args)
     with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, what="--out", resume_flag=None):
         model = _load(args)
-        dataset = read_examples(args.train)
-        eval_set = read_examples(args.eval) if args.eval else None
+        columns = (args.text_col, args.text_pair_col, args.label_col)
+        dataset = read_examples(single_source(args.train, "train", args.data_config), *columns)
+        eval_set = read_examples(single_source(args.eval, "dev", args.data_config), *columns) if args.eval else None
         before = None
         if eval_set:
             from bertforge.embed.evaluate import evaluate_sts  # scipy: only with --eval
@@ -197,6 +226,7 @@ def train_command(args: argparse.Namespace) -> int:
 def eval_command(args: argparse.Namespace) -> int:
     from bertforge.embed.data import Dataset, read_examples, read_squad_retrieval, read_texts
     from bertforge.embed.evaluate import evaluate_retrieval, evaluate_sts
+    from bertforge.io.tables import single_source
 
     device_of(args)
     chosen = [x for x in (args.sts, args.squad, args.queries) if x]
@@ -205,7 +235,8 @@ def eval_command(args: argparse.Namespace) -> int:
     model = _load(args)
     opts = dict(batch_size=args.batch_size, precision=args.precision, progress=args.progress)
     if args.sts:
-        data = read_examples(args.sts)
+        data = read_examples(single_source(args.sts, args.data_split, args.data_config), args.text_col,
+                             args.text_pair_col, args.label_col)
         if args.limit:
             data = Dataset(data.examples[:args.limit], data.kind)
         result = {"task": "sts", "file": args.sts, **evaluate_sts(model, data, **opts)}
@@ -243,8 +274,15 @@ def _read_qrels(path: str, n_passages: int) -> list[set[int]]:
 
 
 # ---- index ---------------------------------------------------------------------------------------------------------
-def index_build(args: argparse.Namespace) -> int:
+def _corpus(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(ids, passages) of --corpus, read with its column and split flags."""
     from bertforge.embed.data import read_corpus
+    from bertforge.io.tables import single_source
+
+    return read_corpus(single_source(args.corpus, args.data_split, args.data_config), args.text_col, args.id_col)
+
+
+def index_build(args: argparse.Namespace) -> int:
     from bertforge.embed.index import VectorIndex, require_faiss
     from bertforge.io.rundir import claim_output_dir
 
@@ -255,7 +293,7 @@ def index_build(args: argparse.Namespace) -> int:
         raise BertforgeError(f"{out}: an index already exists there (use `index add`, --overwrite, or another --out)")
     # one writer per folder; a failed build leaves no empty folder behind
     with claim_output_dir(out, resume=False, overwrite=args.overwrite, what="--out", resume_flag=None):
-        ids, texts = read_corpus(args.corpus)
+        ids, texts = _corpus(args)
         model = _load(args)
         index = VectorIndex.build(out, model, ids, texts, kind=args.kind, batch_size=args.batch_size,
                                   precision=args.precision, progress=args.progress)
@@ -265,7 +303,6 @@ def index_build(args: argparse.Namespace) -> int:
 
 
 def index_add(args: argparse.Namespace) -> int:
-    from bertforge.embed.data import read_corpus
     from bertforge.embed.index import VectorIndex, require_faiss
     from bertforge.io.rundir import lock_dir
 
@@ -276,7 +313,7 @@ def index_add(args: argparse.Namespace) -> int:
     lock = lock_dir(args.index, what="--index")  # load, add and save as one step: no lost update
     try:
         index = VectorIndex.load(args.index)
-        ids, texts = read_corpus(args.corpus)
+        ids, texts = _corpus(args)
         model = _placed(index.load_model(args.model), args)
         n = index.add(model, ids, texts, batch_size=args.batch_size, progress=args.progress)
     finally:

@@ -8,6 +8,7 @@ import logging
 from bertforge.commands.needs import Need, task_needs, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
                                         add_tracking_args, tracking)
+from bertforge.commands.data_options import add_column_args, add_data_args, add_input_split_args
 from bertforge.device import INFERENCE_PRECISIONS, TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, FRACTION, NONNEG, POSITIVE
 from bertforge.errors import BertforgeError
@@ -26,16 +27,15 @@ def _task_choices() -> tuple[str, ...]:
 
 def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
     p.add_argument("--task", required=True, type=str.lower, choices=_task_choices(), metavar="TASK", help=TASK_HELP)
-    p.add_argument("--data", metavar="PATH",
-                   help="task folder (train.* and dev.*/valid.*; e.g. ../shared/data/glue/SST-2) or one file"
-                        + ("; SQuAD without a train file: the dev file is split by article, first half train"
-                           if train else ""))
+    add_data_args(p, "a folder of splits (train.*, dev.* or validation.*, test.*: csv, tsv, jsonl, json, parquet, or "
+                     "save_to_disk folders; e.g. ../shared/data/glue/SST-2), a saved DatasetDict, a Hugging Face Hub "
+                     "dataset id (with --data-config), or one file" + (
+                         "; SQuAD without a train file: the dev file is split by article, first half train"
+                         if train else ""))
     if train:
         p.add_argument("--train", metavar="FILE", help="training file (instead of finding it in --data)")
     p.add_argument("--eval", metavar="FILE", help="evaluation file (instead of finding it in --data)")
-    p.add_argument("--text-col", default="text", metavar="COL", help="classify/regress: text column (default: text)")
-    p.add_argument("--text-pair-col", metavar="COL", help="classify/regress: second text column for pairs")
-    p.add_argument("--label-col", default="label", metavar="COL", help="classify/regress: label column (default: label)")
+    add_column_args(p, "classify/regress: ")
     p.add_argument("--max-seq-len", type=COUNT, metavar="N",
                    help="tokens per input (default: 128; SQuAD 384; seq2seq sources 512)")
     p.add_argument("--source-col", default="source", metavar="COL", help="seq2seq: source column (default: source)")
@@ -112,11 +112,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     pr = subparsers.add_parser("predict", help="predictions of a fine-tuned model as JSONL",
                                description="Predict with a fine-tuned model; the task is read from its config.json. "
-                                           "Input: JSONL ({'text','text_pair'} | {'tokens'} | {'question','context'} | "
-                                           "{'context','endings'}), a text file (one input a line), a GLUE tsv, a "
-                                           "CoNLL file or a SQuAD json.")
+                                           "Input: a table (csv, tsv, jsonl, json, parquet, a saved or Hub dataset) "
+                                           "with the text columns (classify, regress), 'tokens' (tag), 'question' and "
+                                           "'context' (qa), 'context' and 'endings' or SWAG's columns (choice); a "
+                                           "text file (one input a line), a CoNLL file or a SQuAD json. One record "
+                                           "per input row, in order (docs/data.md).")
     pr.add_argument("--model", required=True, metavar="DIR", help="fine-tuned model directory")
-    pr.add_argument("--input", required=True, metavar="FILE", help="inputs to predict")
+    pr.add_argument("--input", required=True, metavar="PATH",
+                    help="inputs to predict: a csv / tsv / jsonl / json / parquet file (a header or field names), a "
+                         "text file (one input a line), a save_to_disk folder or a Hub dataset id (with "
+                         "--data-split / --data-config)")
+    add_input_split_args(pr)
+    add_column_args(pr, "classify/regress: ", label=False)
     pr.add_argument("--out", metavar="FILE", help="write JSONL here (default: stdout)")
     pr.add_argument("--batch-size", type=COUNT, default=64, metavar="N", help="batch size (default: 64)")
     add_device_args(pr, INFERENCE_PRECISIONS, "fp32", "bf16 or fp16 (GPU only) autocast", compile="torch.compile the model (falls back to eager with one line where it cannot)")
@@ -139,7 +146,8 @@ def _config(args: argparse.Namespace, model: str, out: str):
     for name in ("max_seq_len", "eval_batch_size", "limit", "epochs", "max_steps", "batch_size", "lr", "runs",
                  "train_limit", "max_target_len", "num_beams", "max_query_length"):
         _positive("--" + name.replace("_", "-"), getattr(args, name, None))
-    kw = dict(task=args.task, model=model, out=out, data=args.data, train=getattr(args, "train", None),
+    kw = dict(task=args.task, model=model, out=out, data=args.data, data_config=args.data_config,
+              train=getattr(args, "train", None),
               eval=args.eval, max_seq_len=args.max_seq_len, eval_batch_size=args.eval_batch_size,
               eval_limit=args.limit, text_col=args.text_col, text_pair_col=args.text_pair_col,
               label_col=args.label_col, device=args.device, compile=args.compile, progress=args.progress,
@@ -193,7 +201,8 @@ def run_predict(args: argparse.Namespace) -> int:
     if args.out:
         prepare_output_file(args.out, what="--out")  # before the model is loaded and every input predicted
     records = predict(args.model, args.input, batch_size=args.batch_size, device=args.device, progress=args.progress,
-                      precision=args.precision, compile=args.compile)
+                      precision=args.precision, compile=args.compile, text_col=args.text_col,
+                      text_pair_col=args.text_pair_col, split=args.data_split, config=args.data_config)
     write_jsonl(records, args.out)
     if args.out:
         print(f"{len(records)} predictions -> {args.out}")

@@ -15,6 +15,7 @@ import argparse
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from bertforge.errors import BertforgeError
 
@@ -28,7 +29,11 @@ EXTRAS: dict[str, dict[str, str]] = {
     "export": {"onnx": "onnx", "onnxruntime": "onnxruntime"},
     "seq2seq": {"sacrebleu": "sacrebleu", "rouge_score": "rouge-score"},
     "yaml": {"yaml": "PyYAML"},
+    "data": {"pyarrow": "pyarrow", "pandas": "pandas", "datasets": "datasets"},
 }
+# The options that name a data source (a file, a folder of splits, a saved or Hub dataset): what reading each
+# imports is decided by `io.tables.source_libraries`, for every verb alike.
+SOURCE_OPTIONS = ("data", "input", "corpus", "train", "eval", "sts")
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,36 @@ def tracker_needs(args: argparse.Namespace) -> tuple[Need, ...]:
     return ()
 
 
+def source_libraries(source: str) -> tuple[str, ...]:
+    """The libraries of the `data` extra that `io.tables` imports to read `source`, decided from its name alone:
+    pyarrow for Parquet files (also in a folder of splits), datasets for save_to_disk folders and Hub ids."""
+    from bertforge.io.tables import file_format, is_saved_dataset, looks_like_hub_id
+
+    p = Path(source)
+    if p.is_dir():
+        if is_saved_dataset(p) or any(is_saved_dataset(c) for c in p.iterdir() if c.is_dir()):
+            return ("datasets",)
+        return ("pyarrow",) if any(file_format(c) == "parquet" for c in p.iterdir()) else ()
+    if file_format(p) == "parquet":
+        return ("pyarrow",)
+    return ("datasets",) if not p.exists() and looks_like_hub_id(source) else ()
+
+
+def source_needs(args: argparse.Namespace) -> tuple[Need, ...]:
+    """What reading the verb's data sources imports (Parquet: pyarrow; saved or Hub datasets: datasets)."""
+    needs = []
+    for option in SOURCE_OPTIONS:
+        value = getattr(args, option, None)
+        for source in value if isinstance(value, list) else [value]:
+            if isinstance(source, str):
+                flag = "--" + option.replace("_", "-")
+                needs += [Need("data", module, f"{flag} {source}") for module in source_libraries(source)]
+    return tuple(needs)
+
+
 def check_needs(args: argparse.Namespace) -> None:
-    """The parsed verb's declared needs, each importable, else one line (a BertforgeError) naming its extra."""
+    """The parsed verb's declared needs and its data sources' libraries, each importable, else one line (a
+    BertforgeError) naming its extra."""
     needs = getattr(args, "needs", ())
-    for need in needs(args) if callable(needs) else needs:
+    for need in (*(needs(args) if callable(needs) else needs), *source_needs(args)):
         need.check()

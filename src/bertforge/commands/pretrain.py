@@ -7,6 +7,7 @@ from pathlib import Path
 from bertforge.commands.needs import Need, of_extra, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
                                         add_tracking_args, device_of, tracking)
+from bertforge.commands.data_options import add_corpus_column_arg
 from bertforge.device import TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, FRACTION, OPEN_FRACTION, POSITIVE
 from bertforge.errors import BertforgeError
@@ -28,9 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     prep = subparsers.add_parser(
         "prepare", help="tokenise a corpus into memory-mapped shards",
-        description="Tokenise text files (.txt/.txt.gz/.jsonl; folders and globs) into memory-mapped shards for "
+        description="Tokenise a corpus (.txt/.txt.gz, .jsonl, tables: .csv/.tsv/.json/.parquet and save_to_disk "
+                    "folders, one document per row; folders and globs) into memory-mapped shards for "
                     "`bertforge pretrain --data`.")
     prep.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files, folders or globs")
+    add_corpus_column_arg(prep)
     prep.add_argument("--tokenizer", required=True, metavar="DIR", help="tokenizer directory (or tokenizer.json)")
     prep.add_argument("--out", required=True, metavar="DIR", help="output directory for the shards")
     prep.add_argument("--workers", type=COUNT, metavar="N",
@@ -50,7 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "tokenizer of 8k is trained, and a small model trains for a few minutes.",
         epilog="recipes: " + RECIPE_HELP)
     _add_model_args(pre, RECIPES, SIZE_NAMES, OBJECTIVES, MASKINGS, INPUT_FORMATS, SCHEDULES)
-    pre.add_argument("--corpus", nargs="+", metavar="PATH", help="text files, folders or globs (default: stdlib docs)")
+    pre.add_argument("--corpus", nargs="+", metavar="PATH",
+                     help="text files (.txt, .jsonl, .csv, .tsv, .json, .parquet, save_to_disk folders), folders or "
+                          "globs (default: stdlib docs)")
+    add_corpus_column_arg(pre)
     pre.add_argument("--data", metavar="DIR", help="shards from `bertforge prepare` (instead of --corpus)")
     pre.add_argument("--tokenizer", metavar="DIR", help="use this tokenizer instead of training one")
     pre.add_argument("--vocab-size", type=COUNT, metavar="N",
@@ -172,7 +178,7 @@ def run_prepare(args: argparse.Namespace) -> int:
     with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, resume_flag=None):
         tok = Tokenizer.from_pretrained(args.tokenizer)
         m = prepare_corpus(args.corpus, tok, args.out, workers=args.workers, doc_boundary=args.doc_boundary,
-                           heldout_fraction=args.heldout_fraction, progress=args.progress)
+                           heldout_fraction=args.heldout_fraction, progress=args.progress, text_col=args.text_col)
     print(f"prepared {m['num_tokens']:,} tokens, {m['num_sentences']:,} sentences, {m['num_documents']:,} "
           f"documents in {len(m['shards'])} shard(s) ({m['stats']['seconds']:.1f} s) -> {args.out}")
     return 0
@@ -197,7 +203,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
         time_budget = "3m"
     opts = PretrainOptions(
         recipe=recipe, out=Path(args.out or f"runs/pretrain-{recipe.name}"),
-        corpus=args.corpus, data=Path(args.data) if args.data else None,
+        corpus=args.corpus, text_col=args.text_col, data=Path(args.data) if args.data else None,
         tokenizer=Path(args.tokenizer) if args.tokenizer else None, vocab_size=args.vocab_size,
         size=args.size or ("bert-tiny" if embedded else "bert-mini"),
         seq_len=args.seq_len or (64 if embedded else 128), batch_size=args.batch_size, max_steps=args.max_steps, time_budget=time_budget, lr=args.lr,

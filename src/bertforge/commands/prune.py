@@ -10,6 +10,7 @@ from bertforge.commands.bounds import COUNT, COUNT0, OPEN_FRACTION, POSITIVE
 from bertforge.commands.needs import task_needs
 from bertforge.commands.options import add_overwrite_arg, add_progress_arg, add_seed_arg, device_of
 from bertforge.device import add_device_args
+from bertforge.commands.data_options import add_column_args, add_data_args
 from bertforge.errors import BertforgeError
 
 
@@ -21,14 +22,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "v5 no longer loads pruned heads.")
     p.add_argument("--model", required=True, metavar="DIR", help="a model fine-tuned by `bertforge finetune`")
     p.add_argument("--task", required=True, help="the task it was fine-tuned for (e.g. sst2)")
-    p.add_argument("--data", required=True, metavar="PATH", help="labelled task data to score heads on")
+    add_data_args(p, "labelled task data: a folder of splits (as `finetune --data` takes; heads are scored on its "
+                     "train split, metrics taken on its dev split), a saved or Hub dataset, or one file (both)",
+                  required=True)
+    add_column_args(p)
     p.add_argument("--fraction", required=True, type=OPEN_FRACTION, help="share of all heads to remove, in (0, 1)")
     p.add_argument("--out", required=True, metavar="D", help="output directory for the pruned model")
     p.add_argument("--step", type=OPEN_FRACTION, default=0.1, help="share of heads removed per iteration (default 0.1)")
     p.add_argument("--max-examples", type=COUNT, default=2000, help="examples used to score heads (default 2000)")
     p.add_argument("--finetune-steps", type=COUNT0, default=0, help="optional short re-fine-tune after pruning")
     p.add_argument("--lr", type=POSITIVE, default=2e-5, help="re-fine-tune learning rate (default 2e-5)")
-    p.add_argument("--eval", metavar="PATH", help="labelled data to evaluate before and after (default --data)")
+    p.add_argument("--eval", metavar="PATH", help="labelled data to evaluate before and after (default: --data's dev "
+                                                   "split, or the --data file)")
     p.add_argument("--batch-size", type=COUNT, default=32)
     add_seed_arg(p, 0, "random seed of the re-fine-tune")
     add_device_args(p, None)
@@ -70,16 +75,20 @@ def _prune(args: argparse.Namespace) -> dict:
 
     from bertforge.analysis.importance import (iterative_mask, load_task_data, prune_masked, short_finetune)
     from bertforge.device import move_model
+    from bertforge.io.tables import is_splits
     from bertforge.tasks.models import save_task_model
     from bertforge.tokenization import Tokenizer
 
     torch.manual_seed(args.seed)
-    model, kind, enc, labels, saved = load_task_data(args.model, args.task, args.data)
+    columns = dict(data_config=args.data_config, text_col=args.text_col, text_pair_col=args.text_pair_col,
+                   label_col=args.label_col)
+    model, kind, enc, labels, saved = load_task_data(args.model, args.task, args.data, split="train", **columns)
     model = move_model(model, device_of(args), f"--model {args.model}")
     eval_enc = enc
-    if args.eval:
-        examples = kind.read(Path(args.eval))
-        kind.check(examples, Path(args.eval))
+    evaluation = args.eval or (kind.split_source(args.data, "dev", args.data_config) if is_splits(args.data) else None)
+    if evaluation is not None:
+        examples = kind.read(evaluation)
+        kind.check(examples, evaluation)
         eval_enc = kind.encode(examples, Tokenizer.from_pretrained(args.model))
     before = kind.evaluate(model, eval_enc, args.batch_size, progress=args.progress)
     params_before = sum(p.numel() for p in model.parameters())

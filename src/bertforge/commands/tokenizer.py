@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bertforge.commands.bounds import COUNT, COUNT0
 from bertforge.commands.options import add_overwrite_arg, add_progress_arg
+from bertforge.commands.data_options import add_corpus_column_arg
 from bertforge.errors import BertforgeError
 from bertforge.tokenization.pipelines import TOKENIZER_KINDS
 
@@ -21,14 +22,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train = verbs.add_parser(
         "train", help="train a tokenizer on text files",
         description="Train a tokenizer on plain text (.txt or .txt.gz, documents separated by blank lines; .jsonl "
-                    "with a 'text' field; Project Gutenberg headers and footers are skipped) and save it in the "
+                    "with a 'text' field; tables (.csv, .tsv, .json, .parquet, save_to_disk folders) with a text "
+                    "column, a document a row; Project Gutenberg headers and footers are skipped) and save it in the "
                     "Hugging Face layout (tokenizer.json, tokenizer_config.json, special_tokens_map.json, and "
                     "vocab.txt for WordPiece). The same corpus and options always give the same files.",
         epilog="kinds: wordpiece = BERT (## continuation, [CLS]/[SEP]/[MASK]); bpe = RoBERTa byte-level BPE "
                "(<s>/</s>/<mask>, always cased); unigram = ALBERT (▁ word starts); gpt2 = GPT-2 byte-level BPE "
                "(one special token, <|endoftext|>; nothing added around a text; always cased).")
     train.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
-                       help="text files, folders (every .txt/.txt.gz/.jsonl inside) or glob patterns")
+                       help="text files (.txt, .jsonl, .csv, .tsv, .json, .parquet, save_to_disk folders), folders "
+                            "(every such file inside) or glob patterns")
+    add_corpus_column_arg(train)
     train.add_argument("--kind", choices=TOKENIZER_KINDS, default="wordpiece", help="tokenizer model (default: wordpiece)")
     train.add_argument("--vocab-size", type=COUNT, default=30522, metavar="N", help="vocabulary size (default: 30522)")
     train.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer to")
@@ -68,7 +72,7 @@ def run_train(args: argparse.Namespace) -> int:
     out = _output_dir(args.out)
     # an existing tokenizer (or anything else) in --out is refused like every verb's earlier output
     with claim_output_dir(out, resume=False, overwrite=args.overwrite, resume_flag=None):
-        tok = Tokenizer.train(iter_texts(files), kind=args.kind, vocab_size=args.vocab_size,
+        tok = Tokenizer.train(iter_texts(files, text_col=args.text_col), kind=args.kind, vocab_size=args.vocab_size,
                               lowercase=args.lowercase, min_frequency=args.min_frequency, show_progress=args.progress,
                               model_max_length=args.model_max_length, workers=args.workers)
         tok.save_pretrained(out)

@@ -1,10 +1,13 @@
 """Read raw text corpora into documents and sentences.
 
-Inputs: ``.txt`` / ``.txt.gz`` (documents separated by blank lines, or one per file) and ``.jsonl`` /
-``.jsonl.gz`` (one document per record, field ``text``); folders are searched recursively, globs expanded.
-Project Gutenberg headers and footers are dropped. Bad input never crashes the reader: binary files are
-skipped, invalid UTF-8 is replaced, huge lines are read in bounded chunks, and each problem is reported as one
-``file:line: ...`` warning through ``logging`` (logger ``bertforge.data``) and ``warnings``.
+Inputs: ``.txt`` / ``.txt.gz`` (documents separated by blank lines, or one per file), ``.jsonl`` / ``.jsonl.gz``
+(one document per record, field ``text`` or the one named), and tables: ``.csv``, ``.tsv``, ``.parquet``, ``.json``
+and datasets' ``save_to_disk`` folders (one document per row, from the text column: the one named, else the first
+of text, sentence, ... present; read by `bertforge.io.tables`). Folders are searched recursively (a ``.json`` file
+is read only when named: in folders they are mostly metadata), globs expanded. Project Gutenberg headers and
+footers are dropped. Bad input never crashes the reader: binary files are skipped, invalid UTF-8 is replaced,
+huge lines are read in bounded chunks, and each problem is reported as one ``file:line: ...`` warning through
+``logging`` (logger ``bertforge.data``) and ``warnings``; a table without the text column is an error.
 """
 from __future__ import annotations
 
@@ -18,9 +21,12 @@ from pathlib import Path
 
 from bertforge.errors import BertforgeError
 from bertforge.io.read import MAX_WARNINGS_PER_FILE, READ_ERRORS, LineReader, open_binary, warn
+from bertforge.io.tables import file_format, is_saved_dataset, open_table, pick_columns, text_value
 
 TEXT_SUFFIXES = (".txt", ".txt.gz")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz")
+TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")  # and .json when named, and save_to_disk folders
+SUFFIXES = TEXT_SUFFIXES + JSONL_SUFFIXES + TABLE_SUFFIXES
 MAX_LINE_BYTES = 1 << 20          # longer lines are read (and split) in chunks of this size
 MAX_JSONL_LINE_BYTES = 64 << 20   # a jsonl record cannot be chunked (it must parse); bigger ones are skipped
 MAX_DOC_CHARS = 8 << 20           # a "document" this long is flushed early, so one huge line cannot fill memory
@@ -46,29 +52,37 @@ class Document:
 # ---------------------------------------------------------------------------------------------- file discovery
 
 def _kind(path: Path) -> str:
-    return "jsonl" if path.name.lower().endswith(JSONL_SUFFIXES) else "text"
+    """"jsonl", "text" or "table" (csv, tsv, json, parquet, a save_to_disk folder)."""
+    if path.is_dir():
+        return "table"
+    fmt = file_format(path)
+    return fmt if fmt in ("jsonl", "text") else "table"
 
 
 def find_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]:
-    """Expand files, folders (recursive; .txt/.txt.gz/.jsonl/.jsonl.gz) and globs into a sorted, de-duplicated list.
+    """Expand files, folders (recursive; .txt/.txt.gz/.jsonl/.jsonl.gz/.csv/.tsv/.parquet and save_to_disk folders)
+    and globs into a sorted, de-duplicated list.
 
-    An explicitly named file is read whatever its suffix (as jsonl if it ends in .jsonl[.gz], else as text).
+    An explicitly named file is read by its suffix (any other suffix: as text).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
+        if _saved_dataset(p):
+            found.append(p)
+        elif p.is_dir():
             inside = _folder_files(p)
             if not inside:
-                raise BertforgeError(f"{raw}: no {', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES)} files in this folder")
+                raise BertforgeError(f"{raw}: no {', '.join(SUFFIXES)} files in this folder, nor save_to_disk folders")
             found += inside
         elif p.is_file():
             found.append(p)
         elif glob.has_magic(str(raw)):
             matches = sorted(Path(m) for m in glob.glob(str(raw), recursive=True))
-            matched = [m for m in matches if m.is_file()] + [f for m in matches if m.is_dir() for f in _folder_files(m)]
+            matched = [m for m in matches if m.is_file() or _saved_dataset(m)] + [
+                f for m in matches if m.is_dir() and not _saved_dataset(m) for f in _folder_files(m)]
             if not matched:
                 raise BertforgeError(f"{raw}: no corpus files match this pattern")
             found += matched
@@ -84,9 +98,20 @@ def find_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[P
     return unique
 
 
+def corpus_bytes(path: Path) -> int:
+    """The size of a corpus file, or of the files of a saved dataset's folder."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+
+
+def _saved_dataset(path: Path) -> bool:
+    """A folder that save_to_disk wrote for one Dataset (a DatasetDict's folder holds one per split)."""
+    return path.is_dir() and is_saved_dataset(path) and (path / "state.json").is_file()
+
+
 def _folder_files(folder: Path) -> list[Path]:
-    suffixes = TEXT_SUFFIXES + JSONL_SUFFIXES
-    return sorted(f for f in folder.rglob("*") if f.is_file() and f.name.lower().endswith(suffixes))
+    """The corpus files under `folder`, and the saved Datasets (folders, read whole) in it."""
+    return sorted(f for f in folder.rglob("*")
+                  if f.is_file() and f.name.lower().endswith(SUFFIXES) or _saved_dataset(f))
 
 
 # ---------------------------------------------------------------------------------------------- sniffing
@@ -114,13 +139,17 @@ def _sniff(path: Path) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- documents
 
-def _read_file(path: Path, doc_boundary: str, strip_gutenberg: bool, max_line_bytes: int) -> Iterator[Document]:
+def _read_file(path: Path, doc_boundary: str, strip_gutenberg: bool, max_line_bytes: int,
+               text_col: str | None = None) -> Iterator[Document]:
     kind = _kind(path)
+    if kind == "table":
+        yield from _table_documents(path, text_col)
+        return
     with open_binary(path) as fh:
         reader = LineReader(path, fh, MAX_JSONL_LINE_BYTES if kind == "jsonl" else max_line_bytes,
                              chunk_long_lines=kind != "jsonl")
         if kind == "jsonl":
-            yield from _jsonl_documents(path, reader)
+            yield from _jsonl_documents(path, reader, text_col or "text")
             return
         lines: Iterable[tuple[int, str]] = reader
         if strip_gutenberg:
@@ -197,7 +226,18 @@ def _text_documents(path: Path, lines: Iterable[tuple[int, str]], doc_boundary: 
         yield Document("\n\n".join(paragraphs), str(path), start)
 
 
-def _jsonl_documents(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[Document]:
+def _table_documents(path: Path, text_col: str | None) -> Iterator[Document]:
+    """One document per row of a table, from its text column (a missing column is an error: the corpus is
+    misnamed, not damaged)."""
+    table = open_table(path)
+    column = pick_columns(table, text_col, want_pair=False, want_label=False).text
+    for n, row in enumerate(table, 1):
+        text = text_value(row, column).strip()
+        if text:
+            yield Document(text, str(path), n)
+
+
+def _jsonl_documents(path: Path, lines: Iterable[tuple[int, str]], field: str) -> Iterator[Document]:
     bad = 0
     for lineno, line in lines:
         if not line.strip():
@@ -208,26 +248,28 @@ def _jsonl_documents(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[D
         except json.JSONDecodeError as err:
             record, problem = None, f"invalid JSON ({err.msg})"
         if problem is None:
-            if not isinstance(record, dict) or "text" not in record:
-                problem = "record has no 'text' field"
-            elif not isinstance(record["text"], str):
-                problem = "field 'text' is not a string"
+            if not isinstance(record, dict) or field not in record:
+                problem = f"record has no {field!r} field"
+            elif not isinstance(record[field], str):
+                problem = f"field {field!r} is not a string"
         if problem:
             bad += 1
             if bad <= MAX_WARNINGS_PER_FILE:
                 warn(f"{path}:{lineno}: {problem}; record skipped")
             continue
-        text = record["text"].strip()
+        text = record[field].strip()
         if text:
             yield Document(text, str(path), lineno)
 
 
 def iter_documents(paths: Iterable[str | os.PathLike] | str | os.PathLike, doc_boundary: str = "blank",
-                   strip_gutenberg: bool = True, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Document]:
+                   strip_gutenberg: bool = True, max_line_bytes: int = MAX_LINE_BYTES,
+                   text_col: str | None = None) -> Iterator[Document]:
     """Stream the documents of a corpus.
 
     doc_boundary: "blank" (a blank line ends a document: one paragraph each) or "file" (one document per
-    text file, paragraphs kept). jsonl files always give one document per record.
+    text file, paragraphs kept). jsonl files and tables always give one document per record (row), from the field
+    `text_col` (jsonl default: "text"; tables: the first of text, sentence, ... present).
     Raises BertforgeError (after reading everything) when no file held any usable text.
     """
     if doc_boundary not in ("blank", "file"):
@@ -236,19 +278,19 @@ def iter_documents(paths: Iterable[str | os.PathLike] | str | os.PathLike, doc_b
     files = find_files(names)
     if not files:
         where = ", ".join(names) if names else "(no paths given)"
-        raise BertforgeError(f"no corpus files ({', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES)}) in {where}")
+        raise BertforgeError(f"no corpus files ({', '.join(SUFFIXES)}) in {where}")
     total = 0
     for path in files:
         n = 0
         try:
-            if path.stat().st_size == 0:
+            if path.is_file() and path.stat().st_size == 0:
                 warn(f"{path}:0: empty file skipped")
                 continue
-            why = _sniff(path)
+            why = _sniff(path) if _kind(path) != "table" else None
             if why:
                 warn(f"{path}:1: {why}; skipped")
                 continue
-            for doc in _read_file(path, doc_boundary, strip_gutenberg, max_line_bytes):
+            for doc in _read_file(path, doc_boundary, strip_gutenberg, max_line_bytes, text_col):
                 n += 1
                 yield doc
         except READ_ERRORS as err:  # unreadable from the start (damage later on is LineReader's to report)
@@ -261,9 +303,10 @@ def iter_documents(paths: Iterable[str | os.PathLike] | str | os.PathLike, doc_b
         raise BertforgeError(f"no usable text in {len(files)} corpus file(s) (first: {files[0]})")
 
 
-def iter_texts(paths: Iterable[str | os.PathLike] | str | os.PathLike, doc_boundary: str = "blank") -> Iterator[str]:
+def iter_texts(paths: Iterable[str | os.PathLike] | str | os.PathLike, doc_boundary: str = "blank",
+               text_col: str | None = None) -> Iterator[str]:
     """The text of each document of a corpus, read as `iter_documents` reads it (what a tokenizer trains on)."""
-    for doc in iter_documents(paths, doc_boundary=doc_boundary):
+    for doc in iter_documents(paths, doc_boundary=doc_boundary, text_col=text_col):
         yield doc.text
 
 

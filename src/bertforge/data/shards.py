@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer as Backend
 
-from bertforge.data.corpus import find_files, iter_documents, split_sentences
+from bertforge.data.corpus import corpus_bytes, find_files, iter_documents, split_sentences
 from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write, atomic_write_text
 from bertforge.tokenization import Tokenizer
@@ -127,9 +127,9 @@ def _worker_encode(texts: list[str], dtype_str: str) -> _Encoded:
     return _encode_documents(texts, _WORKER_TOKENIZER, np.dtype(dtype_str))
 
 
-def _document_batches(paths: Any, doc_boundary: str) -> Iterator[list[str]]:
+def _document_batches(paths: Any, doc_boundary: str, text_col: str | None) -> Iterator[list[str]]:
     batch, size = [], 0
-    for doc in iter_documents(paths, doc_boundary=doc_boundary):
+    for doc in iter_documents(paths, doc_boundary=doc_boundary, text_col=text_col):
         batch.append(doc.text)
         size += len(doc.text)
         if size >= _CHUNK_CHARS:
@@ -214,7 +214,7 @@ _PARALLEL_BYTES = 4 << 20  # below this, spawning a worker per core costs more t
 def prepare_corpus(paths: Iterable[str | os.PathLike] | str | os.PathLike, tokenizer: Any,
                    out_dir: str | os.PathLike, workers: int | None = None, shard_tokens: int = DEFAULT_SHARD_TOKENS,
                    progress: bool = True, doc_boundary: str = "blank",
-                   heldout_fraction: float = DEFAULT_HELDOUT_FRACTION) -> dict:
+                   heldout_fraction: float = DEFAULT_HELDOUT_FRACTION, text_col: str | None = None) -> dict:
     """Tokenise the corpus at `paths` into shards under `out_dir` and return the manifest (also manifest.json).
 
     tokenizer: a bertforge Tokenizer, a `tokenizers.Tokenizer`, or a path to a tokenizer dir / tokenizer.json.
@@ -222,6 +222,7 @@ def prepare_corpus(paths: Iterable[str | os.PathLike] | str | os.PathLike, token
     megabytes, where they pay for their start-up; the shards are byte-identical either way).
     heldout_fraction: the default evaluation share recorded in the manifest (the split itself is chosen when
     loading, from per-document hashes).
+    text_col: the field or column tables and jsonl files give their documents from (`iter_documents`).
     """
     tok = resolve_tokenizer(tokenizer)
     if workers is not None and workers < 1:
@@ -239,7 +240,7 @@ def prepare_corpus(paths: Iterable[str | os.PathLike] | str | os.PathLike, token
         stale.unlink()
     dtype = token_dtype(tok.vocab_size)
     files = find_files(paths)
-    total_bytes = sum(f.stat().st_size for f in files)
+    total_bytes = sum(corpus_bytes(f) for f in files)
     if workers is None:
         workers = (os.cpu_count() or 1) if total_bytes >= _PARALLEL_BYTES else 1
     writer = _ShardWriter(out, dtype, shard_tokens)
@@ -258,7 +259,7 @@ def prepare_corpus(paths: Iterable[str | os.PathLike] | str | os.PathLike, token
         if bar is not None:
             bar.update(min(enc.chars, bar.total - bar.n))  # chars ~ bytes: a progress estimate only
 
-    batches = _document_batches(files, doc_boundary)
+    batches = _document_batches(files, doc_boundary, text_col)
     if workers == 1:
         for texts in batches:
             consume(_encode_documents(texts, tok, dtype))

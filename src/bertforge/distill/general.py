@@ -57,6 +57,7 @@ class GeneralDistillConfig:
     time_budget: str | None = None
     heldout_fraction: float = 0.05
     heldout_corpus: list[str] | None = None  # held-out text of its own instead of the corpus' last 5 %
+    text_col: str | None = None  # the text column of the corpus' tables (None: the usual names; jsonl: "text")
     max_blocks: int | None = None
     teacher_precision: str = "fp32"
     precision: str | None = None  # training autocast; None: bf16 where the CPU / GPU computes it natively, else fp32
@@ -74,12 +75,14 @@ class GeneralDistillConfig:
 MAY_CHANGE = ("max_steps", "time_budget", "device", "progress", "save_every")
 
 
-def pack_corpus(paths: list[str], tok: Tokenizer, seq_len: int, max_blocks: int | None = None) -> list[np.ndarray]:
-    """The corpus as [CLS] pieces [SEP] blocks of `seq_len` ids (documents concatenated, the last short block kept)."""
+def pack_corpus(paths: list[str], tok: Tokenizer, seq_len: int, max_blocks: int | None = None,
+                text_col: str | None = None) -> list[np.ndarray]:
+    """The corpus as [CLS] pieces [SEP] blocks of `seq_len` ids (documents concatenated, the last short block kept;
+    `text_col`: the text column of its tables, `bertforge.data.corpus.iter_documents`)."""
     if seq_len < 8:
         raise BertforgeError(f"--seq-len {seq_len}: must be at least 8")
     width, blocks, buf = seq_len - 2, [], []
-    documents = iter_documents(paths)  # read as far as the blocks need: --max-blocks stops early
+    documents = iter_documents(paths, text_col=text_col)  # read as far as the blocks need: --max-blocks stops early
     while texts := [d.text for d in itertools.islice(documents, 1000)]:
         for ids in tok.encode_ids(texts):
             buf.extend(ids)
@@ -185,12 +188,12 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
         raise BertforgeError(f"--teacher {teacher_dir}: its tokenizer has {tok.vocab_size} pieces but the model "
                              f"{teacher.config.vocab_size}")
     seq_len = min(cfg.seq_len, teacher.config.max_position_embeddings)
-    blocks = pack_corpus(cfg.corpus, tok, seq_len, cfg.max_blocks)
+    blocks = pack_corpus(cfg.corpus, tok, seq_len, cfg.max_blocks, cfg.text_col)
     if len(blocks) < (1 if cfg.heldout_corpus else 2):
         raise BertforgeError(f"--corpus: too little text ({len(blocks)} block of {cfg.seq_len} pieces)")
     if cfg.heldout_corpus:
         train_blocks = blocks
-        held_blocks = pack_corpus(cfg.heldout_corpus, tok, seq_len)
+        held_blocks = pack_corpus(cfg.heldout_corpus, tok, seq_len, text_col=cfg.text_col)
         if not held_blocks:
             raise BertforgeError(f"--heldout-corpus {' '.join(map(str, cfg.heldout_corpus))}: no text in it")
     else:

@@ -48,7 +48,7 @@ DISTILLABLE_KINDS = ("classify", "regress", "tag")
 class TaskDistillConfig:
     teacher: str | Path
     task: str
-    data: str | Path
+    data: Any  # a folder of splits, a hub dataset id or one (training) file
     out: str | Path
     student: str = "layers:3"  # layers:N | bilstm | DIR
     alpha: float = 0.5  # weight of the soft loss (0: the student learns from the labels only)
@@ -61,9 +61,10 @@ class TaskDistillConfig:
     train_limit: int | None = None
     eval_limit: int | None = None
     max_seq_len: int | None = None
-    text_col: str = "text"
+    text_col: str | None = None  # None: the teacher's columns where the data has them, else the usual names
     text_pair_col: str | None = None
-    label_col: str = "label"
+    label_col: str | None = None
+    data_config: str | None = None  # a hub dataset's configuration
     augment: int = 0  # BiLSTM: augmented variants per example (the paper used 20)
     p_mask: float = 0.1
     p_ng: float = 0.25
@@ -188,7 +189,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
         raise BertforgeError(f"--task {cfg.task}: task distillation supports {', '.join(DISTILLABLE_KINDS)} tasks, not {kind_name}")
     fcfg = FinetuneConfig(task=cfg.task, model=teacher_dir, out=cfg.out, data=cfg.data, max_seq_len=cfg.max_seq_len,
                           text_col=cfg.text_col, text_pair_col=cfg.text_pair_col, label_col=cfg.label_col,
-                          train_limit=cfg.train_limit, eval_limit=cfg.eval_limit, progress=cfg.progress,
+                          data_config=cfg.data_config, train_limit=cfg.train_limit, eval_limit=cfg.eval_limit, progress=cfg.progress,
                           batch_size=cfg.batch_size)
     kind = kind_for(fcfg, saved, labels)
     files = resolve_files(fcfg, kind)

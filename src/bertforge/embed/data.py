@@ -1,12 +1,16 @@
-"""Readers for sentence-embedding training and evaluation files.
+"""Readers for sentence-embedding training and evaluation data, texts to embed and corpora to index, all through
+`bertforge.io.tables` (any file format, saved or hub datasets, data in memory).
 
-Accepted layouts (the reader decides per file; errors name file:line):
-  * jsonl: {"premise", "hypothesis", "label"} (NLI; label a name or an id; SNLI's "-" rows are skipped),
-    {"sentence1", "sentence2", "score"|"label"}, {"anchor", "positive"[, "negative"]}, {"query", "positive"},
-    or {"texts": [...], "label": ...};
-  * tsv with a header naming sentence1 / sentence2 (GLUE STS-B: the score column is "score" or "label");
-  * the STS-benchmark layout (sts-test.tsv: genre, file, year, id, score, sentence1, sentence2[, ...]);
-  * plain tsv without header: `a<TAB>b` (pair), `a<TAB>b<TAB>number` (scored pair), `a<TAB>b<TAB>c` (triplet).
+Accepted layouts of pair data (the reader decides per source; errors name file:line or the row):
+  * rows with the columns {"premise", "hypothesis", "label"} (NLI; label a name or an id; SNLI's "-" rows are
+    skipped), {"sentence1", "sentence2", "score"|"label"}, {"anchor", "positive"[, "negative"]},
+    {"query", "positive"}, or {"texts": [...], "label": ...}: JSONL, JSON, CSV, Parquet, a tsv whose header names
+    them (GLUE STS-B: the score column is "score" or "label"), a saved or hub dataset;
+  * any table with the columns named by --text-col / --text-pair-col / --label-col (a numeric label: scored pairs;
+    an NLI label: NLI pairs);
+  * the STS-benchmark layout without a header (sts-test.tsv: genre, file, year, id, score, sentence1, sentence2,
+    ...);
+  * tsv without a header: `a<TAB>b` (pair), `a<TAB>b<TAB>number` (scored pair), `a<TAB>b<TAB>c` (triplet).
 """
 from __future__ import annotations
 
@@ -14,9 +18,12 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.io.read import jsonl_rows, text_lines
+from bertforge.io import tables
+from bertforge.io.read import tsv_rows
+from bertforge.io.tables import Row, Table, file_format, open_table, pick_columns, value
 from bertforge.labels import NLI3_IDS as NLI_LABELS
 
 log = logging.getLogger(__name__)
@@ -64,12 +71,15 @@ def _nli_label(value, where: str) -> int | None:
     return NLI_LABELS[str(value).lower()]
 
 
-def _read_jsonl(path: Path) -> Dataset:
+def _read_records(table: Table, columns: tuple[Any, Any, Any] | None = None) -> Dataset:
+    """Examples from rows with named columns (the layouts in the module docstring), or from `columns` (text, pair,
+    label) when named: a numeric label makes scored pairs, an NLI label NLI pairs."""
     ds = Dataset()
     kinds = set()
     skipped = 0
-    for no, rec in jsonl_rows(path):  # file:line errors for bad UTF-8, bad JSON, non-objects
-        where = f"{path}:{no}"
+    for row in table:
+        where = row.where
+        rec = row if columns is None else _column_record(row, columns)
         if "premise" in rec and "hypothesis" in rec:
             label = _nli_label(rec.get("label"), where)
             if label is None:
@@ -83,7 +93,7 @@ def _read_jsonl(path: Path) -> Dataset:
             ds.examples.append(Example([rec["sentence1"], rec["sentence2"]], score))
         elif ("anchor" in rec or "query" in rec) and "positive" in rec:
             texts = [rec.get("anchor", rec.get("query")), rec["positive"]]
-            if rec.get("negative") is not None:
+            if rec.get("negative") not in (None, ""):
                 texts.append(rec["negative"])
             kinds.add("triplet" if len(texts) == 3 else "pair")
             ds.examples.append(Example(texts))
@@ -91,35 +101,37 @@ def _read_jsonl(path: Path) -> Dataset:
             ds.examples.append(Example(list(rec["texts"]), rec.get("label")))
             kinds.add("scored" if rec.get("label") is not None else ("triplet" if len(rec["texts"]) == 3 else "pair"))
         else:
-            raise BertforgeError(f"{where}: unrecognised record keys {sorted(rec)} "
-                                 "(expected premise/hypothesis/label, sentence1/sentence2/score, anchor/positive)")
+            raise BertforgeError(f"{where}: unrecognised record keys {sorted(map(str, rec))} (expected "
+                                 "premise/hypothesis/label, sentence1/sentence2/score, anchor/positive[/negative], "
+                                 "query/positive or texts; or name the columns with --text-col / --text-pair-col / "
+                                 "--label-col)")
         for t in ds.examples[-1].texts:
             if not isinstance(t, str):
                 raise BertforgeError(f"{where}: texts must be strings")
     if skipped:
         log.warning("%s: skipped %d NLI rows without a usable label (\"-\", -1 or an id outside 0..%d)",
-                    path, skipped, len(NLI_LABELS) - 1)
-    return _finish(ds, kinds, path)
+                    table.name, skipped, len(NLI_LABELS) - 1)
+    return _finish(ds, kinds, table.name)
 
 
-def _read_tsv(path: Path) -> Dataset:
+def _column_record(row: Row, columns: tuple[Any, Any, Any]) -> dict:
+    """A row read through named (text, pair, label) columns, in the layout its label makes it: NLI (a label that is
+    no number), scored pairs (a number), or pairs (no label)."""
+    text, pair, label = columns
+    first, second = value(row, text), value(row, pair)
+    raw = None if label is None else value(row, label)
+    if raw is not None and _float(raw, row.where) is None:
+        return {"premise": first, "hypothesis": second, "label": raw}
+    return {"sentence1": first, "sentence2": second, "score": raw}
+
+
+def _read_headerless_tsv(path: Path) -> Dataset:
+    """The tsv layouts without a header line: STS-benchmark, pairs, scored pairs, triplets."""
     ds = Dataset()
     kinds = set()
-    header: dict[str, int] | None = None
-    for no, line in text_lines(path):
-        cols = line.split("\t")
+    for no, cols in tsv_rows(path):
         where = f"{path}:{no}"
-        if header is None and not ds.examples and "sentence1" in cols and "sentence2" in cols:
-            header = {name: i for i, name in enumerate(cols)}
-            continue
-        if header is not None:
-            score_col = header.get("score", header.get("label"))
-            try:
-                texts = [cols[header["sentence1"]], cols[header["sentence2"]]]
-            except IndexError:
-                raise BertforgeError(f"{where}: fewer columns than the header") from None
-            score = _float(cols[score_col], where) if score_col is not None and score_col < len(cols) else None
-        elif len(cols) >= 7 and _float(cols[4], where) is not None:  # STS-benchmark layout
+        if len(cols) >= 7 and _float(cols[4], where) is not None:  # STS-benchmark layout
             texts, score = [cols[5], cols[6]], _float(cols[4], where)
         elif len(cols) == 3 and _float(cols[2], where) is not None:
             texts, score = cols[:2], _float(cols[2], where)
@@ -130,7 +142,7 @@ def _read_tsv(path: Path) -> Dataset:
                                  f"got {len(cols)}")
         kinds.add("scored" if score is not None else ("triplet" if len(texts) == 3 else "pair"))
         ds.examples.append(Example(texts, score))
-    if header is None and ds.examples and kinds <= {"pair", "triplet"}:
+    if ds.examples and kinds <= {"pair", "triplet"}:
         _refuse_labelled(ds, path)
     return _finish(ds, kinds, path)
 
@@ -140,21 +152,23 @@ _HEADER_WORDS = {"sentence", "sentence1", "sentence2", "text", "text_a", "text_b
                  "answer", "premise", "hypothesis", "anchor", "positive", "negative", "query", "id", "index", "idx"}
 
 
+def _is_header(cells: list[str]) -> bool:
+    """A tsv's first line that names columns: it names sentence1 and sentence2 (GLUE's STS-B), or every cell is a
+    column name of the labelled and paired layouts."""
+    names = [c.strip().lower() for c in cells]
+    return {"sentence1", "sentence2"} <= set(names) or all(n in _HEADER_WORDS for n in names)
+
+
 def _refuse_labelled(ds: Dataset, path: Path) -> None:
-    """A classification file (text<TAB>label, maybe with a header) read as text pairs would train the header and
-    use labels as texts (an mnrl / triplet loss takes any pair): refuse it in one line."""
-    first = [t.strip().lower() for t in ds.examples[0].texts]
-    if all(t in _HEADER_WORDS for t in first):
-        raise BertforgeError(f"{path}: the first line ({', '.join(first)}) is a header, but not one naming "
-                             "sentence1 / sentence2 columns: embed-train reads pairs of texts (see the layouts in "
-                             "docs/embeddings.md)")
+    """A classification file (text<TAB>label) read as text pairs would use labels as texts (an mnrl / triplet loss
+    takes any pair): refuse it in one line."""
     rows = ds.examples
     if all(_float(t, str(path)) is not None for ex in rows for t in ex.texts[1:]):
         raise BertforgeError(f"{path}: every row's second column is a number (a label?), not a text: a labelled "
                              "file (text<TAB>label) is no pair file for embed-train")
 
 
-def _finish(ds: Dataset, kinds: set[str], path: Path) -> Dataset:
+def _finish(ds: Dataset, kinds: set[str], path: Any) -> Dataset:
     if not ds.examples:
         raise BertforgeError(f"{path}: no examples")
     if len(kinds) > 1:
@@ -163,51 +177,51 @@ def _finish(ds: Dataset, kinds: set[str], path: Path) -> Dataset:
     return ds
 
 
-def read_examples(path: str | Path) -> Dataset:
-    """Read a pair / scored-pair / NLI / triplet file (see the module docstring for the layouts)."""
-    path = Path(path)
-    return _read_jsonl(path) if path.suffix in (".jsonl", ".json") else _read_tsv(path)
+def read_examples(source: Any, text_col: Any = None, text_pair_col: Any = None, label_col: Any = None) -> Dataset:
+    """Read pair / scored-pair / NLI / triplet examples (the layouts in the module docstring) from a file, a saved or
+    hub dataset split, or data in memory; `text_col` / `text_pair_col` / `label_col` name the columns instead."""
+    if isinstance(source, (str, Path)) and file_format(source) == "tsv" and text_col is None:
+        first = next(iter(tsv_rows(source)), None)
+        if first is not None and not _is_header(first[1]):
+            return _read_headerless_tsv(Path(source))
+    table = open_table(source)
+    if table.plain:
+        raise BertforgeError(f"{table.name}: lines of text are no pairs; embed-train reads a table of pairs (the "
+                             "layouts in docs/embeddings.md)")
+    if text_col is None and text_pair_col is None and label_col is None:
+        return _read_records(table)
+    cols = pick_columns(table, text_col, text_pair_col, label_col)
+    if cols.pair is None:
+        raise BertforgeError(f"{table.name}: embed-train needs a pair of texts; name the second with --text-pair-col")
+    return _read_records(table, (cols.text, cols.pair, cols.label))
 
 
-def read_texts(path: str | Path) -> list[str]:
-    """One text per line (UTF-8). Empty lines are kept (as "") so output row i is input line i."""
-    path = Path(path)
-    if not path.is_file():
-        raise BertforgeError(f"{path}: file not found")
-    texts = []
-    with open(path, "rb") as fh:
-        for no, raw in enumerate(fh, 1):
-            try:
-                texts.append(raw.decode("utf-8").rstrip("\r\n"))
-            except UnicodeDecodeError as err:
-                raise BertforgeError(f"{path}:{no}: invalid UTF-8 ({err.reason} at byte {err.start})") from None
-    return texts
+def read_texts(source: Any, text_col: Any = None) -> list[str]:
+    """One text per row (a text file's lines; empty ones are kept as "" so output row i is input row i)."""
+    return tables.read_texts(source, text_col)
 
 
-def read_corpus(path: str | Path) -> tuple[list[str], list[str]]:
-    """(ids, texts) of a corpus: jsonl {"id", "text"} records (id defaults to the line number), or a text file
-    with one passage per line (id = "FILENAME:LINE", so adding the same file twice is caught as duplicate ids).
-
-    Empty lines of a text file are skipped (an empty passage is never a useful search hit).
-    """
-    path = Path(path)
+def read_corpus(source: Any, text_col: Any = None, id_col: Any = None) -> tuple[list[str], list[str]]:
+    """(ids, texts) of a corpus: a text file with one passage per line, or any table with a text column
+    (`text_col`, default the usual names) and an id column (`id_col`, default "id" where there is one). Without
+    ids, a passage is "FILE:N" (N: its line in a text file, its row counting from 1 elsewhere), so adding the same
+    file twice is caught as duplicate ids. Empty passages are skipped (an empty passage is never a useful hit)."""
+    table = open_table(source)
+    column = pick_columns(table, text_col, want_pair=False, want_label=False).text
+    if id_col is not None:
+        table.require(id_col, "ids")
+    id_col = id_col if id_col is not None else ("id" if not table.plain and table.has("id") else None)
+    name = Path(table.name).name
     ids: list[str] = []
     texts: list[str] = []
-    if path.suffix == ".jsonl":
-        for no, rec in jsonl_rows(path):
-            text = rec.get("text")
-            if text is None:
-                raise BertforgeError(f"{path}:{no}: expected a JSON object with a \"text\" field")
-            if not isinstance(text, str):
-                raise BertforgeError(f"{path}:{no}: \"text\" must be a string")
-            ids.append(str(rec.get("id", no)))
-            texts.append(text)
-    else:
-        for no, line in text_lines(path):
-            ids.append(f"{path.name}:{no}")
-            texts.append(line)
+    for n, row in enumerate(table, 1):
+        text = tables.text_value(row, column)
+        if not text.strip():
+            continue
+        ids.append(str(value(row, id_col)) if id_col is not None else f"{name}:{n}")
+        texts.append(text)
     if not texts:
-        raise BertforgeError(f"{path}: empty corpus")
+        raise BertforgeError(f"{table.name}: empty corpus")
     return ids, texts
 
 

@@ -23,6 +23,7 @@ class PretrainOptions:
     recipe: Recipe
     out: Path
     corpus: list[str] | None = None        # None: the embedded stdlib-documentation corpus
+    text_col: str | None = None            # the corpus tables' (jsonl files') text column (None: the usual names)
     data: Path | None = None               # shards from `bertforge prepare` (skips tokenising)
     tokenizer: Path | None = None
     vocab_size: int | None = None

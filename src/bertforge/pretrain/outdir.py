@@ -39,6 +39,7 @@ def run_options(opts: PretrainOptions) -> dict[str, Any]:
         "size": opts.size, "seq_len": opts.seq_len, "batch_size": opts.batch_size, "lr": opts.lr,
         "precision": opts.precision, "seed": opts.seed, "vocab_size": opts.vocab_size,
         "corpus": None if opts.corpus is None else [_path(p) for p in opts.corpus], "data": _path(opts.data),
+        "text_col": opts.text_col,
         "tokenizer": _path(opts.tokenizer), "init_from": _path(opts.init_from),
         "heldout_fraction": opts.heldout_fraction, "eval_batches": opts.eval_batches,
         **{name: getattr(opts, name) for name in RESUMABLE},
@@ -60,7 +61,7 @@ def data_fingerprint(opts: PretrainOptions, corpus_paths: list[str]) -> dict[str
     """Identities of the inputs read from outside OUT: the corpus files, given shards, tokenizer, checkpoint."""
     fp: dict[str, Any] = {}
     if corpus_paths:
-        fp["corpus"] = corpus_fingerprint(corpus_paths)
+        fp["corpus"] = corpus_fingerprint(corpus_paths, opts.text_col)
     for name in ("data", "tokenizer", "init_from"):
         if getattr(opts, name) is not None:
             fp[name] = files_fingerprint(getattr(opts, name))

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from bertforge.data import ShardedCorpus, find_files, prepare_corpus
-from bertforge.data.corpus import iter_texts
+from bertforge.data.corpus import corpus_bytes, iter_texts
 from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write_text
 from bertforge.pretrain.default_corpus import default_corpus
@@ -38,11 +38,14 @@ def corpus_paths(opts: PretrainOptions, is_main: bool, world: int) -> list[str]:
     return paths
 
 
-def corpus_fingerprint(paths: list[str]) -> list[list]:
-    """[path, size, mtime_ns] of every corpus file, sorted: what decides whether OUT/tokenizer and OUT/data were
-    made from this corpus (a changed --corpus, or an edited file, must not silently reuse them)."""
+def corpus_fingerprint(paths: list[str], text_col: str | None = None) -> list[list]:
+    """[path, size, mtime_ns] of every corpus file (a saved dataset: its folder's files together), sorted, and the
+    text column when one is named: what decides whether OUT/tokenizer and OUT/data were made from this corpus (a
+    changed --corpus or --text-col, or an edited file, must not silently reuse them)."""
     files = sorted(str(Path(p).resolve()) for p in find_files(paths))
-    return [[f, (st := Path(f).stat()).st_size, st.st_mtime_ns] for f in files]
+    stamp = lambda p: max((f.stat().st_mtime_ns for f in [p, *p.rglob("*")]), default=0)  # noqa: E731
+    found = [[f, corpus_bytes(Path(f)), stamp(Path(f))] for f in files]
+    return found + ([["text_col", text_col]] if text_col else [])
 
 
 def _fingerprint_matches(directory: Path, fingerprint: list[list]) -> bool:
@@ -70,7 +73,7 @@ def prepare_tokenizer(opts: PretrainOptions, corpus_paths: list[str], is_main: b
                                  "unigram tokenizer, or --recipe gpt for a left-to-right model")
         return tok
     vocab = opts.vocab_size or (DEFAULT_VOCAB_EMBEDDED if opts.corpus is None else DEFAULT_VOCAB)
-    fingerprint = corpus_fingerprint(corpus_paths)  # every rank: all must take the same branch below
+    fingerprint = corpus_fingerprint(corpus_paths, opts.text_col)  # every rank: all must take the same branch
     if (out_tok / "tokenizer.json").is_file():
         # A resumed run must keep its tokenizer; a fresh one reuses it only when it is what would be trained
         # anyway: same kind, same vocabulary size, same corpus files (paths, sizes, mtimes).
@@ -81,7 +84,7 @@ def prepare_tokenizer(opts: PretrainOptions, corpus_paths: list[str], is_main: b
     barrier()  # every rank has looked at the old tokenizer before rank 0 replaces it
     if is_main:
         t0 = time.perf_counter()
-        tok = Tokenizer.train(iter_texts(corpus_paths), kind=opts.recipe.tokenizer_kind, vocab_size=vocab,
+        tok = Tokenizer.train(iter_texts(corpus_paths, text_col=opts.text_col), kind=opts.recipe.tokenizer_kind, vocab_size=vocab,
                               model_max_length=max(512, opts.seq_len),
                               workers=opts.workers or os.cpu_count() or 1)  # same tokenizer for any count
         tok.save_pretrained(out_tok)
@@ -102,14 +105,14 @@ def prepare_data(opts: PretrainOptions, corpus_paths: list[str], tok, is_main: b
         if (data_dir / "manifest.json").is_file():
             try:
                 ShardedCorpus(data_dir, tokenizer=tok)  # raises when the shards were made by another tokenizer
-                reuse = _fingerprint_matches(data_dir, corpus_fingerprint(corpus_paths))
+                reuse = _fingerprint_matches(data_dir, corpus_fingerprint(corpus_paths, opts.text_col))
             except BertforgeError:
                 reuse = False
         if not reuse:
-            fingerprint = corpus_fingerprint(corpus_paths)
+            fingerprint = corpus_fingerprint(corpus_paths, opts.text_col)
             frac = PREPARE_HELDOUT if opts.heldout_fraction is None else opts.heldout_fraction
             manifest = prepare_corpus(corpus_paths, tok, data_dir, workers=opts.workers, progress=opts.progress,
-                                      heldout_fraction=frac)
+                                      heldout_fraction=frac, text_col=opts.text_col)
             _write_fingerprint(data_dir, fingerprint)
             print(f"prepared {manifest['num_tokens']:,} tokens in {manifest['num_documents']:,} documents "
                   f"({manifest['stats']['seconds']:.1f} s) -> {data_dir}", flush=True)

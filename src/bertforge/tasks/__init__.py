@@ -6,7 +6,7 @@ import the submodules you need:
 * ``bertforge.tasks.readers``: every reader in one namespace (``TextExample`` / ``TaggingExample`` /
   ``ChoiceExample``; GLUE readers, ``read_table``, ``read_conll``, ``read_swag``; the ``TASKS`` registry and
   ``get_task(name)``), living in ``examples``, ``glue``, ``table``, ``conll``, ``swag`` and ``registry``.
-  Standard library only.
+  Standard library only (the optional data libraries when a source needs them).
 * ``bertforge.tasks.features``: ``encode_text_examples``, ``encode_tagging_examples`` /
   ``tags_from_token_predictions``, ``encode_choice_examples`` (torch tensors).
 * ``bertforge.tasks.metrics``: ``compute_metrics(task, predictions, labels)``, ``ner_metrics``,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bertforge.errors import BertforgeError
 
@@ -26,14 +27,18 @@ def default_max_len(kind: str) -> int:
 
 @dataclass
 class FinetuneConfig:
-    """Everything one fine-tuning job needs. `data` is a task folder or file; `train`/`eval` name files directly."""
+    """Everything one fine-tuning job needs. `data` is a folder of splits, a hub dataset id (its configuration in
+    `data_config`) or one file; `train` / `eval` name a split's source directly (any source
+    `bertforge.io.tables.open_table` takes, data in memory too). Columns left None are found by their usual names
+    (`bertforge.io.tables.pick_columns`)."""
 
     task: str
     model: str | Path
     out: str | Path
-    data: str | Path | None = None
-    train: str | Path | None = None
-    eval: str | Path | None = None
+    data: Any = None
+    train: Any = None
+    eval: Any = None
+    data_config: str | None = None
     epochs: float = 3.0
     max_steps: int | None = None
     lr: float | None = None  # None: `default_lr` (the task's and the model family's usual rate)
@@ -47,9 +52,9 @@ class FinetuneConfig:
     freeze: bool = False
     features: str = "concat_last4"
     head: str = "linear"
-    text_col: str = "text"
+    text_col: str | None = None
     text_pair_col: str | None = None
-    label_col: str = "label"
+    label_col: str | None = None
     resume: bool = False
     precision: str | None = None  # None: training in `training_precision`, evaluation in fp32
     group_by_length: bool = True

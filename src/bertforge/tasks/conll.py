@@ -7,10 +7,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from bertforge.errors import BertforgeError
 from bertforge.io.read import require_file, text_lines, warn
 from bertforge.io.read import where as _where
+from bertforge.io.tables import open_table, value
 from bertforge.tasks.examples import TaggingExample
 
 
@@ -49,7 +51,7 @@ def read_conll(path: str | Path, tag_col: int | None = -1, scheme: str = "auto")
     tokens: list[str] = []
     tags: list[str] = []
     width = None
-    first_line: dict[str, int] = {}  # each tag's first line, for the checks after reading
+    first_seen: dict[str, str] = {}  # each tag's first file:line, for the checks after reading
 
     def flush() -> None:
         if tokens:
@@ -76,14 +78,50 @@ def read_conll(path: str | Path, tag_col: int | None = -1, scheme: str = "auto")
             raise BertforgeError(f"{_where(p, n)}: no tag column {tag_col} in a line of {width} columns")
         tokens.append(parts[0])
         tags.append(parts[tag_col])
-        first_line.setdefault(parts[tag_col], n)
+        if parts[tag_col] not in first_seen:
+            first_seen[parts[tag_col]] = _where(p, n)
     flush()
     if tag_col is not None:
-        check_tags(sents, first_line, p)
-    if tag_col is not None and scheme != "iob2":
-        if scheme == "iob1" or detect_tag_scheme([s.tags for s in sents]) == "iob1":
-            for s in sents:
-                s.tags = iob1_to_iob2(s.tags)
+        check_tags(sents, first_seen)
+        convert_scheme(sents, scheme)
+    return sents
+
+
+def convert_scheme(sents: Sequence[TaggingExample], scheme: str) -> None:
+    """IOB1 tags to IOB2 in place: always for "iob1", when detected for "auto", never for "iob2"."""
+    if scheme != "iob2" and (scheme == "iob1" or detect_tag_scheme([s.tags for s in sents]) == "iob1"):
+        for s in sents:
+            s.tags = iob1_to_iob2(s.tags)
+
+
+def read_tagged_table(source: Any, tokens_col: Any = None, tags_col: Any = None,
+                      scheme: str = "auto") -> list[TaggingExample]:
+    """Tagged sentences from a table (JSONL, JSON, Parquet, a saved or hub dataset, data in memory): a column of
+    word lists ("tokens", else "words") and one of tag lists ("tags", else "ner_tags"); integer tags are named by
+    the dataset's class labels (the Hub's conll2003). Checked and converted as `read_conll` does."""
+    table = open_table(source)
+    tokens_col = tokens_col or next((c for c in ("tokens", "words") if table.has(c)), "tokens")
+    tags_col = tags_col or next((c for c in ("tags", "ner_tags") if table.has(c)), "tags")
+    table.require(tokens_col, "tokens")
+    table.require(tags_col, "tags")
+    names = table.class_names.get(tags_col)
+    sents: list[TaggingExample] = []
+    first_seen: dict[str, str] = {}
+    for row in table:
+        tokens, tags = value(row, tokens_col), value(row, tags_col)
+        if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) and t.strip() for t in tokens):
+            raise BertforgeError(f"{row.where}: {tokens_col!r} must be a non-empty list of words")
+        if not isinstance(tags, list) or len(tags) != len(tokens):
+            raise BertforgeError(f"{row.where}: {tags_col!r} must be a list of one tag per word ({len(tokens)})")
+        if names is not None and all(isinstance(t, int) and 0 <= t < len(names) for t in tags):
+            tags = [names[t] for t in tags]
+        if not all(isinstance(t, str) and t for t in tags):
+            raise BertforgeError(f"{row.where}: {tags_col!r} must hold tag names (strings)")
+        for t in tags:
+            first_seen.setdefault(t, row.where)
+        sents.append(TaggingExample(list(tokens), list(tags), guid=f"{table.stem}-{len(sents)}"))
+    check_tags(sents, first_seen)
+    convert_scheme(sents, scheme)
     return sents
 
 
@@ -91,15 +129,16 @@ _IOB_TAG = re.compile(r"^(O|[BIES]-\S+)$")
 RARE_TYPE_MIN_ENTITIES = 50  # below this many entities in a file, a type seen once is no evidence of a typo
 
 
-def check_tags(sents: Sequence[TaggingExample], first_line: dict[str, int], path: Path) -> None:
-    """In an IOB-tagged file (some tag starts with B- or I-): a tag that is no IOB tag is refused with its
-    file:line (it would train a label of its own); an entity type seen once among many entities is warned about
-    once, naming it (a typo such as B-PSR trains an extra label, but rare types exist, so it is not refused)."""
-    if not any(t.startswith(("B-", "I-")) for t in first_line):
+def check_tags(sents: Sequence[TaggingExample], first_seen: dict[str, str]) -> None:
+    """In an IOB-tagged file (some tag starts with B- or I-): a tag that is no IOB tag is refused with where it is
+    first seen (it would train a label of its own); an entity type seen once among many entities is warned about
+    once, naming it (a typo such as B-PSR trains an extra label, but rare types exist, so it is not refused).
+    `first_seen`: each tag's first place ("file:line"), in reading order."""
+    if not any(t.startswith(("B-", "I-")) for t in first_seen):
         return  # POS or chunk tags, or an untagged file: no scheme to hold them to
-    for tag, line in sorted(first_line.items(), key=lambda kv: kv[1]):
+    for tag, at in first_seen.items():
         if not _IOB_TAG.match(tag):
-            raise BertforgeError(f"{_where(path, line)}: tag {tag!r} is not an IOB tag (O, B-TYPE or I-TYPE)")
+            raise BertforgeError(f"{at}: tag {tag!r} is not an IOB tag (O, B-TYPE or I-TYPE)")
     chunks: dict[str, int] = {}
     for s in sents:
         prev = "O"
@@ -111,8 +150,9 @@ def check_tags(sents: Sequence[TaggingExample], first_line: dict[str, int], path
     if total >= RARE_TYPE_MIN_ENTITIES:
         for kind, count in chunks.items():
             if count == 1:
-                tag = min((t for t in first_line if t[2:] == kind), key=first_line.__getitem__)
-                warn(f"{_where(path, first_line[tag])}: entity type {kind!r} ({tag}) occurs once among {total} "
+                order = list(first_seen)
+                tag = min((t for t in first_seen if t[2:] == kind), key=order.index)
+                warn(f"{first_seen[tag]}: entity type {kind!r} ({tag}) occurs once among {total} "
                      "entities; a typo? It becomes a label of its own")
 
 

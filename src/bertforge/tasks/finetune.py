@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import shutil
 import statistics
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write_text
 from bertforge.io.read import read_json
 from bertforge.io.rundir import claim_output_dir
+from bertforge.io.tables import is_saved_dataset, is_splits, source_name
 from bertforge.tasks.batching import TRAIN_KEYS, make_collate, row_length, unpad  # noqa: F401 (re-exported)
 from bertforge.tasks.config import TASK_KINDS, TASKS, FinetuneConfig  # noqa: F401 (re-exported)
 from bertforge.model.folder import inspect_folder
@@ -56,35 +58,29 @@ class TaskData:
     task: TaskKind  # the kind object that read and encoded the data (and saves its settings with the model)
 
 
-def _find(folder: Path, patterns: list[str]) -> Path | None:
-    for pattern in patterns:
-        found = sorted(p for p in folder.glob(pattern) if p.is_file())
-        if found:
-            return found[0]
-    return None
-
-
 def resolve_files(cfg: FinetuneConfig, kind: TaskKind, split: str = "dev",
-                  need_train: bool = True) -> tuple[Path | None, Path | None]:
-    """(train file, eval file) from --train/--eval or the --data folder; SQuAD may give one file (split later)."""
-    train = Path(cfg.train) if cfg.train else None
-    evalf = Path(cfg.eval) if cfg.eval else None
+                  need_train: bool = True) -> tuple[Any, Any]:
+    """(train source, eval source) from --train / --eval or --data: a folder of splits (train.*, dev.* /
+    validation.* ..., test.*, or save_to_disk's split folders), a hub dataset id (with --data-config), or one file
+    (the train file; the eval file where no training is asked for, or for QA, which splits it). A source is a path,
+    a `bertforge.io.tables.HubSplit`, or data in memory."""
+    train, evalf = cfg.train, cfg.eval
     if cfg.data is not None:
-        data = Path(cfg.data)
-        if data.is_file():
-            if kind.splits_eval_file or not need_train:
-                evalf = evalf or data
-            else:
-                train = train or data
-        elif data.is_dir():
-            train = train or _find(data, kind.data_files("train"))
-            evalf = evalf or _find(data, kind.data_files(split))
-        else:
+        data = cfg.data
+        if is_splits(data):
+            if train is None and need_train:
+                train = kind.split_source(data, "train", cfg.data_config)
+            evalf = evalf if evalf is not None else kind.split_source(data, split, cfg.data_config)
+        elif isinstance(data, (str, os.PathLike)) and not Path(data).exists():
             raise BertforgeError(f"--data {data}: no such file or folder")
+        elif kind.splits_eval_file or not need_train:
+            evalf = evalf if evalf is not None else data
+        else:
+            train = train if train is not None else data
     for flag, p in (("--train", train), ("--eval", evalf)):
-        if p is not None and not p.is_file():
-            raise BertforgeError(f"{flag} {p}: {'a folder, not a file' if p.is_dir() else 'no such file'}")
-    where = f" in {cfg.data}" if cfg.data else ""
+        if isinstance(p, (str, os.PathLike)) and not (Path(p).is_file() or is_saved_dataset(p)):
+            raise BertforgeError(f"{flag} {p}: {'a folder, not a file' if Path(p).is_dir() else 'no such file'}")
+    where = f" in {source_name(cfg.data)}" if cfg.data is not None else ""
     if need_train and train is None and not (kind.splits_eval_file and evalf is not None):
         raise BertforgeError(f"no training file found{where} (expected {kind.data_files('train')[0]}; "
                              "or pass --train FILE)")
@@ -95,14 +91,14 @@ def resolve_files(cfg: FinetuneConfig, kind: TaskKind, split: str = "dev",
 
 
 def read_examples(cfg: FinetuneConfig, kind: TaskKind, split: str = "dev", need_train: bool = True,
-                  files: tuple[Path | None, Path | None] | None = None) -> tuple[list, list]:
+                  files: tuple[Any, Any] | None = None) -> tuple[list, list]:
     """The (train, eval) examples, checked: files exist, columns present, examples present and labelled.
     `files`: (train, eval) as `resolve_files` returned them (else resolved here)."""
     train_file, eval_file = files if files is not None else resolve_files(cfg, kind, split, need_train)
-    train = kind.read(train_file) if need_train and train_file else []
+    train = kind.read(train_file) if need_train and train_file is not None else []
     if train_file is not None and need_train:
         kind.check(train, train_file)
-    evaluation = kind.read(eval_file) if eval_file else []
+    evaluation = kind.read(eval_file) if eval_file is not None else []
     if eval_file is not None:
         kind.check(evaluation, eval_file)
     train, evaluation = kind.split(train, evaluation, eval_file, training=need_train)
@@ -153,19 +149,27 @@ def summarize(values: list[float]) -> dict[str, float]:
 MAY_CHANGE = ("epochs", "max_steps", "eval_batch_size", "device", "compile")
 
 
-def _file_identity(path: Path) -> list:
-    """[absolute path, size, mtime_ns]: changes when the file is edited or replaced (make's notion of "changed")."""
-    st = path.stat()
-    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+def _file_identity(source: Any) -> list:
+    """[absolute path, size, mtime_ns]: changes when the file is edited or replaced (make's notion of "changed"); a
+    saved dataset's folder by its files; a hub dataset by its name."""
+    if not isinstance(source, (str, os.PathLike)):
+        return [source_name(source)]
+    path = Path(source)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return [str(path.resolve()), sum(f.stat().st_size for f in files),
+            max((f.stat().st_mtime_ns for f in files), default=0)]
 
 
-def run_options(cfg: FinetuneConfig, model_dir: Path, train_file: Path | None,
-                eval_file: Path | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def run_options(cfg: FinetuneConfig, model_dir: Path, train_file: Any,
+                eval_file: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(options, fingerprint) recorded in OUT/run_options.json, keyed by the CLI option that sets them (a refused
     resume names the key as --key). Paths are absolute, so a resume from another folder counts as the same run."""
-    absolute = lambda p: str(Path(p).resolve()) if p is not None else None  # noqa: E731
+    def absolute(p: Any) -> str | None:
+        return None if p is None else str(Path(p).resolve()) if isinstance(p, (str, os.PathLike)) else source_name(p)
+
     options = {
         "task": cfg.task, "model": absolute(model_dir), "train": absolute(train_file), "eval": absolute(eval_file),
+        "data_config": cfg.data_config,
         "text_col": cfg.text_col, "text_pair_col": cfg.text_pair_col, "label_col": cfg.label_col,
         "max_seq_len": cfg.max_seq_len, "doc_stride": cfg.doc_stride, "max_query_length": cfg.max_query_length,
         "source_col": cfg.source_col, "target_col": cfg.target_col, "max_target_len": cfg.max_target_len,

@@ -23,28 +23,31 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
+from bertforge.io.tables import TABLE_SUFFIXES, open_table, source_name
 from bertforge.tasks import features as F
 from bertforge.tasks import inputs
 from bertforge.tasks import metrics as M
 from bertforge.tasks import squad as S
 from bertforge.tasks.batching import qa_logits, unpad
 from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
-from bertforge.tasks.conll import read_conll, tag_list, warn_long_sentences
+from bertforge.tasks.inputs import input_columns
+from bertforge.tasks.conll import read_conll, read_tagged_table, tag_list, warn_long_sentences
 from bertforge.tasks.task_kind import DEV_STEMS, Encoded, TaskKind  # noqa: F401 (re-exported)
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.seq2seq import Seq2SeqKind
 from bertforge.tasks.swag import read_swag
-from bertforge.tasks.table import read_table
+from bertforge.tasks.table import table_examples
 
 log = logging.getLogger(__name__)
 
 
 # ---- sentence (pair) classification and regression -------------------------------------------------------------------
 class ClassifyKind(TaskKind):
-    """Sentence (pair) classification: a GLUE task's own reader and metrics, or any table with --*-col columns."""
+    """Sentence (pair) classification: a GLUE task's own columns, labels and metrics, or any table's columns
+    (--text-col / --text-pair-col / --label-col, else the usual ones: `bertforge.io.tables.pick_columns`)."""
 
     name = "classify"
-    extensions = (".tsv", ".csv", ".jsonl", ".json")
+    extensions = TABLE_SUFFIXES
     regression = False
 
     def __init__(self, cfg: FinetuneConfig, saved: dict[str, Any], labels: list[str] | None):
@@ -55,24 +58,42 @@ class ClassifyKind(TaskKind):
         if self.regression:
             self.labels = None
         self.text_col, self.text_pair_col, self.label_col = cfg.text_col, cfg.text_pair_col, cfg.label_col
-        # prediction inputs use the columns the model was trained with
+        # a saved model reads the columns it was trained on, where a file has them and none are named
         self.saved_cols = (saved.get("text_col"), saved.get("text_pair_col")) if saved else (None, None)
         if self.spec is not None:
             self.main_metric = self.spec.main_metric
-        self.label_column = f"{(self.spec.label_column if self.spec else self.label_col)!r} column"
 
-    def read(self, path: Path) -> list:
+    @property
+    def label_column(self) -> str:  # named when a file has no labels
+        column = self.label_col or (self.spec.label_column if self.spec else None)
+        return f"{column!r} column" if column else "label column (label, score, ...; or name it with --label-col)"
+
+    def read(self, source: Any) -> list:
+        """Labelled examples. The first source read fixes the columns (and, without a saved model, the label list)
+        that later ones are read with."""
         if self.spec is not None:
-            return self.spec.read(path)
-        examples, found = read_table(path, self.text_col, self.text_pair_col, self.label_col, label_list=self.labels,
-                                     regression=self.regression)
+            text, pair, label = self.spec.columns
+            known = self.saved_cols  # a model trained on the task's data under other column names
+            if self.text_col is None and known[0] not in (None, text):
+                table = open_table(source)
+                if all(c is None or table.has(c) for c in known):
+                    text, pair = known
+            self.text_col, self.text_pair_col = self.text_col or text, self.text_pair_col or pair
+            self.label_col = self.label_col or label
+            return self.spec.read(source, self.text_col, self.text_pair_col, self.label_col)
+        table = open_table(source)
+        cols = input_columns(table, self.text_col, self.text_pair_col, self.saved_cols, self.label_col, labelled=True)
+        if cols.label is None:
+            raise table.missing("label", "label")
+        self.text_col, self.text_pair_col, self.label_col = cols.text, cols.pair, cols.label
+        examples, found = table_examples(table, cols, label_list=self.labels, regression=self.regression)
         if self.labels is None and not self.regression:
             self.labels = found  # later files are checked against the training file's labels (file:line errors)
         return examples
 
-    def read_inputs(self, path: Path) -> list:
-        text_col, pair_col = self.saved_cols
-        return inputs.text_inputs(path, self.spec, text_col or self.text_col, pair_col or self.text_pair_col)
+    def read_inputs(self, source: Any) -> list:
+        known = self.saved_cols if self.saved_cols[0] else (self.spec.columns[:2] if self.spec else None)
+        return inputs.text_inputs(source, self.text_col, self.text_pair_col, known)
 
     def encode(self, examples: list, tokenizer) -> Encoded:
         batch = F.encode_text_examples(examples, tokenizer, self.labels, self.max_len)
@@ -123,10 +144,11 @@ class RegressKind(ClassifyKind):
 
 # ---- token classification ----------------------------------------------------------------------------------------
 class TagKind(TaskKind):
-    """Token classification on CoNLL files; labels go on each word's first sub-token, scored by entity F1."""
+    """Token classification on CoNLL files (or tables of word and tag lists); labels go on each word's first
+    sub-token, scored by entity F1."""
 
     name = "tag"
-    extensions = (".txt", ".conll", ".tsv")
+    extensions = (".txt", ".conll", ".tsv", ".jsonl", ".json", ".parquet")
     main_metric = "f1"
     label_column = "tag column"
 
@@ -135,23 +157,23 @@ class TagKind(TaskKind):
         self.fixed = self.labels is not None  # a saved model's tags; otherwise every file read adds its tags
         self.seen: list = []
 
-    def check(self, examples: list, path: Path, labelled: bool = True) -> None:
-        super().check(examples, path, labelled)
+    def check(self, examples: list, source: Any, labelled: bool = True) -> None:
+        super().check(examples, source, labelled)
         unknown = sorted({t for ex in examples for t in ex.tags} - set(self.labels or ()))
         if labelled and unknown:  # only a saved model's fixed tag list can miss some
-            raise BertforgeError(f"{path}: tags {', '.join(unknown)} are not among the model's "
+            raise BertforgeError(f"{source_name(source)}: tags {', '.join(unknown)} are not among the model's "
                                  f"({', '.join(self.labels or ())})")
 
-    def read(self, path: Path) -> list:
-        examples = read_conll(path)
-        warn_long_sentences(examples, path, self.max_len)
+    def read(self, source: Any) -> list:
+        examples = read_conll(source) if inputs.is_conll_file(source) else read_tagged_table(source)
+        warn_long_sentences(examples, source_name(source), self.max_len)
         if not self.fixed:
             self.seen += examples
             self.labels = tag_list(self.seen)
         return examples
 
-    def read_inputs(self, path: Path) -> list:
-        return inputs.tagging_inputs(path)
+    def read_inputs(self, source: Any) -> list:
+        return inputs.tagging_inputs(source)
 
     def has_label(self, example: Any) -> bool:
         return bool(example.tags)
@@ -181,13 +203,13 @@ class ChoiceKind(TaskKind):
     """Multiple choice (SWAG): one score per (context, ending) pair, softmax across the endings."""
 
     name = "choice"
-    extensions = (".csv", ".jsonl", ".json")
+    extensions = (".csv", ".jsonl", ".json", ".parquet")
 
-    def read(self, path: Path) -> list:
-        return read_swag(path)
+    def read(self, source: Any) -> list:
+        return read_swag(source)
 
-    def read_inputs(self, path: Path) -> list:
-        return inputs.choice_inputs(path)
+    def read_inputs(self, source: Any) -> list:
+        return inputs.choice_inputs(source)
 
     def encode(self, examples: list, tokenizer) -> Encoded:
         return Encoded(examples, unpad(F.encode_choice_examples(examples, tokenizer, self.max_len)),
@@ -232,32 +254,33 @@ class QAKind(TaskKind):
     def data_files(self, split: str) -> list[str]:
         return [f"{split}*.json"]  # SQuAD's names carry the version: train-v1.1.json, dev-v2.0.json
 
-    def read(self, path: Path) -> list:
-        examples = S.read_squad(path)
+    def read(self, source: Any) -> list:
+        examples = S.read_squad(source)
         self.version_2 = self.version_2 or any(ex.is_impossible for ex in examples)
         return examples
 
-    def read_inputs(self, path: Path) -> list:
-        return inputs.qa_inputs(path)
+    def read_inputs(self, source: Any) -> list:
+        return inputs.qa_inputs(source)
 
     def has_label(self, example: Any) -> bool:
         return True  # read_squad already requires answers (or is_impossible) on every question
 
-    def split(self, train: list, evaluation: list, eval_file: Path | None, training: bool) -> tuple[list, list]:
+    def split(self, train: list, evaluation: list, eval_file: Any, training: bool) -> tuple[list, list]:
         n_train, split_file = self.split_from
+        eval_name = Path(eval_file).name if isinstance(eval_file, (str, Path)) else source_name(eval_file)
         if training and not train and evaluation:  # the shared data has only dev-v1.1: split it by article
             n_articles = len({ex.article for ex in evaluation})
             train, evaluation = S.split_by_article(evaluation, n_articles // 2)
             # stored with the model so that `evaluate` scores the same held-out articles, not the trained-on ones
-            self.split_from = (n_articles // 2, Path(eval_file).name)
+            self.split_from = (n_articles // 2, eval_name)
             log.warning("no SQuAD train file: training on the first %d articles of %s, evaluating on the other %d",
-                        n_articles // 2, eval_file, n_articles - n_articles // 2)
+                        n_articles // 2, source_name(eval_file), n_articles - n_articles // 2)
         elif training:
             self.split_from = (None, None)
-        elif evaluation and n_train and split_file == Path(eval_file).name:
+        elif evaluation and n_train and split_file == eval_name:
             _, evaluation = S.split_by_article(evaluation, int(n_train))
             log.warning("%s: evaluating on the %d held-out articles (the model trained on the first %d)",
-                        eval_file, len({ex.article for ex in evaluation}), n_train)
+                        source_name(eval_file), len({ex.article for ex in evaluation}), n_train)
         return train, evaluation
 
     def encode(self, examples: list, tokenizer) -> Encoded:
@@ -318,11 +341,13 @@ def kind_for(cfg: FinetuneConfig, saved: dict[str, Any] | None = None, labels: l
     return KIND_CLASSES[cfg.kind](cfg, saved or {}, labels)
 
 
-def kind_from_saved(model_dir: Path, saved: dict[str, Any], labels: list[str] | None) -> TaskKind:
-    """The kind of a fine-tuned model from its config.json alone (for `predict`: no task options given)."""
+def kind_from_saved(model_dir: Path, saved: dict[str, Any], labels: list[str] | None, text_col: Any = None,
+                    text_pair_col: Any = None, label_col: Any = None) -> TaskKind:
+    """The kind of a fine-tuned model from its config.json alone (for `predict`: no task options given). Columns
+    not named are the ones it was trained on where an input has them (else the usual ones)."""
     name, kind = str(saved.get("name", "")), saved["kind"]
     task = name if TASK_KINDS.get(name) == kind else kind  # a model saved under another name: its kind decides
     cfg = FinetuneConfig(task=task, model=model_dir, out=model_dir, max_seq_len=saved.get("max_seq_len"),
-                         text_col=saved.get("text_col") or "text", text_pair_col=saved.get("text_pair_col"))
+                         text_col=text_col, text_pair_col=text_pair_col, label_col=label_col)
     return kind_for(cfg, saved, labels)
 

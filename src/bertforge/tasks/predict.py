@@ -14,10 +14,15 @@ from typing import Any
 from bertforge.io.write import atomic_write_text, write_errors
 
 
-def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64, device: str = "auto",
-            progress: bool = True, precision: str = "fp32", compile: bool = False) -> list[dict[str, Any]]:
-    """Predictions for every example in `input_path`, in input order, on `device` (fp32, or bf16 / fp16
-    autocast; torch.compile'd with `compile`)."""
+def predict(model_dir: str | Path, inputs: Any, batch_size: int = 64, device: str = "auto",
+            progress: bool = True, precision: str = "fp32", compile: bool = False, text_col: str | None = None,
+            text_pair_col: str | None = None, split: str | None = None,
+            config: str | None = None) -> list[dict[str, Any]]:
+    """Predictions for every example of `inputs`, in input order, on `device` (fp32, or bf16 / fp16 autocast;
+    torch.compile'd with `compile`). `inputs`: a file, a saved or hub dataset (its `split`; a hub dataset's
+    `config`), or data in memory (`bertforge.io.tables.open_table`); `text_col` / `text_pair_col` name its text
+    columns (default: the model's own where the input has them, else the usual names)."""
+    from bertforge.io.tables import single_source
     from bertforge.model.folder import inspect_folder
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
@@ -29,9 +34,10 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
     run_on = resolve_device(device)  # a missing GPU or an impossible precision: before any reading
     check_precision(precision, run_on, allowed=("fp32", "bf16", "fp16"))
     path = inspect_folder(model_dir).path
-    kind = kind_from_saved(path, *saved_task(path))
-    examples = kind.read_inputs(Path(input_path))
-    kind.check(examples, Path(input_path), labelled=False)  # before the model is loaded
+    kind = kind_from_saved(path, *saved_task(path), text_col=text_col, text_pair_col=text_pair_col)
+    source = single_source(inputs, split, config)
+    examples = kind.read_inputs(source)
+    kind.check(examples, source, labelled=False)  # before the model is loaded
     enc = kind.encode(examples, Tokenizer.from_pretrained(path))
     model = kind.load(onnx_file(model_dir) or path)
     compile_module(move_model(model, run_on, f"--model {model_dir}"), compile)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 from bertforge.errors import BertforgeError
 from bertforge.labels import NLI2_LABELS, NLI3_LABELS
@@ -22,16 +22,21 @@ class TaskSpec:
     """How to read and score one sentence (pair) classification / regression task.
 
     ``labels`` None means regression (one float output). ``files`` maps split names to the usual paths
-    relative to the shared data directory (informational; pass any path to ``read``). ``label_column`` names
-    the column (or field) the labels come from, for messages about a file that lacks it."""
+    relative to the shared data directory (informational; pass any source to ``read``). ``columns``: the task's
+    (text, text pair, label) column names, which ``read`` takes others for."""
 
     name: str
-    reader: Callable[[str | Path], list[TextExample]]
+    reader: Callable[..., list[TextExample]]
     labels: tuple[str, ...] | None
     metrics: tuple[str, ...]
     main_metric: str
     files: dict[str, str] = field(default_factory=dict)
-    label_column: str = "label"
+    columns: tuple[str, str | None, str] = ("sentence", None, "label")
+
+    @property
+    def label_column(self) -> str:
+        """The column (or field) the labels come from, for messages about a file that lacks it."""
+        return self.columns[2]
 
     @property
     def is_regression(self) -> bool:
@@ -41,8 +46,12 @@ class TaskSpec:
     def num_labels(self) -> int:
         return 1 if self.labels is None else len(self.labels)
 
-    def read(self, path: str | Path) -> list[TextExample]:
-        return self.reader(path)
+    def read(self, source: Any, text_col: Any = None, text_pair_col: Any = None,
+             label_col: Any = None) -> list[TextExample]:
+        """The examples of `source` (a path or any data `bertforge.io.tables.open_table` takes); a column given
+        replaces the task's own."""
+        text, pair, label = self.columns
+        return self.reader(source, text_col or text, text_pair_col or pair, label_col or label)
 
 
 def _glue(folder: str, splits: Sequence[str] = ("train", "dev")) -> dict[str, str]:
@@ -54,12 +63,17 @@ TASKS: dict[str, TaskSpec] = {
     for t in [
         TaskSpec("sst2", read_sst2, ("0", "1"), ("accuracy",), "accuracy", _glue("SST-2")),
         TaskSpec("cola", read_cola, ("0", "1"), ("mcc", "accuracy"), "mcc", _glue("CoLA")),
-        TaskSpec("mrpc", read_mrpc, ("0", "1"), ("f1", "accuracy"), "f1", _glue("MRPC"), "Quality"),
-        TaskSpec("stsb", read_stsb, None, ("pearson", "spearman"), "spearman", _glue("STS-B"), "score"),
-        TaskSpec("rte", read_rte, NLI2_LABELS, ("accuracy",), "accuracy", _glue("RTE")),
-        TaskSpec("qnli", read_qnli, NLI2_LABELS, ("accuracy",), "accuracy", _glue("QNLI", ("dev",))),
-        TaskSpec("mnli", read_nli_jsonl, NLI3_LABELS, ("accuracy",), "accuracy", {"dev": "mnli/dev_matched.jsonl"}),
-        TaskSpec("snli", read_nli_jsonl, NLI3_LABELS, ("accuracy",), "accuracy", {"dev": "snli/dev.jsonl"}),
+        TaskSpec("mrpc", read_mrpc, ("0", "1"), ("f1", "accuracy"), "f1", _glue("MRPC"),
+                 ("#1 String", "#2 String", "Quality")),
+        TaskSpec("stsb", read_stsb, None, ("pearson", "spearman"), "spearman", _glue("STS-B"),
+                 ("sentence1", "sentence2", "score")),
+        TaskSpec("rte", read_rte, NLI2_LABELS, ("accuracy",), "accuracy", _glue("RTE"), ("sentence1", "sentence2", "label")),
+        TaskSpec("qnli", read_qnli, NLI2_LABELS, ("accuracy",), "accuracy", _glue("QNLI", ("dev",)),
+                 ("question", "sentence", "label")),
+        TaskSpec("mnli", read_nli_jsonl, NLI3_LABELS, ("accuracy",), "accuracy", {"dev": "mnli/dev_matched.jsonl"},
+                 ("premise", "hypothesis", "label")),
+        TaskSpec("snli", read_nli_jsonl, NLI3_LABELS, ("accuracy",), "accuracy", {"dev": "snli/dev.jsonl"},
+                 ("premise", "hypothesis", "label")),
     ]
 }
 

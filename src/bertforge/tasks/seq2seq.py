@@ -1,7 +1,7 @@
 """Sequence-to-sequence fine-tuning (`bertforge finetune --task seq2seq`): source -> target text with an
 encoder-decoder (`bertforge.model.Seq2SeqLM`: a T5 or BART checkpoint, bertforge's or transformers').
 
-Data: JSONL, TSV or CSV with a source and a target column (--source-col / --target-col, default source / target);
+Data: any table (JSONL, TSV, CSV, JSON, Parquet, a saved or hub dataset) with a source and a target column (--source-col / --target-col, default source / target);
 a row without one, or with an empty one, is refused as file:line naming the column. Sources are cut to
 --max-seq-len tokens, targets to --max-target-len, both ending in the tokenizer's eos (T5: "text </s>"; BART:
 "<s> text </s>", as transformers' tokenizers encode them). Training minimises the decoder's cross-entropy on the
@@ -23,11 +23,12 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertforge.errors import BertforgeError
+from bertforge.io.tables import open_table, pick_columns
 from bertforge.io.write import atomic_write_text
 from bertforge.tasks.config import FinetuneConfig
 from bertforge.tasks.examples import TextExample
 from bertforge.tasks.task_kind import Encoded, TaskKind
-from bertforge.tasks.table import read_table
+from bertforge.tasks.table import table_examples
 
 METRICS = ("bleu", "rouge1", "rouge2", "rougeL")
 
@@ -57,7 +58,7 @@ class Seq2SeqKind(TaskKind):
     """Source -> target generation, scored by BLEU / ROUGE against the targets and against copying the source."""
 
     name = "seq2seq"
-    extensions = (".jsonl", ".tsv", ".csv", ".json")
+    extensions = (".jsonl", ".tsv", ".csv", ".json", ".parquet")
     main_metric = "rougeL"
 
     def __init__(self, cfg: FinetuneConfig, saved: dict[str, Any], labels: list[str] | None):
@@ -78,13 +79,13 @@ class Seq2SeqKind(TaskKind):
         self._copy: dict[int, dict[str, float]] = {}  # the copy baseline per encoded eval set (computed once)
 
     # ---- data ----------------------------------------------------------------------------------------------------
-    def read(self, path: Path) -> list[TextExample]:
-        examples, _ = read_table(path, self.source_col, self.target_col)
-        return examples
+    def read(self, source: Any) -> list[TextExample]:
+        table = open_table(source)
+        return table_examples(table, pick_columns(table, self.source_col, self.target_col, want_label=False))[0]
 
-    def read_inputs(self, path: Path) -> list[TextExample]:
-        examples, _ = read_table(path, self.source_col)
-        return examples
+    def read_inputs(self, source: Any) -> list[TextExample]:
+        table = open_table(source)
+        return table_examples(table, pick_columns(table, self.source_col, want_pair=False, want_label=False))[0]
 
     def has_label(self, example: Any) -> bool:
         return example.text_pair is not None

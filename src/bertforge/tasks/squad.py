@@ -23,12 +23,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from bertforge.errors import BertforgeError
-from bertforge.io.read import read_json
+from bertforge.io.tables import Table, file_format, json_document, open_table, value
 
 
 @dataclass
@@ -56,16 +57,18 @@ class SquadExample:
     article: int = 0
 
 
-def read_squad(path: str | Path) -> list[SquadExample]:
+def read_squad(source: Any) -> list[SquadExample]:
     """Read a SQuAD v1.1 or v2.0 JSON file (``{"version", "data": [{"title", "paragraphs": [{"context",
-    "qas": [{"id", "question", "answers", "is_impossible"?, "plausible_answers"?}]}]}]}``).
+    "qas": [{"id", "question", "answers", "is_impossible"?, "plausible_answers"?}]}]}]}``), or the Hub's flat
+    rows (``id, title, context, question, answers: {"text": [...], "answer_start": [...]}``; no answers: no
+    answer) in any source `bertforge.io.tables.open_table` takes.
 
     Every gold answer must appear in its context at ``answer_start``; otherwise a BertforgeError names the
     file and the question id."""
-    p = Path(path)
-    data = read_json(p)
-    if not isinstance(data.get("data"), list):
-        raise BertforgeError(f"{p.name}: not a SQuAD file (no top-level 'data' list)")
+    data = json_document(source) if isinstance(source, (str, Path)) and file_format(source) == "json" else None
+    if not _nested_squad(data):
+        return _squad_rows(open_table(source))
+    p = Path(source)
     out: list[SquadExample] = []
     for a, article in enumerate(data["data"]):
         if not isinstance(article, dict) or not isinstance(article.get("paragraphs", []), list):
@@ -96,6 +99,41 @@ def read_squad(path: str | Path) -> list[SquadExample]:
                 out.append(SquadExample(qid, question.strip(), context, answers, impossible, plausible, title, a))
     if not out:
         raise BertforgeError(f"{p.name}: no questions")
+    return out
+
+
+def _nested_squad(data: Any) -> bool:
+    """Whether parsed JSON is SQuAD's own layout: {"data": [articles with "paragraphs"]}."""
+    articles = data.get("data") if isinstance(data, dict) else None
+    return isinstance(articles, list) and (not articles or isinstance(articles[0], dict) and "paragraphs" in articles[0])
+
+
+def _squad_rows(table: Table) -> list[SquadExample]:
+    """SQuAD as flat rows, one question each (the Hub's layout); articles are told apart by title (else context)."""
+    out: list[SquadExample] = []
+    articles: dict[str, int] = {}
+    for n, row in enumerate(table, 1):
+        where = row.where
+        question, context = value(row, "question"), value(row, "context")
+        if not isinstance(context, str) or not context.strip():
+            raise BertforgeError(f"{where}: empty context")
+        if not isinstance(question, str) or not question.strip():
+            raise BertforgeError(f"{where}: empty question")
+        raw = row.get("answers") or []
+        if isinstance(raw, dict):  # the Hub's {"text": [...], "answer_start": [...]}
+            texts, starts = raw.get("text") or [], raw.get("answer_start") or []
+            if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+                raise BertforgeError(f"{where}: 'answers' needs lists 'text' and 'answer_start' of one length")
+            raw = [{"text": t, "answer_start": s} for t, s in zip(texts, starts)]
+        if not isinstance(raw, list):
+            raise BertforgeError(f"{where}: 'answers' must be a list, or {{'text': [...], 'answer_start': [...]}}")
+        answers = [_answer(a if isinstance(a, dict) else {}, context, where, check=True) for a in raw]
+        title = str(row.get("title") or "")
+        article = articles.setdefault(title or context, len(articles))
+        qid = str(row["id"]) if row.get("id") is not None else str(n)
+        out.append(SquadExample(qid, question.strip(), context, answers, not answers, [], title, article))
+    if not out:
+        raise BertforgeError(f"{table.name}: no questions")
     return out
 
 

@@ -1,18 +1,17 @@
-"""Any CSV / TSV / JSONL file of sentence (pair) examples, read with a column mapping (generic classify/regress).
+"""Sentence (pair) examples from any table (CSV, TSV, JSONL, JSON, Parquet, a saved or hub dataset, data in memory),
+read with a column mapping: the generic classify / regress reader, and the GLUE readers' too.
 
-Standard library only; malformed input raises ``BertforgeError("<file>:<line>: <what>")``.
+Malformed input raises ``BertforgeError("<file>:<line>: <what>")`` (``<source> row <i>`` where there are no lines).
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
+from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.io.read import csv_rows, jsonl_rows, require_file, tsv_rows
-from bertforge.io.read import where as _where
+from bertforge.io.tables import Columns, Table, open_table, pick_columns, value
 from bertforge.tasks.examples import Label, TextExample, class_label, float_label, text_field
-
 
 _MISSING = {"nan", "inf", "-inf", "infinity", "-infinity"}
 
@@ -25,79 +24,50 @@ def _sorted_labels(values: set[str]) -> list[str]:
 
 
 def read_table(
-    path: str | Path,
-    text_col: str | int,
-    text_pair_col: str | int | None = None,
-    label_col: str | int | None = None,
+    source: Any,
+    text_col: Any = None,
+    text_pair_col: Any = None,
+    label_col: Any = None,
     label_list: Sequence[str] | None = None,
     regression: bool = False,
-    fmt: str | None = None,
     header: bool = True,
 ) -> tuple[list[TextExample], list[str] | None]:
-    """Read any CSV / TSV / JSONL file with a column mapping.
+    """Read a table (any source `bertforge.io.tables.open_table` takes) with a column mapping.
 
-    ``fmt``: "csv", "tsv" or "jsonl" (default: from the extension; ``.json`` is read as JSONL). TSV is read
-    GLUE-style (no quoting), CSV with standard quoting. Columns are header names (or integer positions when
-    ``header=False``); JSONL uses keys. Labels are kept as strings and collected into a sorted label list
-    unless ``label_list`` is given (then unknown labels raise). ``regression=True`` parses float labels and
-    returns ``None`` as the label list. Returns ``(examples, label_list)``.
-    """
-    p = require_file(path)
-    fmt = (fmt or p.suffix.lstrip(".")).lower()
-    if fmt == "json":
-        fmt = "jsonl"
-    if fmt not in ("csv", "tsv", "jsonl"):
-        raise BertforgeError(f"{p}: unknown format {fmt!r} (use csv, tsv or jsonl)")
+    Columns are names (or integer positions when ``header=False``); without ``text_col`` the usual ones are found
+    (``pick_columns``: text / text_pair, sentence1 / sentence2, ..., and a label column label, score, ...).
+    Labels are kept as strings and collected into a sorted label list unless ``label_list`` is given (then
+    unknown labels raise). ``regression=True`` parses float labels and returns ``None`` as the label list.
+    Returns ``(examples, label_list)``."""
+    table = open_table(source, header=header)
+    columns = pick_columns(table, text_col, text_pair_col, label_col)
+    return table_examples(table, columns, label_list, regression)
 
-    def records() -> Iterator[tuple[int, Callable[[str | int], object]]]:
-        if fmt == "jsonl":
-            for n, obj in jsonl_rows(p):
-                yield n, lambda k, obj=obj, n=n: _field_json(obj, k, _where(p, n))
-            return
-        rows = tsv_rows(p) if fmt == "tsv" else csv_rows(p, ",")
-        cols: dict[str | int, int] | None = None
-        width = None
-        for n, row in rows:
-            if cols is None:
-                if header:
-                    names = [h.strip() for h in row]
-                    cols, width = {h: i for i, h in enumerate(names)}, len(names)
-                    for c in (text_col, text_pair_col, label_col):
-                        if c is not None and c not in cols:
-                            raise BertforgeError(f"{_where(p, n)}: header has no column {c!r}")
-                    continue
-                cols, width = {}, len(row)
-            if len(row) != width:
-                raise BertforgeError(f"{_where(p, n)}: expected {width} columns, found {len(row)}")
-            yield n, lambda k, row=row, cols=cols: row[cols[k] if header else int(k)]
 
+def table_examples(table: Table, columns: Columns, label_list: Sequence[str] | None = None, regression: bool = False,
+                   label_ids: bool = False) -> tuple[list[TextExample], list[str] | None]:
+    """The examples of `table` in `columns` (`read_table`'s). `label_ids`: an integer label is an index into
+    `label_list` (the Hugging Face Hub's class labels; -1 there means unlabelled, as in GLUE's test splits)."""
     examples: list[TextExample] = []
     seen: set[str] = set()
-    for n, get in records():
-        where = _where(p, n)
+    for row in table:
+        where = row.where
         label: Label = None
-        if label_col is not None:
-            raw = get(label_col)
-            if regression:
-                label = float_label(raw, where)
-            elif label_list is not None:
-                label = class_label(str(raw), label_list, where)
-            else:
-                label = text_field(raw, where, f"label {label_col!r}")
-                if label.lower() in _MISSING or (isinstance(raw, float) and raw != raw):
-                    # pandas writes a missing label as NaN: it would become a class of its own
-                    raise BertforgeError(f"{where}: the label {label!r} is a missing value, not a class")
-                seen.add(label)
-        pair = None if text_pair_col is None else text_field(get(text_pair_col), where, f"text {text_pair_col!r}")
-        text = text_field(get(text_col), where, f"text {text_col!r}")
-        examples.append(TextExample(text, pair, label, guid=f"{p.stem}-{len(examples)}"))
-    if regression or label_col is None:
+        raw = None if columns.label is None else value(row, columns.label, required=not table.records)
+        if raw is None or (label_ids and raw == -1 and not isinstance(raw, bool)):
+            label = None
+        elif regression:
+            label = float_label(raw, where)
+        elif label_list is not None:
+            label = class_label(raw if label_ids and isinstance(raw, int) else str(raw), label_list, where)
+        else:
+            label = text_field(int(raw) if isinstance(raw, bool) else raw, where, f"label {columns.label!r}")
+            if label.lower() in _MISSING:  # pandas writes a missing label as NaN: it would become a class of its own
+                raise BertforgeError(f"{where}: the label {label!r} is a missing value, not a class")
+            seen.add(label)
+        pair = None if columns.pair is None else text_field(value(row, columns.pair), where, f"text {columns.pair!r}")
+        text = text_field(value(row, columns.text), where, f"text {columns.text!r}")
+        examples.append(TextExample(text, pair, label, guid=f"{table.stem}-{len(examples)}"))
+    if regression or columns.label is None:
         return examples, None
     return examples, list(label_list) if label_list is not None else _sorted_labels(seen)
-
-
-def _field_json(obj: dict, key: str | int, where: str) -> object:
-    if key not in obj:
-        raise BertforgeError(f"{where}: missing field {key!r}")
-    v = obj[key]
-    return int(v) if isinstance(v, bool) else v

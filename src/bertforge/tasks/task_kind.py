@@ -13,11 +13,12 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
+from bertforge.io.tables import SPLITS, find_split, is_splits, source_name, split_aliases
 from bertforge.tasks import squad as S
 from bertforge.tasks.batching import forward_rows, make_collate
 from bertforge.tasks.config import FinetuneConfig, default_max_len
 
-DEV_STEMS = ("dev", "dev_matched", "valid", "validation", "val", "eval")
+DEV_STEMS = SPLITS["dev"]
 
 
 @dataclass
@@ -35,7 +36,7 @@ class TaskKind:
     """The behaviour shared by every kind; subclasses fill in reading, encoding, scoring and predictions."""
 
     name = ""  # the model kind bertforge.tasks.models builds (and config.json's bertforge_task.kind)
-    extensions: tuple[str, ...] = ()  # data files looked for in a --data folder, in this order
+    extensions: tuple[str, ...] = ()  # data files looked for in a --data folder, in this order (then saved datasets)
     main_metric = "accuracy"
     label_column = "'label' column"  # named when a file has no labels
     splits_eval_file = False  # QA: with only an eval file, train on its first half (by article)
@@ -50,21 +51,30 @@ class TaskKind:
     # ---- data ----------------------------------------------------------------------------------------------------
     def data_files(self, split: str) -> list[str]:
         """Glob patterns of a split's file in a --data folder, most preferred first."""
-        stems = ("train",) if split == "train" else DEV_STEMS if split == "dev" else (split,)
-        return [stem + ext for stem in stems for ext in self.extensions]
+        return [stem + ext for stem in split_aliases(split) for ext in self.extensions]
 
-    def read(self, path: Path) -> list:
+    def split_source(self, data: Any, split: str, config: str | None = None) -> Any:
+        """The source of `split` ("train", "dev", "test") in `data` (a folder of splits, a hub dataset id with its
+        `config`, a DatasetDict...; `bertforge.io.tables.find_split`), None when it has no such split; `data` itself
+        when it is one table (a file, a saved Dataset, data in memory)."""
+        if not is_splits(data):
+            return data
+        return find_split(data, split, config=config, patterns=self.data_files(split))
+
+    def read(self, source: Any) -> list:
+        """Labelled examples from a file, a saved or hub dataset split, or data in memory."""
         raise NotImplementedError
 
-    def read_inputs(self, path: Path) -> list:
+    def read_inputs(self, source: Any) -> list:
         """Unlabelled examples for `predict` (bertforge.tasks.inputs lists the formats)."""
         raise NotImplementedError
 
     def has_label(self, example: Any) -> bool:
         return getattr(example, "label", None) is not None
 
-    def check(self, examples: list, path: Path, labelled: bool = True) -> None:
+    def check(self, examples: list, source: Any, labelled: bool = True) -> None:
         """At least one example and, for training and evaluation, a label on every one."""
+        path = source_name(source)
         if not examples:
             raise BertforgeError(f"{path}: no examples (an empty file, or only a header)")
         if not labelled:
@@ -75,7 +85,7 @@ class TaskKind:
         if unlabelled:
             raise BertforgeError(f"{path}: example {unlabelled[0] + 1} has no label ({self.label_column})")
 
-    def split(self, train: list, evaluation: list, eval_file: Path | None, training: bool) -> tuple[list, list]:
+    def split(self, train: list, evaluation: list, eval_file: Any, training: bool) -> tuple[list, list]:
         """The (train, eval) examples to use; only QA changes them (a dev file split by article)."""
         return train, evaluation
 

@@ -21,13 +21,14 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertforge.errors import BertforgeError
+from bertforge.families.family import CANONICAL_ENCODER
 from bertforge.model import Encoder
 from bertforge.tasks.batching import TRAIN_KEYS, make_collate, row_length
 
 
 def encoder_of(model: nn.Module) -> Encoder:
     """The Encoder inside a task model (`.bert`) or the model itself."""
-    enc = model if isinstance(model, Encoder) else getattr(model, "bert", None)
+    enc = model if isinstance(model, Encoder) else getattr(model, CANONICAL_ENCODER, None)
     if not isinstance(enc, Encoder):
         raise BertforgeError(f"{type(model).__name__} has no bertforge encoder to score heads on")
     return enc
@@ -35,14 +36,14 @@ def encoder_of(model: nn.Module) -> Encoder:
 
 def load_task_data(model_dir: str | Path, task: str, data: str | Path) -> tuple[nn.Module, Any, Any, Any, dict]:
     """A fine-tuned model and its labelled task data, encoded: (model, kind, encoded, labels, saved task)."""
-    from bertforge.model.folder import inspect_folder
+    from bertforge.model.folder import ModelFolder
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
     from bertforge.tasks.models import load_task_model
-    from bertforge.tokenization import Tokenizer
 
-    path = inspect_folder(model_dir).path
-    saved, labels = saved_task(path)
+    folder = ModelFolder.open(model_dir)
+    path = folder.path
+    saved, labels = saved_task(folder)
     if task not in (saved.get("name"), saved.get("kind")):
         raise BertforgeError(f"{path}: this model was fine-tuned for {saved.get('name')!r} "
                              f"({saved.get('kind')}), not --task {task!r}")
@@ -50,8 +51,8 @@ def load_task_data(model_dir: str | Path, task: str, data: str | Path) -> tuple[
     data = Path(data)
     examples = kind.read(data)
     kind.check(examples, data)
-    enc = kind.encode(examples, Tokenizer.from_pretrained(path))
-    model, saved, labels = load_task_model(path)
+    enc = kind.encode(examples, folder.tokenizer())
+    model, saved, labels = load_task_model(folder)
     return model, kind, enc, labels, saved
 
 

@@ -62,16 +62,18 @@ def _prune(args: argparse.Namespace) -> dict:
     import torch
 
     from bertforge.analysis.importance import (iterative_mask, load_task_data, prune_masked, short_finetune)
+    from bertforge.model.folder import ModelFolder
     from bertforge.tasks.models import save_task_model
-    from bertforge.tokenization import Tokenizer
 
     torch.manual_seed(0)
-    model, kind, enc, labels, saved = load_task_data(args.model, args.task, args.data)
+    folder = ModelFolder.open(args.model)
+    model, kind, enc, labels, saved = load_task_data(folder, args.task, args.data)
+    tokenizer = folder.tokenizer()
     eval_enc = enc
     if args.eval:
         examples = kind.read(Path(args.eval))
         kind.check(examples, Path(args.eval))
-        eval_enc = kind.encode(examples, Tokenizer.from_pretrained(args.model))
+        eval_enc = kind.encode(examples, tokenizer)
     before = kind.evaluate(model, eval_enc, args.batch_size)
     params_before = sum(p.numel() for p in model.parameters())
     secs_before = _forward_seconds(model, eval_enc, args.batch_size)
@@ -81,7 +83,7 @@ def _prune(args: argparse.Namespace) -> dict:
     after = kind.evaluate(model, eval_enc, args.batch_size)
     secs_after = _forward_seconds(model, eval_enc, args.batch_size)
     save_task_model(model, args.out, labels, {k: v for k, v in saved.items() if k != "kind"},
-                    tokenizer=Tokenizer.from_pretrained(args.model))
+                    tokenizer=tokenizer)
     total = int(mask.shape[0] * mask.shape[1])
     report = {"fraction": args.fraction, "heads_removed": int(total - mask.sum()), "heads_total": total,
               "removed": {str(k): v for k, v in removed.items()},

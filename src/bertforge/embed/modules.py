@@ -25,9 +25,10 @@ from bertforge.embed.encode import encode as encode_texts
 from bertforge.errors import BertforgeError
 from bertforge.io.read import read_json
 from bertforge.model.heads import mean_pool
-from bertforge.config import ModelConfig
+from bertforge.families import ENCODER
 from bertforge.model import Encoder
-from bertforge.model.onnx import OnnxModel, model_folder, onnx_file
+from bertforge.model.folder import ModelFolder
+from bertforge.model.onnx import OnnxModel
 from bertforge.tokenization import Tokenizer
 
 Features = dict[str, torch.Tensor]
@@ -84,19 +85,21 @@ class Transformer(nn.Module):
         return features
 
     @classmethod
-    def load(cls, path: Path, onnx: Path | None = None) -> "Transformer":
-        """The encoder in `path` (a quantised folder loads int8), or the exported graph `onnx` in onnxruntime."""
+    def load(cls, folder: ModelFolder, onnx: Path | None = None) -> "Transformer":
+        """The encoder in the opened model folder (a quantised folder loads int8), or the exported graph `onnx` in
+        onnxruntime."""
+        path = folder.path
         cfg = read_json(path / "sentence_bert_config.json") if (path / "sentence_bert_config.json").is_file() else {}
-        tok = Tokenizer.from_pretrained(path)
+        tok = folder.tokenizer()
         max_len = cfg.get("max_seq_length") or _tokenizer_max_length(path) or 512
         if onnx is None:
-            encoder = Encoder.from_pretrained(path)
+            encoder = Encoder.from_pretrained(folder)
         else:
             encoder = OnnxModel(onnx)
             if "last_hidden_state" not in encoder.output_names:
                 raise BertforgeError(f"{onnx}: the graph has no last_hidden_state output (exported by an older "
                                      "bertforge?); export the model again")
-            encoder.config = ModelConfig.from_file(path)  # the sizes Transformer and the pooling read
+            encoder.config = folder.config_for(ENCODER, verb="an encoder")  # the sizes Transformer and pooling read
         return cls(encoder, tok, max_len, bool(cfg.get("do_lower_case", False)))
 
     def save(self, path: Path) -> None:
@@ -332,16 +335,15 @@ class SentenceEncoder(nn.Sequential):
         return cls(*modules)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, pooling: str | Sequence[str] | None = None,
+    def from_pretrained(cls, path: "str | Path | ModelFolder", pooling: str | Sequence[str] | None = None,
                         normalize: bool | None = None) -> "SentenceEncoder":
-        """Load a sentence-transformers folder (modules.json) or a plain HF encoder dir (mean pooling).
+        """Load a sentence-transformers folder (modules.json) or a plain HF encoder dir (mean pooling); `path` may
+        be an opened model folder.
 
         `pooling` replaces the folder's pooling modes; `normalize` adds or removes a final Normalize.
         """
-        onnx = onnx_file(path)  # an exported folder (or one of its .onnx files) runs in onnxruntime
-        path = model_folder(path)
-        if not path.is_dir():
-            raise BertforgeError(f"{path}: model directory not found")
+        folder = ModelFolder.open(path)
+        onnx, path = folder.graph, folder.path  # an exported folder (or one of its .onnx files) runs in onnxruntime
         if (path / "modules.json").is_file():
             modules = []
             entries = read_json(path / "modules.json", expect=list)
@@ -350,11 +352,14 @@ class SentenceEncoder(nn.Sequential):
                 if kind not in _MODULE_TYPES:
                     raise BertforgeError(f"{path / 'modules.json'}: unsupported module type {entry.get('type')!r}")
                 sub = path / entry.get("path", "")
-                modules.append(Transformer.load(sub, onnx) if kind == "Transformer" else _MODULE_TYPES[kind].load(sub))
+                if kind == "Transformer":
+                    modules.append(Transformer.load(folder if sub == path else ModelFolder.open(sub), onnx))
+                else:
+                    modules.append(_MODULE_TYPES[kind].load(sub))
             if not isinstance(modules[0], Transformer):
                 raise BertforgeError(f"{path / 'modules.json'}: the first module must be a Transformer")
         else:
-            modules = [Transformer.load(path, onnx)]
+            modules = [Transformer.load(folder, onnx)]
             modules.append(Pooling(modules[0].dim, ["mean"]))
         if pooling is not None:
             new = Pooling(modules[0].dim, [pooling] if isinstance(pooling, str) else pooling)

@@ -20,10 +20,10 @@ from torch import nn
 
 from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write, atomic_write_text
-from bertforge.io.read import read_json
+from bertforge.model.folder import BILSTM_MODEL_TYPE as MODEL_TYPE
+from bertforge.model.folder import ModelFolder
 from bertforge.model.heads import task_output
 
-MODEL_TYPE = "bertforge-bilstm"
 ARCHITECTURE = "BertforgeBiLSTM"
 
 
@@ -90,15 +90,10 @@ class BiLSTMStudent(nn.Module):
         return path
 
 
-def is_bilstm_dir(path: str | Path) -> bool:
-    cfg = Path(path) / "config.json"
-    return cfg.is_file() and read_json(cfg).get("model_type") == MODEL_TYPE
-
-
-def load_bilstm(path: str | Path) -> tuple[BiLSTMStudent, dict[str, Any], list[str] | None]:
+def load_bilstm(path: "str | Path | ModelFolder") -> tuple[BiLSTMStudent, dict[str, Any], list[str] | None]:
     """(model in eval mode, task info, label names), as `tasks.models.load_task_model` returns them."""
-    path = Path(path)
-    config = read_json(path / "config.json")
+    folder = ModelFolder.open(path).require("bilstm", verb="a BiLSTM student")
+    path, config = folder.path, folder.config
     try:
         cfg = BiLSTMConfig(**config["bilstm"])
     except (KeyError, TypeError) as err:
@@ -112,9 +107,7 @@ def load_bilstm(path: str | Path) -> tuple[BiLSTMStudent, dict[str, Any], list[s
     if missing:
         raise BertforgeError(f"{weights}: tensor {missing[0]!r} is missing")
     model.load_state_dict(state)
-    id2label = config.get("id2label") or {}
-    labels = [id2label[str(i)] for i in range(len(id2label))] or None
-    return model.eval(), config["bertforge_task"], labels
+    return model.eval(), folder.task, folder.labels
 
 
 def student_from_teacher_embeddings(teacher: nn.Module, kind: str, num_labels: int, pad_token_id: int,

@@ -24,7 +24,6 @@ from torch.ao.quantization import (PerChannelMinMaxObserver, QConfig, default_dy
 
 from bertforge.model.checkpoint import INT8_WEIGHTS
 from bertforge.errors import BertforgeError
-from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write
 
 QUANT_FIELD = "bertforge_quantization"  # config.json: how the folder was quantised (also: "load me as int8")
@@ -47,16 +46,6 @@ class Int8Linear(DynamicLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, False).to(x.dtype)
-
-
-def int8_scheme(directory: str | Path) -> int:
-    """The int8 recipe a quantised folder was written with (`INT8_SCHEME`; 1 before the field existed)."""
-    field = read_json(Path(directory) / "config.json").get(QUANT_FIELD)
-    scheme = field.get("scheme", 1) if isinstance(field, dict) else 1
-    if scheme not in (1, 2):
-        raise BertforgeError(f"{directory}/config.json: {QUANT_FIELD}.scheme {scheme!r} is not one this bertforge "
-                             "knows (1, 2); quantise the fp32 model again")
-    return scheme
 
 
 def quantize_linears(model: nn.Module, keep_fp32: set[int], scheme: int = INT8_SCHEME) -> None:

@@ -18,22 +18,20 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
             progress: bool = True, precision: str = "fp32", compile: bool = False) -> list[dict[str, Any]]:
     """Predictions for every example in `input_path`, in input order, on `device` (fp32, or bf16 / fp16
     autocast; torch.compile'd with `compile`)."""
-    from bertforge.model.folder import inspect_folder
+    from bertforge.model.folder import ModelFolder
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
-    from bertforge.model.onnx import onnx_file
-    from bertforge.tokenization import Tokenizer
     from bertforge.training import resolve_device
     from bertforge.device import autocast, check_precision, compile_module, move_model
 
     run_on = resolve_device(device)  # a missing GPU or an impossible precision: before any reading
     check_precision(precision, run_on, allowed=("fp32", "bf16", "fp16"))
-    path = inspect_folder(model_dir).path
-    kind = kind_from_saved(path, *saved_task(path))
+    folder = ModelFolder.open(model_dir)
+    kind = kind_from_saved(folder.path, *saved_task(folder))
     examples = kind.read_inputs(Path(input_path))
     kind.check(examples, Path(input_path), labelled=False)  # before the model is loaded
-    enc = kind.encode(examples, Tokenizer.from_pretrained(path))
-    model = kind.load(onnx_file(model_dir) or path)
+    enc = kind.encode(examples, folder.tokenizer())
+    model = kind.load(folder)
     compile_module(move_model(model, run_on, f"--model {model_dir}"), compile)
     with autocast(run_on, precision):
         return kind.predict(model, enc, batch_size, progress)

@@ -23,6 +23,7 @@ from torch import nn
 
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.families.family import BLOCK_SPARSE, SLIDING_WINDOW
 from bertforge.model.attention import SelfAttention, attend
 from bertforge.model.sparse.bigbird import BigBirdSelfAttention
 from bertforge.model.sparse.layout import SparseLayout, SparseProjection, gather_rows
@@ -91,8 +92,8 @@ class LongformerSelfAttention(SparseProjection, SelfAttention):
 def sparse_self_attention(cfg: ModelConfig, attn_implementation: str, n_heads: int | None,
                           index: int) -> SelfAttention | None:
     """The self-attention of layer `index` of a sparse family, or None for full attention."""
-    if cfg.family.sparse == "longformer":
+    if cfg.family.sparse_attention == SLIDING_WINDOW:
         return LongformerSelfAttention(cfg, attn_implementation, n_heads, index)
-    if cfg.family.sparse == "big_bird":
+    if cfg.family.sparse_attention == BLOCK_SPARSE:
         return BigBirdSelfAttention(cfg, attn_implementation, n_heads, index)
     return None

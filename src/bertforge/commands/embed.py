@@ -108,7 +108,7 @@ def _device_options(p: argparse.ArgumentParser) -> None:
 def _device(args: argparse.Namespace):
     """--device resolved and --precision checked against it: the first thing a verb does (one line, nothing
     written). Kept on `args` for `_placed`."""
-    from bertforge.training import resolve_device
+    from bertforge.device import resolve_device
     from bertforge.device import check_precision
 
     if getattr(args, "_device", None) is None:

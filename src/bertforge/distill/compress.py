@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write, atomic_write_text, write_errors
+from bertforge.io.write import atomic_write, atomic_write_text, write_errors, write_json
 from bertforge.model import INT8_WEIGHTS, QUANT_FIELD, for_inference, save_int8
 from bertforge.model.folder import ModelFolder
 from bertforge.model.int8 import INT8_SCHEME, WEIGHT_RANGE
@@ -104,7 +104,7 @@ def quantize(model_dir: "str | Path | ModelFolder", out: str | Path, overwrite: 
                                "activations": "uint8 per batch, full range", "fp32_layers": "embeddings, "
                                "LayerNorms, task heads", "layout": "bertforge (not loadable in "
                                "transformers: use the fp32 model it came from there)"}
-        atomic_write_text(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")  # last: complete
+        write_json(out / "config.json", config, sort_keys=True)  # last: complete
         reloaded, _ = load_for_export(ModelFolder.open(out, "--out"), kind)
         int8 = _first_output(reloaded, kind, tok)
         if not torch.equal(int8, expected):  # what was saved must be what was quantised, bit for bit
@@ -238,7 +238,7 @@ def export_onnx(model_dir: "str | Path | ModelFolder", out: str | Path, int8: bo
     if fuse:  # traced from the fusable copy; `expected` above came from the model as it runs in PyTorch
         wrapper = _Exportable(_with_encoder(model, kind, for_export(encoder)), kind).eval()
     with claim_output_dir(out, resume=False, overwrite=overwrite, resume_flag=None, what="--out"):
-        # partial files carry the pid (fileio's temporary pattern): a killed export's are swept by the next claim
+        # partial files carry the pid (io.write's temporary pattern): a killed export's are swept by the next claim
         tmp = out / f".model.onnx.{os.getpid()}.partial.tmp"
         qtmp = out / f".model.int8.onnx.{os.getpid()}.partial.tmp"
         try:

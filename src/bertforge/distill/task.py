@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
-from bertforge.model.checkpoint import load_pretrained
+from bertforge.model.checkpoint import load_pretrained, read_tensors
 from bertforge.distill.init import check_same_vocab
 from bertforge.model.bilstm import BiLSTMStudent, augment, student_from_teacher_embeddings
 from bertforge.distill.losses import TeacherCache, soft_target_loss
@@ -165,7 +164,8 @@ def _student(cfg: TaskDistillConfig, teacher: nn.Module, teacher_tok: Tokenizer,
 
 def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     """Distil the fine-tuned teacher in `cfg.teacher` into `cfg.student` on `cfg.task`; returns the run record."""
-    from bertforge.training import ResumableLoader, Trainer, TrainConfig, resolve_device, set_seed
+    from bertforge.device import resolve_device
+    from bertforge.training import ResumableLoader, Trainer, TrainConfig, set_seed
     from bertforge.device import check_precision, default_precision
 
     if cfg.task not in TASK_KINDS:
@@ -238,7 +238,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
 
     def load_fn(m: nn.Module, d: Path) -> None:  # reads what save_fn wrote (checkpoints, the best model)
         if isinstance(m.student, BiLSTMStudent):
-            m.student.load_state_dict(load_file(str(Path(d) / "model.safetensors")))
+            m.student.load_state_dict(read_tensors(Path(d) / "model.safetensors"))
         elif missing := load_pretrained(m.student, d):
             raise BertforgeError(f"{d}: checkpoint lacks {missing[0]}")
 

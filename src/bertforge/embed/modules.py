@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertforge.model.checkpoint import atomic_write, atomic_write_text, save_pretrained
+from bertforge.io.write import write_json
+from bertforge.model.checkpoint import read_tensors, save_pretrained, write_tensors
 from bertforge.embed.encode import encode as encode_texts
 from bertforge.errors import BertforgeError
 from bertforge.io.read import read_json
@@ -43,10 +43,6 @@ POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len")  # ST's concatenation or
 _LEGACY_KEYS = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens",
                 "mean": "pooling_mode_mean_tokens", "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens"}
 _NEW_NAMES = {"cls": "cls", "max": "max", "mean": "mean", "mean_sqrt_len_tokens": "mean_sqrt_len"}
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
 class Transformer(nn.Module):
@@ -107,7 +103,7 @@ class Transformer(nn.Module):
             raise BertforgeError(f"{self.bert.file}: an ONNX graph runs in onnxruntime only; it cannot be trained or "
                                  "saved (use the PyTorch model it was exported from)")
         save_pretrained(self.bert, path, self.bert.config, tokenizer=self.tokenizer)
-        _write_json(path / "sentence_bert_config.json",
+        write_json(path / "sentence_bert_config.json",
                     {"max_seq_length": self.max_seq_length, "do_lower_case": self.do_lower_case})
 
 
@@ -181,7 +177,7 @@ class Pooling(nn.Module):
         return cls(dim, modes)
 
     def save(self, path: Path) -> None:
-        _write_json(path / "config.json", self.config())
+        write_json(path / "config.json", self.config())
 
 
 _ACTIVATIONS = {"Tanh": nn.Tanh, "Identity": nn.Identity, "ReLU": nn.ReLU, "GELU": nn.GELU, "Sigmoid": nn.Sigmoid}
@@ -214,7 +210,7 @@ class Dense(nn.Module):
         weights = path / "model.safetensors"
         if not weights.is_file():
             raise BertforgeError(f"{weights}: missing (only safetensors Dense weights are read)")
-        state = load_file(str(weights))
+        state = read_tensors(weights)
         try:
             dense.load_state_dict({k: v for k, v in state.items() if k.startswith("linear.")})
         except RuntimeError as err:
@@ -225,11 +221,11 @@ class Dense(nn.Module):
         path.mkdir(parents=True, exist_ok=True)
         act = "torch.nn.modules.linear.Identity" if self.activation_name == "Identity" else \
             f"torch.nn.modules.activation.{self.activation_name}"
-        _write_json(path / "config.json", {"in_features": self.linear.in_features,
+        write_json(path / "config.json", {"in_features": self.linear.in_features,
                                            "out_features": self.linear.out_features,
                                            "bias": self.linear.bias is not None, "activation_function": act})
-        tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        atomic_write(path / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+        write_tensors(path / "model.safetensors",
+                      {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()})
 
 
 class Normalize(nn.Module):
@@ -395,8 +391,8 @@ class SentenceEncoder(nn.Sequential):
             (path / sub).mkdir(parents=True, exist_ok=True)
             module.save(path / sub)
             entries.append({"idx": idx, "name": str(idx), "path": sub, "type": _TYPE_NAMES[type(module)]})
-        _write_json(path / "modules.json", entries)
-        _write_json(path / "config_sentence_transformers.json",
+        write_json(path / "modules.json", entries)
+        write_json(path / "config_sentence_transformers.json",
                     {"__version__": {"pytorch": torch.__version__, "bertforge": _version()},
                      "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"})
         return path

@@ -8,18 +8,17 @@ probability p_mask, and with probability p_ng an n-gram (n in 1..5) sampled from
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write, atomic_write_text
+from bertforge.io.write import write_json
+from bertforge.model.checkpoint import read_tensors, write_tensors
 from bertforge.model.folder import BILSTM_MODEL_TYPE as MODEL_TYPE
 from bertforge.model.folder import ModelFolder
 from bertforge.model.heads import task_output
@@ -76,8 +75,8 @@ class BiLSTMStudent(nn.Module):
         """model.safetensors, then config.json (the task fields `saved_task` reads), then the tokenizer."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        atomic_write(path / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+        write_tensors(path / "model.safetensors",
+                      {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()})
         if tokenizer is not None:
             tokenizer.save_pretrained(path)
         config: dict[str, Any] = {"model_type": MODEL_TYPE, "architectures": [ARCHITECTURE],
@@ -86,7 +85,7 @@ class BiLSTMStudent(nn.Module):
             names = labels or [f"LABEL_{i}" for i in range(self.num_labels)]
             config.update(id2label={str(i): n for i, n in enumerate(names)},
                           label2id={n: i for i, n in enumerate(names)}, num_labels=len(names))
-        atomic_write_text(path / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+        write_json(path / "config.json", config, sort_keys=True)
         return path
 
 
@@ -102,7 +101,7 @@ def load_bilstm(path: "str | Path | ModelFolder") -> tuple[BiLSTMStudent, dict[s
     weights = path / "model.safetensors"
     if not weights.is_file():
         raise BertforgeError(f"{path}: no model.safetensors")
-    state = load_file(str(weights))
+    state = read_tensors(weights)
     missing = sorted(set(model.state_dict()) - set(state))
     if missing:
         raise BertforgeError(f"{weights}: tensor {missing[0]!r} is missing")

@@ -14,7 +14,6 @@ them out.
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
 from pathlib import Path
@@ -28,7 +27,7 @@ from torch import nn
 from bertforge.errors import BertforgeError
 from bertforge.families import DECODER, ENCODER_DECODER, FAMILIES
 from bertforge.families.family import CANONICAL_ENCODER, LAYER
-from bertforge.io.write import atomic_write, atomic_write_text
+from bertforge.io.write import atomic_write, write_json
 
 log = logging.getLogger(__name__)
 
@@ -155,14 +154,28 @@ def save_pretrained(model: nn.Module, path: str | Path, cfg: Config, architectur
     """Write an HF-compatible directory; every file is written to a temporary name, then renamed."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tensors = hf_state_dict(model, cfg)
-    atomic_write(path / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+    write_tensors(path / "model.safetensors", hf_state_dict(model, cfg))
     config = cfg.to_hf_dict([architecture or cfg.family.base_architecture])
     config.update(extra_config or {})
-    atomic_write_text(path / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_json(path / "config.json", config, sort_keys=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
     return path
+
+
+# ---- safetensors files, for every writer of model weights ------------------------------------------------------
+def write_tensors(path: str | Path, tensors: dict[str, torch.Tensor], **metadata: str) -> None:
+    """`tensors` as a safetensors file at `path`, written atomically; its metadata says "format": "pt", as
+    transformers' files do (plus `metadata`)."""
+    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt", **metadata}))
+
+
+def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; one line for a file that is not one."""
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise BertforgeError(f"{path}: not a readable safetensors file ({err})") from None
 
 
 # ---- loading -----------------------------------------------------------------------------------------------------
@@ -171,11 +184,7 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], Path]:
     path = Path(path)
     st, pt = path / "model.safetensors", path / "pytorch_model.bin"
     if st.is_file():
-        try:
-            state = load_file(str(st))
-        except (SafetensorError, OSError, ValueError) as err:
-            raise BertforgeError(f"{st}: not a readable safetensors file ({err})") from None
-        source = st
+        state, source = read_tensors(st), st
     elif pt.is_file():
         try:
             state = torch.load(pt, map_location="cpu", weights_only=True)

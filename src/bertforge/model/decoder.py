@@ -6,7 +6,7 @@
     logits = ln_f(x) @ wte^T                    the output embedding is the input embedding (tied)
 
 Pre-LayerNorm blocks (unlike BERT's post-LN), learned absolute positions, one fused `c_attn` projection for
-Q/K/V. GPT-2 stores its projections as Conv1D ([in, out]); here they are nn.Linear and `bertforge.checkpoint`
+Q/K/V. GPT-2 stores its projections as Conv1D ([in, out]); here they are nn.Linear and `bertforge.model.checkpoint`
 transposes them, so a directory saved here loads in transformers' GPT2LMHeadModel unchanged and back.
 
 Generation drives `DecoderLM` through two calls (see `bertforge.generation`): `prefill(prompt)` runs the prompt

@@ -2,12 +2,12 @@
 
 Module names follow Hugging Face's `modeling_bert.py` (embeddings.word_embeddings,
 encoder.layer.N.attention.self.query, ...) so a BERT checkpoint maps one-to-one; the other families' names are
-translated in `bertforge.checkpoint`. Post-LN blocks (BERT): x = LN(x + Attn(x)); x = LN(x + FFN(x)). Pre-LN blocks
-(ModernBERT, `norm_position="pre"`): x = x + Attn(attn_norm(x)); x = x + FFN(mlp_norm(x)), and a final norm. The
-modern switches (rotary positions, GeGLU, no biases, sliding-window layers) are fields of `ModelConfig`; the
+translated in `bertforge.model.checkpoint`. Post-LN blocks (BERT): x = LN(x + Attn(x)); x = LN(x + FFN(x)). Pre-LN
+blocks (ModernBERT, `norm_position="pre"`): x = x + Attn(attn_norm(x)); x = x + FFN(mlp_norm(x)), and a final norm.
+The modern switches (rotary positions, GeGLU, no biases, sliding-window layers) are fields of `ModelConfig`; the
 layers below read them, so every family runs the same code.
-Longformer and BigBird (`Family.sparse`) are the same encoder too: `model.sparse.prepare` turns a batch into a
-`SparseLayout` that the layers get in place of the mask, and their self-attention is `long_attention` /
+Longformer and BigBird (`Family.sparse_attention`) are the same encoder too: `model.sparse.prepare` turns a batch
+into a `SparseLayout` that the layers get in place of the mask, and their self-attention is `long_attention` /
 `block_sparse` (chosen per layer in `EncoderAttention`).
 
 There is one forward pass. Its variants are chosen when a model is built, as transformers chooses attention

@@ -54,14 +54,15 @@ def _named(flag: str, path: Path) -> str:
     return f"{flag}{path}" if flag.endswith("=") or not flag else f"{flag} {path}"
 
 
-def onnx_file(path: str | Path) -> Path | None:
+def onnx_file(path: str | Path, flag: str = "--model") -> Path | None:
     """The ONNX graph a --model argument names, or None for a PyTorch model folder."""
     p = Path(path)
     if p.suffix == ".onnx":
         if not p.is_file():
-            raise BertforgeError(f"--model {p}: no such file")
+            raise BertforgeError(f"{_named(flag, p)}: no such file")
         if not (p.parent / "config.json").is_file():
-            raise BertforgeError(f"--model {p}: no config.json beside it (use the folder `bertforge export` wrote)")
+            raise BertforgeError(f"{_named(flag, p)}: an ONNX graph with no config.json beside it (use the folder "
+                                 "`bertforge export` wrote)")
         return p
     if (p / ONNX_FP32).is_file() and not any((p / w).is_file() for w in TORCH_WEIGHTS):
         return p / ONNX_FP32
@@ -87,7 +88,7 @@ class ModelFolder:
         if isinstance(name, ModelFolder):
             return name
         path = resolve_model_path(name, revision, flag)
-        graph = onnx_file(path)
+        graph = onnx_file(path, flag)
         folder = path.parent if path.suffix == ".onnx" else path
         if not (folder / "config.json").is_file() and (folder / "best" / "config.json").is_file():
             folder = folder / "best"

@@ -1,7 +1,7 @@
 """XLNet (Yang et al. 2019): a Transformer-XL encoder with two-stream attention, for permutation language modelling.
 
 Module and parameter names are transformers' `modeling_xlnet.py` (`word_embedding`, `mask_emb`,
-`layer.N.rel_attn.q`, ...), so an `XLNetLMHeadModel` checkpoint maps by one prefix (see bertforge.checkpoint).
+`layer.N.rel_attn.q`, ...), so an `XLNetLMHeadModel` checkpoint maps by one prefix (see bertforge.model.checkpoint).
 What differs from BERT's encoder:
 
   - No position table. Each layer scores query i against key j with three terms (Dai et al. 2019, Yang et al.):

@@ -1,6 +1,6 @@
 """Pretraining objectives: models whose `forward(**batch)` returns {"loss", scalar metrics}.
 
-Each objective subclasses (or holds) a `bertforge.heads` wrapper, so its parameters keep the canonical BERT names
+Each objective subclasses (or holds) a `bertforge.model.heads` wrapper, so its parameters keep the canonical BERT names
 (`bert.*`, `cls.*`) and `save_pretrained` writes a directory Hugging Face loads with no missing keys:
 
   MLMObjective(cfg, relation=None|"nsp"|"sop")  MLM (+ NSP / SOP)      -> BertForPreTraining / AlbertForPreTraining

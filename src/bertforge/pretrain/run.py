@@ -40,7 +40,8 @@ from bertforge.pretrain.report import curves_line, print_summary, setup_line, st
 from bertforge.pretrain import seq2seq as s2s
 from bertforge.pretrain.scoring import kind_for
 from bertforge.io.rundir import is_locked
-from bertforge.training import ResumableLoader, TrainConfig, Trainer, distributed_context, resolve_device
+from bertforge.device import resolve_device
+from bertforge.training import ResumableLoader, TrainConfig, Trainer, distributed_context
 from bertforge.training.distributed import init_distributed, is_distributed
 
 

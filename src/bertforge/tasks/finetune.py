@@ -10,7 +10,7 @@ the best checkpoint by the main metric), trainer checkpoints live in OUT/checkpo
 keeps its own folder OUT/run-K (same layout) while OUT gets the best run's model. Task specifics (reading,
 encoding, scoring) live in `bertforge.tasks.kinds`; the input data is read and checked before any model is loaded.
 
-OUT is claimed for the whole job (`bertforge.rundir`, once even with --runs): a second job on it is refused, a
+OUT is claimed for the whole job (`bertforge.io.rundir`, once even with --runs): a second job on it is refused, a
 folder holding an earlier run is refused unless `resume` or `overwrite`, the options and data fingerprint are
 recorded in OUT/run_options.json and a resume that changes what the checkpoints depend on is refused, naming the
 option; a job that fails before writing anything leaves no folder behind.
@@ -338,7 +338,7 @@ def train_one(cfg: FinetuneConfig, folder: ModelFolder, tokenizer, data: TaskDat
 # ---- evaluate a fine-tuned model ---------------------------------------------------------------------------------
 def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "dev") -> dict[str, float]:
     """Metrics of a fine-tuned directory on the task's `split` (dev, or test where a folder has one)."""
-    from bertforge.training import resolve_device
+    from bertforge.device import resolve_device
     from bertforge.device import autocast, check_precision, compile_module, move_model
 
     device = resolve_device(cfg.device)  # a missing GPU or an impossible precision: before any reading

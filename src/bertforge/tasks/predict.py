@@ -21,7 +21,7 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
     from bertforge.model.folder import ModelFolder
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
-    from bertforge.training import resolve_device
+    from bertforge.device import resolve_device
     from bertforge.device import autocast, check_precision, compile_module, move_model
 
     run_on = resolve_device(device)  # a missing GPU or an impossible precision: before any reading

@@ -27,7 +27,7 @@ from bertforge.io.write import atomic_write_text
 from bertforge.model.folder import ModelFolder
 from bertforge.tasks.config import FinetuneConfig
 from bertforge.tasks.examples import TextExample
-from bertforge.tasks.task_kind import Encoded, TaskKind
+from bertforge.tasks.kind_base import Encoded, TaskKind
 from bertforge.tasks.table import read_table
 
 METRICS = ("bleu", "rouge1", "rouge2", "rougeL")

@@ -1,6 +1,6 @@
-"""The shared training loop: `from bertforge.training import Trainer, TrainConfig, ResumableLoader`."""
+"""The shared training loop: `from bertforge.training import Trainer, TrainConfig, ResumableLoader` (devices and
+precisions are `bertforge.device`'s)."""
 
-from bertforge.device import resolve_device, to_device
 from bertforge.training.config import TrainConfig, parse_duration
 from bertforge.training.distributed import distributed_context
 from bertforge.training.loader import ResumableLoader, count_tokens
@@ -10,7 +10,7 @@ from bertforge.training.state import default_load_fn, default_save_fn, load_trai
 from bertforge.training.trainer import NonFiniteLoss, Trainer
 
 __all__ = [
-    "Trainer", "TrainConfig", "ResumableLoader", "parse_duration", "distributed_context", "to_device",
-    "WarmupLinearDecay", "WarmupStableDecay", "SCHEDULES", "build_schedule", "build_optimizer", "no_decay", "param_groups", "default_save_fn", "default_load_fn",
-    "load_trainer_state", "set_seed", "count_tokens", "resolve_device", "NonFiniteLoss",
+    "Trainer", "TrainConfig", "ResumableLoader", "parse_duration", "distributed_context", "WarmupLinearDecay",
+    "WarmupStableDecay", "SCHEDULES", "build_schedule", "build_optimizer", "no_decay", "param_groups",
+    "default_save_fn", "default_load_fn", "load_trainer_state", "set_seed", "count_tokens", "NonFiniteLoss",
 ]

@@ -1,6 +1,6 @@
 """Sparse long attention as an attention choice of the one encoder: Longformer's sliding window + global tokens.
 
-`Encoder.forward` calls `sparse.prepare` when the config's family is sparse (`Family.sparse`); it returns a
+`Encoder.forward` calls `sparse.prepare` when the config's family is sparse (`Family.sparse_attention`); it returns a
 `SparseLayout`, which travels down the layers in place of the boolean mask, and every layer's self-attention
 (`LongformerSelfAttention` here, `block_sparse.BigBirdSelfAttention`) reads it. The maths goes through
 `attention.attend` like every other attention, on blocks with the batch folded, so nothing T x T is built:

@@ -156,7 +156,7 @@ def test_the_teachers_config_json_is_read_once(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "open", counting_open)
     distill_task(TaskDistillConfig(teacher=tiny["teacher"], task="sst2", data=tiny["data"], out=tmp_path / "s",
                                    student="layers:2", max_steps=1, batch_size=16, progress=False))
-    assert reads == ["read_text"], reads
+    assert len(reads) == 1, reads
 
 
 @pytest.mark.parametrize("kind", ["classify", "tag"])

@@ -9,14 +9,13 @@ counted in a checkpoint. `config_from_dict` / `config_from_file` return whicheve
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from bertforge.errors import BertforgeError
 from bertforge.families import ENCODER_DECODER, FAMILIES, Family
-from bertforge.io.read import safetensors_shapes
+from bertforge.io.read import read_json, safetensors_shapes
 
 # config.json fields any PretrainedConfig dump holds (read and dropped: they describe the run or generation defaults,
 # not the network); a family with a strict schema (`Family.config_fields`) accepts them besides its own.
@@ -40,13 +39,7 @@ def read_config_json(path: str | Path) -> dict[str, Any]:
         path = path / "config.json"
     if not path.is_file():
         raise BertforgeError(f"{path}: no such file (a model directory needs config.json)")
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BertforgeError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(d, dict):
-        raise BertforgeError(f"{path}: not a JSON object")
-    return d
+    return read_json(path)
 
 
 class HFConfig:

@@ -82,7 +82,7 @@ class ModelConfig(HFConfig):
     attention_bias: bool = _DEFAULT.bias
     mlp_bias: bool = _DEFAULT.bias
     norm_bias: bool = _DEFAULT.bias
-    head_bias: bool = _DEFAULT.bias         # the MLM transform's dense layer (HF ModernBERT: classifier_bias)
+    head_bias: bool = _DEFAULT.bias      # the MLM transform's dense layer (HF ModernBERT: classifier_bias)
     decoder_bias: bool = True            # the MLM vocabulary bias
     local_attention: int | None = _DEFAULT.local_attention
     global_attn_every_n_layers: int = _DEFAULT.global_attn_every_n_layers
@@ -158,7 +158,7 @@ class ModelConfig(HFConfig):
             if getattr(self, name) != value:
                 raise BertforgeError(f"a {self.model_type} model cannot have {name}={getattr(self, name)!r} (its "
                                      f"checkpoint layout has {value!r}); the modern switches are model_type "
-                                     f"'modernbert'")
+                                     f"{' or '.join(repr(n) for n, f in FAMILIES.items() if f.bias_switches)}")
 
     @property
     def head_dim(self) -> int:

@@ -12,14 +12,15 @@ local path in `resolve_model_path`, the one hook where a name is turned into a f
 
 how its weights are stored (an exported ONNX graph to run in onnxruntime, `graph`: `model.onnx`; int8 weights
 written by `bertforge quantize`, `int8_weights`), its task and labels, and its parsed config (`model_config`: a
-ModelConfig or Seq2SeqConfig, checked against the weights' shapes). Every loader above takes the opened folder (or
-a path, which it opens), so a folder means the same to every verb and its config.json is read once. A path to a
-`.onnx` file names the folder beside it; a fine-tuning folder that keeps its model in `best/` (older bertforge
-versions) names that.
+ModelConfig or Seq2SeqConfig; `config_for` checks it against the weights' shapes before the first model is built,
+not at open, so a verb reports its data's problems first). Every loader above takes the opened folder (or a path,
+which it opens), so a folder means the same to every verb and its config.json is read once. A path to a `.onnx`
+file names the folder beside it; a fine-tuning folder that keeps its model in `best/` (older bertforge versions)
+names that.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +75,13 @@ class ModelFolder:
     path: Path                      # the folder with config.json and the tokenizer
     holds: str                      # one of HOLDS
     config: dict[str, Any]          # its config.json, as read
-    model_config: Any = None        # the parsed config (ModelConfig / Seq2SeqConfig), checked against the weights;
-    #                                 None for a BiLSTM student, or sentence-transformers modules with no config.json
+    model_config: Any = None        # the parsed config (ModelConfig / Seq2SeqConfig; `config_for` checks it
+    #                                 against the weights); None for a BiLSTM student, or sentence-transformers
+    #                                 modules with no config.json
     graph: Path | None = None       # an exported ONNX graph to run instead of PyTorch weights
     int8_weights: bool = False      # int8 weights on disk (`bertforge quantize`: model.int8.safetensors)
     flag: str = "--model"           # how messages name it
+    _checked: list = field(default_factory=list, repr=False, compare=False)  # model_config checked against weights
 
     @classmethod
     def open(cls, name: "str | Path | ModelFolder", flag: str = "--model",
@@ -99,11 +102,7 @@ class ModelFolder:
         else:
             raise BertforgeError(f"{_named(flag, folder)}: not a model directory (no config.json)")
         holds = _holds(folder, config)
-        parsed = None
-        if config and holds != "bilstm":
-            source = str(folder / "config.json")
-            parsed = config_from_dict(config, source)
-            check_against_weights(parsed, folder / "model.safetensors", source)
+        parsed = config_from_dict(config, str(folder / "config.json")) if config and holds != "bilstm" else None
         return cls(path=folder, holds=holds, config=config, model_config=parsed, graph=graph,
                    int8_weights=(folder / INT8_WEIGHTS).is_file(), flag=flag)
 
@@ -158,13 +157,16 @@ class ModelFolder:
         return Tokenizer.from_pretrained(self.path, vocab_size=vocab)
 
     def config_for(self, *stacks: str, verb: str = "this command") -> Any:
-        """The parsed config when the folder's family builds one of `stacks` (families.ENCODER, ...); else one
-        line saying what the folder holds."""
+        """A copy of the parsed config (each model built from the folder owns its own) when the folder's family
+        builds one of `stacks` (families.ENCODER, ...); else one line saying what the folder holds."""
         cfg = self.model_config
         if cfg is None or cfg.stack not in stacks:
             what = f"{cfg.model_type} model ({cfg.stack})" if cfg is not None else f"{self.kind} model"
             raise BertforgeError(f"{_named(self.flag, self.path)}: holds a {what}, not {verb}")
-        return cfg
+        if not self._checked:  # before the first model is built (not at open: a verb reads its data first)
+            check_against_weights(cfg, self.path / "model.safetensors", str(self.path / "config.json"))
+            self._checked.append(True)
+        return cfg.replace(extra=dict(cfg.extra))
 
     def require(self, *holds: str, verb: str = "this command") -> "ModelFolder":
         """The folder itself when it holds one of `holds`; else one line saying what it holds instead."""

@@ -22,9 +22,10 @@ MODEL_FILES = ("model.safetensors", "tokenizer.json", "tokenizer_config.json", "
                "vocab.txt", "best_metrics.json", "config.json")  # config.json last: a model is complete with it
 
 
-def saved_task(folder: ModelFolder) -> tuple[dict[str, Any], list[str] | None]:
-    """(bertforge_task, label names) of a fine-tuned model's opened folder, without loading its weights; one line
-    for a folder that holds none."""
+def saved_task(folder: "str | Path | ModelFolder") -> tuple[dict[str, Any], list[str] | None]:
+    """(bertforge_task, label names) of a fine-tuned model's folder (opened, or a path to open), without loading
+    its weights; one line for a folder that holds none."""
+    folder = ModelFolder.open(folder)
     task = folder.task
     if task is None or task.get("kind") not in set(TASK_KINDS.values()):
         raise BertforgeError(f"{folder.path / 'config.json'}: not a bertforge fine-tuned model (no bertforge_task "

@@ -40,7 +40,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
-from bertforge.model.checkpoint import atomic_write_text  # noqa: E402
+from bertforge.io.write import atomic_write_text  # noqa: E402
 from bertforge.model.dropout import torch_masks  # noqa: E402
 from bertforge.tasks.finetune import FinetuneConfig, finetune, make_collate, prepare, train_loader  # noqa: E402
 from bertforge.tokenization import Tokenizer  # noqa: E402

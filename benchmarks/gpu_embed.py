@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bertforge.embed import SentenceEncoder  # noqa: E402
-from bertforge.training import resolve_device  # noqa: E402
+from bertforge.device import resolve_device  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STS_TEST = ROOT.parent / "shared/data/glue/STS-B/original/sts-test.tsv"

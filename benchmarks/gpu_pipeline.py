@@ -37,7 +37,8 @@ from bertforge.pretrain.options import PretrainOptions
 from bertforge.pretrain.prepare import prepare_data, prepare_tokenizer
 from bertforge.pretrain.recipes import resolve
 from bertforge.pretrain.run import build_model
-from bertforge.training import ResumableLoader, TrainConfig, Trainer, resolve_device
+from bertforge.device import resolve_device
+from bertforge.training import ResumableLoader, TrainConfig, Trainer
 from bertforge.training.loader import batch_stream
 
 

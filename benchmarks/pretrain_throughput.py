@@ -155,7 +155,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="default: results/pretrain_throughput[_cuda].json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from bertforge.training import resolve_device
+    from bertforge.device import resolve_device
     device = resolve_device(args.device)
     args.out = args.out or str(Path(__file__).parent / "results" /
                                ("pretrain_throughput.json" if device.type == "cpu" else "pretrain_throughput_cuda.json"))

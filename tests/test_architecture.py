@@ -182,3 +182,66 @@ def test_one_mean_pool_and_one_json_reader():
     assert len(_definitions("mean_pool")) == 1, _definitions("mean_pool")
     assert [d for d in _definitions("_read_json") + _definitions("read_json")] == ["io/read.py"]
     assert _definitions("jsonl_rows") == ["io/read.py"]
+
+
+# ---- a family decides its own behaviour -------------------------------------------------------------------------
+# (module, literal) pairs where a family's name is another namespace's word, each said why; nothing else outside
+# families/ may spell a family's name.
+FAMILY_NAME_ALLOWED = {
+    # the ablation lab's tables are the papers' tables (`--table bert` is Devlin et al.'s Table 5, ...), and the
+    # arms they compare by name
+    ("lab/tables.py", "bert"), ("lab/tables.py", "roberta"), ("lab/tables.py", "albert"), ("lab/tables.py", "electra"),
+    # arms that run a paper's recipe as it is are named as that recipe (`ablate --arms electra`)
+    ("pretrain/ablation.py", "electra"), ("pretrain/ablation.py", "albert"), ("pretrain/ablation.py", "xlnet"),
+    ("pretrain/ablation.py", "roberta"),
+    # onnxruntime's optimiser names the op pattern it fuses "bert" (the pattern `model.onnx.for_export` writes)
+    ("distill/compress.py", "bert"),
+}
+
+
+def _family_names() -> set[str]:
+    """Every family's model_type: the file names of families/ (each file defines one family)."""
+    return {p.stem for p in (SRC / "families").glob("*.py")} - {"__init__", "family"}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def family_name_literals(root: Path = SRC) -> list[str]:
+    """`module:line: 'name'` for each string constant outside families/ (docstrings excluded) that is a family's
+    model_type, and not on the allow-list."""
+    names = _family_names()
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "families":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+                    and id(node) not in docs and (str(rel), node.value) not in FAMILY_NAME_ALLOWED):
+                found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_no_family_name_outside_families():
+    from bertforge.families import FAMILIES
+
+    assert _family_names() == set(FAMILIES)  # the file names are the model types
+    found = family_name_literals()
+    assert not found, ("behaviour that differs by family is a field of the family (families/), not a comparison "
+                       "with its name:\n" + "\n".join(found))
+
+
+def test_the_family_name_check_finds_a_comparison(tmp_path):
+    """The check above can fail: a module comparing model_type with a family's name is found, a docstring is not."""
+    (tmp_path / "families").mkdir()
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "head.py").write_text(
+        '"""roberta"""\ndef head(cfg):\n    """bert"""\n    return 1 if cfg.model_type == "roberta" else 2\n',
+        encoding="utf-8")
+    assert family_name_literals(tmp_path) == ["tasks/head.py:4: 'roberta'"]

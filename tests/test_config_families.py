@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import bertforge.model.checkpoint as checkpoint
-from bertforge.families import FAMILIES
+from bertforge.families import DECODER, ENCODER_DECODER, FAMILIES
 from bertforge.config import PRESETS, ModelConfig, compose, preset
 from bertforge.config.sizes import SIZES
 from bertforge.errors import BertforgeError
@@ -49,7 +49,8 @@ def test_presets_are_size_times_family_with_their_published_values():
         compose("gpt", "base")
 
 
-@pytest.mark.parametrize("recipe", [r for r in RECIPES if RECIPES[r].model_type in FAMILIES])  # (T5 / BART:
+@pytest.mark.parametrize("recipe", [r for r in RECIPES  # (T5 / BART:
+                                    if FAMILIES[RECIPES[r].model_type].stack != ENCODER_DECODER])
 def test_every_recipe_takes_its_family_settings_from_the_table(recipe):  # config.seq2seq, tests/test_seq2seq_*)
     r = RECIPES[recipe]
     fam = FAMILIES[r.model_type]
@@ -61,7 +62,7 @@ def test_every_recipe_takes_its_family_settings_from_the_table(recipe):  # confi
         assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size) == \
             (shape.layers, shape.hidden, fam.intermediate(shape.intermediate))
         # encoders get 512 positions (for longer fine-tuning inputs); a decoder's context is what it trains on
-        context = 128 if fam.decoder else 512 + cfg.position_offset
+        context = 128 if fam.stack == DECODER else 512 + cfg.position_offset
         assert cfg.vocab_size == 500 and cfg.max_position_embeddings == context
 
 
@@ -80,15 +81,24 @@ def test_albert_recipe_and_preset_agree():
 
 
 def test_hf_names_come_from_the_family_table():
-    from bertforge.tasks.models import HF_PREFIX
-    assert checkpoint.FAMILY_PREFIX == {"bert": "bert", "roberta": "roberta", "albert": "albert",
-                                        "distilbert": "distilbert", "electra": "electra", "xlnet": "transformer",
-                                        "gpt2": "transformer", "modernbert": "model", "longformer": "longformer",
-                                        "big_bird": "bert"}
-    assert checkpoint.BASE_ARCHITECTURE["distilbert"] == "DistilBertModel"
-    assert HF_PREFIX["roberta"] == "Roberta" and HF_PREFIX["distilbert"] == "DistilBert"
+    from bertforge.tasks.models import QuestionAnswering, SequenceClassifier
+    prefixes = {name: fam.weight_prefix for name, fam in FAMILIES.items() if fam.stack != ENCODER_DECODER}
+    assert prefixes == {"bert": "bert", "roberta": "roberta", "albert": "albert", "distilbert": "distilbert",
+                        "electra": "electra", "xlnet": "transformer", "gpt2": "transformer", "modernbert": "model",
+                        "longformer": "longformer", "big_bird": "bert"}
+    assert FAMILIES["distilbert"].base_architecture == "DistilBertModel"
+    assert FAMILIES["t5"].base_architecture == "T5ForConditionalGeneration"
     for name, fam in FAMILIES.items():
-        assert checkpoint.BASE_ARCHITECTURE[name] == HF_PREFIX[name] + "Model" == fam.base_architecture
+        if fam.stack != ENCODER_DECODER:
+            assert fam.base_architecture == fam.hf_prefix + "Model"
+    # a task model's class: transformers' where it has bertforge's layout, else bertforge's own name
+    cfg = preset("roberta-base", num_hidden_layers=1)
+    assert SequenceClassifier(cfg, 2).architecture == "RobertaForSequenceClassification"
+    distil = preset("distilbert-base", num_hidden_layers=1)
+    assert SequenceClassifier(distil, 2).architecture == "BertforgeSequenceClassifier"
+    assert QuestionAnswering(distil).architecture == "DistilBertForQuestionAnswering"
+    assert QuestionAnswering(preset("modernbert-base", num_hidden_layers=1)).architecture == \
+        "BertforgeQuestionAnswering"
 
 
 def test_checkpoint_does_not_import_model():

@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from bertforge.config import ModelConfig, compose, preset
 from bertforge.errors import BertforgeError
+from bertforge.families import DECODER
 from bertforge.model import DecoderLM, Encoder, KVCache, attend
 from bertforge.tokenization import Tokenizer
 
@@ -128,7 +129,7 @@ def test_causal_attend_matches_an_explicit_mask():
 
 def test_gpt2_is_a_family_of_the_one_config_system(hf_dir):
     cfg = ModelConfig.from_file(hf_dir)
-    assert (cfg.model_type, cfg.is_decoder, cfg.intermediate_size, cfg.max_position_embeddings,
+    assert (cfg.model_type, cfg.stack == DECODER, cfg.intermediate_size, cfg.max_position_embeddings,
             cfg.hidden_act, cfg.layer_norm_eps, cfg.bos_token_id, cfg.eos_token_id) == \
         ("gpt2", True, 80, 48, "gelu_new", 1e-5, 1, 2)
     assert ModelConfig.from_hf_dict(cfg.to_hf_dict()) == cfg

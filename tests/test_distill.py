@@ -126,6 +126,39 @@ def test_task_distillation_loss_falls_and_predict_evaluate_load_it(tiny, tmp_pat
     assert [p["label"] in ("0", "1") for p in preds] == [True, True]
 
 
+def test_the_teachers_config_json_is_read_once(tiny, tmp_path, monkeypatch):
+    """`distill task` opens its teacher folder once (model.folder.ModelFolder): config.json is read one time on
+    the way from the command to the loaded weights, however many parts (task record, labels, tokenizer check,
+    model config, int8 / ONNX decision) use it."""
+    import builtins
+    import pathlib
+
+    config = (tiny["teacher"] / "config.json").resolve()
+    reads: list[str] = []
+    originals = {name: getattr(pathlib.Path, name) for name in ("read_text", "read_bytes")}
+
+    def counting(name):
+        def read(self, *args, **kwargs):
+            if self.resolve() == config:
+                reads.append(name)
+            return originals[name](self, *args, **kwargs)
+        return read
+
+    for name in originals:
+        monkeypatch.setattr(pathlib.Path, name, counting(name))
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if isinstance(file, (str, pathlib.Path)) and pathlib.Path(file).resolve() == config:
+            reads.append("open")
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    distill_task(TaskDistillConfig(teacher=tiny["teacher"], task="sst2", data=tiny["data"], out=tmp_path / "s",
+                                   student="layers:2", max_steps=1, batch_size=16, progress=False))
+    assert len(reads) == 1, reads
+
+
 @pytest.mark.parametrize("kind", ["classify", "tag"])
 def test_bilstm_rows_give_the_same_outputs_alone_and_padded_in_a_batch(kind):
     from bertforge.model.bilstm import BiLSTMConfig, BiLSTMStudent

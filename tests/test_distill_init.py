@@ -52,7 +52,7 @@ def test_student_layer_choice_and_errors():
                        teacher.bert.encoder.layer[3].output.dense.weight)
     with pytest.raises(BertforgeError, match="within"):
         student_from_teacher(teacher, layers=[7])
-    with pytest.raises(BertforgeError, match="BERT teacher"):
+    with pytest.raises(BertforgeError, match="needs a bert teacher, not roberta"):
         student_from_teacher(PreTrainingModel(TEACHER.replace(model_type="roberta", pad_token_id=1), False))
     with pytest.raises(BertforgeError, match="unshared"):
         student_from_teacher(PreTrainingModel(TEACHER.replace(share_layers="all")))

@@ -326,7 +326,7 @@ def test_cli_malformed_input_is_one_line_error(base, tmp_path, cli, capsys):
     assert code == 2
     assert len(err.splitlines()) == 1 and "train.tsv:3" in err and "columns" in err
     code = cli(["predict", "--model", str(tmp_path / "nowhere"), "--input", str(data / "dev.tsv")])
-    assert code == 2 and "no config.json" in capsys.readouterr().err
+    assert code == 2 and "model directory not found" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -245,7 +245,7 @@ def test_a_failed_finetune_leaves_no_empty_folder(base, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(base, broken)
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
-    one_line(cli(*finetune_args(base.parent / "nowhere", data, tmp_path / "out")), "not a model directory")
+    one_line(cli(*finetune_args(base.parent / "nowhere", data, tmp_path / "out")), "model directory not found")
     one_line(cli(*finetune_args(broken, data, tmp_path / "out")), "model.safetensors")
     assert not (tmp_path / "out").exists()
     (tmp_path / "mine").mkdir()  # a folder the user made is theirs: emptied of our files, kept

@@ -14,7 +14,8 @@ from torch import nn
 
 from bertforge import cli
 from bertforge.errors import BertforgeError
-from bertforge.training import ResumableLoader, TrainConfig, Trainer, resolve_device
+from bertforge.device import resolve_device
+from bertforge.training import ResumableLoader, TrainConfig, Trainer
 from bertforge import device as dev
 from bertforge.training.loader import BackgroundBatches, batch_stream
 

@@ -114,7 +114,7 @@ def test_saved_checkpoint_loads_in_transformers_and_back(pair, tmp_path):
     back, info = HF_CLASS[kind].from_pretrained(tmp_path, output_loading_info=True)
     assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["architectures"] == [ours.config.family.architecture]
+    assert saved["architectures"] == [ours.config.family.head_classes["lm"]]
     src, mask, tgt = batch(ours.config.pad_token_id)
     with torch.no_grad():
         torch.testing.assert_close(back.eval()(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits,
@@ -192,7 +192,7 @@ def test_compose_and_presets():
     t5 = compose_seq2seq("t5", "tiny", vocab_size=100)
     assert (t5.d_model, t5.encoder_layers, t5.decoder_layers, t5.encoder_attention_heads, t5.encoder_ffn_dim) == \
         (128, 2, 2, 2, 512)
-    assert (t5.pad_token_id, t5.eos_token_id, t5.decoder_start_token_id, t5.family.norm) == (0, 1, 0, "rms")
+    assert (t5.pad_token_id, t5.eos_token_id, t5.decoder_start_token_id, t5.family.rms_norm) == (0, 1, 0, True)
     bart = seq2seq_preset("bart-base")
     assert (bart.d_model, bart.encoder_layers, bart.encoder_ffn_dim, bart.max_position_embeddings) == \
         (768, 6, 3072, 1024)

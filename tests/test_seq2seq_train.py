@@ -148,7 +148,7 @@ def test_bart_examples_target_the_text_and_permute_sentences(shards, bpe_tok):
     src = batch["input_ids"][0].tolist()
     assert src[0] == bpe_tok.cls_token_id and src[-1] == bpe_tok.sep_token_id and bpe_tok.mask_token_id in src
     with pytest.raises(BertforgeError, match="too short"):
-        Seq2SeqPretrainingDataset(corpus, "bart", seq_len=8)
+        Seq2SeqPretrainingDataset(corpus, "infilling", seq_len=8)
 
 
 def test_recipes_and_their_refusals(t5_tok, bpe_tok):

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from bertforge.errors import BertforgeError
-from bertforge.model import Encoder
+from bertforge.model import Encoder, ModelFolder
 from bertforge.tokenization import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -30,16 +30,13 @@ class AttentionMaps:
     truncated: bool = False   # the input was longer than the model's maximum and was cut
 
 
-def load_encoder(path: str | Path) -> tuple[Encoder, Tokenizer]:
+def load_encoder(path: "str | Path | ModelFolder") -> tuple[Encoder, Tokenizer]:
     """The encoder (eager attention, so probabilities exist) and tokenizer of any bertforge/HF checkpoint dir."""
-    path = Path(path)
-    if path.suffix == ".onnx" or (path.is_dir() and (path / "model.onnx").is_file()
-                                  and not any(path.glob("*.safetensors")) and not any(path.glob("*.bin"))):
-        raise BertforgeError(f"{path}: an ONNX export has no attention outputs; analyse the PyTorch checkpoint "
-                             "it was exported from")
-    if not path.is_dir():
-        raise BertforgeError(f"{path}: not a model directory")
-    return Encoder.from_pretrained(path, attn_implementation="eager"), Tokenizer.from_pretrained(path)
+    folder = ModelFolder.open(path)
+    if folder.graph is not None:
+        raise BertforgeError(f"{folder.graph}: an ONNX export has no attention outputs; analyse the PyTorch "
+                             "checkpoint it was exported from")
+    return Encoder.from_pretrained(folder, attn_implementation="eager"), folder.tokenizer()
 
 
 def token_strings(tokenizer: Tokenizer, ids: list[int]) -> list[str]:

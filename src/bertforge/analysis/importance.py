@@ -12,7 +12,6 @@ heads for `bertforge analyze importance` and chooses what `bertforge prune` remo
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,32 +21,34 @@ from tqdm.auto import tqdm
 
 from bertforge.errors import BertforgeError
 from bertforge.io.tables import source_name
+from bertforge.families.family import CANONICAL_ENCODER
 from bertforge.model import Encoder
 from bertforge.tasks.batching import TRAIN_KEYS, make_collate, row_length
 
 
 def encoder_of(model: nn.Module) -> Encoder:
     """The Encoder inside a task model (`.bert`) or the model itself."""
-    enc = model if isinstance(model, Encoder) else getattr(model, "bert", None)
+    enc = model if isinstance(model, Encoder) else getattr(model, CANONICAL_ENCODER, None)
     if not isinstance(enc, Encoder):
         raise BertforgeError(f"{type(model).__name__} has no bertforge encoder to score heads on")
     return enc
 
 
-def load_task_data(model_dir: str | Path, task: str, data: Any, split: str = "dev", data_config: str | None = None,
+def load_task_data(model_dir: Any, task: str, data: Any, split: str = "dev", data_config: str | None = None,
                    text_col: str | None = None, text_pair_col: str | None = None,
                    label_col: str | None = None) -> tuple[nn.Module, Any, Any, Any, dict]:
-    """A fine-tuned model and its labelled task data, encoded: (model, kind, encoded, labels, saved task). `data`
-    is one file (or table), or a folder of splits / a hub dataset whose `split` is read (the other of train and dev
-    where it has no such split); columns not named are the model's own where the data has them."""
-    from bertforge.model.folder import inspect_folder
+    """A fine-tuned model (a folder, or an opened `ModelFolder`) and its labelled task data, encoded: (model, kind,
+    encoded, labels, saved task). `data` is one file (or table), or a folder of splits / a hub dataset whose `split`
+    is read (the other of train and dev where it has no such split); columns not named are the model's own where
+    the data has them."""
+    from bertforge.model.folder import ModelFolder
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
     from bertforge.tasks.models import load_task_model
-    from bertforge.tokenization import Tokenizer
 
-    path = inspect_folder(model_dir).path
-    saved, labels = saved_task(path)
+    folder = ModelFolder.open(model_dir)
+    path = folder.path
+    saved, labels = saved_task(folder)
     if task not in (saved.get("name"), saved.get("kind")):
         raise BertforgeError(f"{path}: this model was fine-tuned for {saved.get('name')!r} "
                              f"({saved.get('kind')}), not --task {task!r}")
@@ -60,8 +61,8 @@ def load_task_data(model_dir: str | Path, task: str, data: Any, split: str = "de
         raise BertforgeError(f"{source_name(data)}: no {split} or {other} split (expected {kind.data_files(split)[0]})")
     examples = kind.read(source)
     kind.check(examples, source)
-    enc = kind.encode(examples, Tokenizer.from_pretrained(path))
-    model, saved, labels = load_task_model(path)
+    enc = kind.encode(examples, folder.tokenizer())
+    model, saved, labels = load_task_model(folder)
     return model, kind, enc, labels, saved
 
 

@@ -253,20 +253,21 @@ def explain_command(args: argparse.Namespace) -> int:
     from bertforge.analysis.explain import attribution_html, explain, plot_attribution
     from bertforge.device import move_model
     from bertforge.io.write import atomic_write_text, prepare_output_file
+    from bertforge.model.folder import ModelFolder
     from bertforge.tasks.models import load_task_model
-    from bertforge.tokenization import Tokenizer
 
     suffix = _suffix(args.out, (".png", ".html"))
     device = device_of(args)
     out = prepare_output_file(args.out)
-    model, _, labels = load_task_model(args.model)
+    folder = ModelFolder.open(args.model)
+    model, _, labels = load_task_model(folder)
     model = move_model(model, device, f"--model {args.model}")
     target = None
     if args.target is not None:
         if not labels or args.target not in labels:
             raise BertforgeError(f"--target {args.target!r} is not one of the model's labels ({labels})")
         target = labels.index(args.target)
-    attr = explain(model, Tokenizer.from_pretrained(args.model), args.text, labels, target, args.steps)
+    attr = explain(model, folder.tokenizer(), args.text, labels, target, args.steps)
     if suffix == ".png":
         _save(plot_attribution(attr), out)
     else:

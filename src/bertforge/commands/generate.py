@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_generate(args: argparse.Namespace) -> int:
     from bertforge.generation import GenerationConfig, load, stream
     from bertforge.generation.text import reads_source
-    from bertforge.training import resolve_device
+    from bertforge.device import resolve_device
     from bertforge.device import check_precision, default_precision, move_model, weight_dtype
 
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, greedy=args.greedy, temperature=args.temperature,

@@ -28,14 +28,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 def longify_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from bertforge.pretrain.longify import longify
     from bertforge.io.rundir import claim_output_dir
+    from bertforge.model.folder import ModelFolder
+    from bertforge.pretrain.longify import longify
 
-    if Path(args.out).resolve() == Path(args.model).resolve():
+    folder = ModelFolder.open(args.model)
+    if Path(args.out).resolve() == folder.path.resolve():
         raise BertforgeError(f"--out {args.out} is the --model directory; write the long model elsewhere")
     options = {"model": args.model, "max_length": args.max_length, "attention_window": args.attention_window}
     with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, options=options, resume_flag=None):
-        d = longify(args.model, args.max_length, args.out, args.attention_window)
+        d = longify(folder, args.max_length, args.out, args.attention_window)
     print(f"{d['out']}: {d['architecture']} from a {d['source']} model; positions {d['positions']}, attention "
           f"window {d['attention_window']} (global Q/K/V from the local ones)")
     print(f"next: bertforge pretrain --init-from {d['out']} --seq-len {d['max_length']} --recipe roberta "

@@ -31,9 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _blocks(cfg) -> str:
     """The layer layout in words (what a config's switches make of the blocks)."""
-    if cfg.is_decoder:
+    from bertforge.families import DECODER
+
+    if cfg.stack == DECODER:
         return f"pre-norm causal decoder, learned positions, {cfg.hidden_act} MLP"
-    if cfg.family.relative_positions:
+    if cfg.family.two_stream:
         return f"post-norm, relative positions (Transformer-XL, two streams), {cfg.hidden_act} MLP"
     return (f"{cfg.norm_position}-norm, {cfg.position_embedding_type} positions, "
             f"{'GeGLU' if cfg.gated_mlp else cfg.hidden_act} MLP"
@@ -44,10 +46,12 @@ def _blocks(cfg) -> str:
 
 def _sparse(cfg) -> str:
     """Longformer's / BigBird's attention in words ("" for full attention)."""
-    if cfg.family.sparse == "longformer":
+    from bertforge.families.family import BLOCK_SPARSE, SLIDING_WINDOW
+
+    if cfg.family.sparse_attention == SLIDING_WINDOW:
         windows = sorted(set(cfg.attention_window))
         return f", Longformer attention (window {'/'.join(map(str, windows))} + global tokens)"
-    if cfg.family.sparse == "big_bird" and cfg.attention_type == "block_sparse":
+    if cfg.family.sparse_attention == BLOCK_SPARSE and cfg.attention_type == "block_sparse":
         return (f", BigBird block-sparse attention (blocks of {cfg.block_size}: 3 window + 2 global + "
                 f"{cfg.num_random_blocks} random)")
     return ""
@@ -57,15 +61,13 @@ def describe(path: str | Path) -> dict:
     """What a checkpoint is, read from config.json, the safetensors header and the tokenizer files."""
     from safetensors import safe_open
 
+    from bertforge.families import DECODER, ENCODER
     from bertforge.model.checkpoint import read_state_dict
-    from bertforge.config import ModelConfig
-    from bertforge.tokenization import Tokenizer
+    from bertforge.model.folder import ModelFolder
 
-    path = Path(path)
-    if not path.is_dir():
-        raise BertforgeError(f"{path}: not a directory")
-    cfg = ModelConfig.from_file(path)
-    raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    folder = ModelFolder.open(path, "")
+    path, raw = folder.path, folder.config
+    cfg = folder.config_for(ENCODER, DECODER, verb="an encoder or decoder")
     st = path / "model.safetensors"
     if st.is_file():  # count parameters from the header: no need to load the weights
         try:
@@ -76,7 +78,7 @@ def describe(path: str | Path) -> dict:
     else:
         n_params = sum(t.numel() for t in read_state_dict(path)[0].values())
     try:
-        tok = Tokenizer.from_pretrained(path)
+        tok = folder.tokenizer()
         tokenizer = {"kind": tok.kind, "vocab_size": tok.vocab_size, "lowercase": tok.do_lower_case}
     except BertforgeError as err:
         tokenizer = {"error": str(err)}
@@ -116,13 +118,14 @@ def info(args: argparse.Namespace) -> int:
 def fill_mask_command(args: argparse.Namespace) -> int:
     from bertforge.analysis.fill_mask import fill_mask
     from bertforge.device import move_model
+    from bertforge.model.folder import ModelFolder
     from bertforge.model.heads import MaskedLM
-    from bertforge.tokenization import Tokenizer
 
     device = device_of(args)
-    model = MaskedLM.from_pretrained(args.model)  # first: a checkpoint that cannot fill masks is the error to report
+    folder = ModelFolder.open(args.model)
+    model = MaskedLM.from_pretrained(folder)  # first: a checkpoint that cannot fill masks is the error to report
     model = move_model(model, device, f"--model {args.model}")
-    tokenizer = Tokenizer.from_pretrained(args.model)
+    tokenizer = folder.tokenizer()
     results = fill_mask(model, tokenizer, args.text, args.top_k)
     if args.json:
         print(json.dumps([[c.__dict__ for c in cands] for cands in results], indent=2))

@@ -141,7 +141,9 @@ def _ablate_needs(args: argparse.Namespace) -> tuple[Need, ...]:
 
 
 def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules) -> None:
-    p.add_argument("--recipe", choices=list(recipes), default="bert", help="pretraining recipe (default: bert)")
+    from bertforge.pretrain.recipes import DEFAULT
+
+    p.add_argument("--recipe", choices=list(recipes), default=DEFAULT, help=f"pretraining recipe (default: {DEFAULT})")
     p.add_argument("--size", choices=sizes, default=None,
                    help="model size (default: bert-mini; bert-tiny for the built-in demo corpus)")
     p.add_argument("--objective", choices=objectives, help="override the recipe's objective")

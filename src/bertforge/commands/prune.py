@@ -76,20 +76,22 @@ def _prune(args: argparse.Namespace) -> dict:
     from bertforge.analysis.importance import (iterative_mask, load_task_data, prune_masked, short_finetune)
     from bertforge.device import move_model
     from bertforge.io.tables import is_splits
+    from bertforge.model.folder import ModelFolder
     from bertforge.tasks.models import save_task_model
-    from bertforge.tokenization import Tokenizer
 
     torch.manual_seed(args.seed)
+    folder = ModelFolder.open(args.model)
     columns = dict(data_config=args.data_config, text_col=args.text_col, text_pair_col=args.text_pair_col,
                    label_col=args.label_col)
-    model, kind, enc, labels, saved = load_task_data(args.model, args.task, args.data, split="train", **columns)
+    model, kind, enc, labels, saved = load_task_data(folder, args.task, args.data, split="train", **columns)
     model = move_model(model, device_of(args), f"--model {args.model}")
+    tokenizer = folder.tokenizer()
     eval_enc = enc
     evaluation = args.eval or (kind.split_source(args.data, "dev", args.data_config) if is_splits(args.data) else None)
     if evaluation is not None:
         examples = kind.read(evaluation)
         kind.check(examples, evaluation)
-        eval_enc = kind.encode(examples, Tokenizer.from_pretrained(args.model))
+        eval_enc = kind.encode(examples, tokenizer)
     before = kind.evaluate(model, eval_enc, args.batch_size, progress=args.progress)
     params_before = sum(p.numel() for p in model.parameters())
     secs_before = _forward_seconds(model, eval_enc, args.batch_size)
@@ -100,7 +102,7 @@ def _prune(args: argparse.Namespace) -> dict:
     after = kind.evaluate(model, eval_enc, args.batch_size, progress=args.progress)
     secs_after = _forward_seconds(model, eval_enc, args.batch_size)
     save_task_model(model, args.out, labels, {k: v for k, v in saved.items() if k != "kind"},
-                    tokenizer=Tokenizer.from_pretrained(args.model))
+                    tokenizer=tokenizer)
     total = int(mask.shape[0] * mask.shape[1])
     report = {"fraction": args.fraction, "heads_removed": int(total - mask.sum()), "heads_total": total,
               "removed": {str(k): v for k, v in removed.items()},

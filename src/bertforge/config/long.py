@@ -11,21 +11,27 @@ from __future__ import annotations
 from typing import Any
 
 from bertforge.errors import BertforgeError
+from bertforge.families import FAMILIES
+from bertforge.families.family import BLOCK_SPARSE, SLIDING_WINDOW
 from bertforge.families.longformer import WINDOW as LONGFORMER_WINDOW
 
 ATTENTION_TYPES = ("block_sparse", "original_full")  # BigBird's, as transformers names them
 
 
+def _families_with(pattern: str) -> str:
+    return " or ".join(repr(name) for name, fam in FAMILIES.items() if fam.sparse_attention == pattern)
+
+
 def normalise(cfg: Any) -> None:
     """Fill the family defaults into `cfg` (a ModelConfig) and check the long-attention fields; one line each."""
-    sparse = cfg.family.sparse
-    if sparse != "longformer" and cfg.attention_window is not None:
-        raise BertforgeError(f"attention_window is a Longformer setting; model_type {cfg.model_type!r} has none "
-                             "(use model_type 'longformer')")
-    if sparse != "big_bird" and cfg.attention_type is not None:
-        raise BertforgeError(f"attention_type is a BigBird setting; model_type {cfg.model_type!r} has none "
-                             "(use model_type 'big_bird')")
-    if sparse == "longformer":
+    sparse = cfg.family.sparse_attention
+    if sparse != SLIDING_WINDOW and cfg.attention_window is not None:
+        raise BertforgeError(f"attention_window is a Longformer setting (sliding-window attention); model_type "
+                             f"{cfg.model_type!r} has none (use model_type {_families_with(SLIDING_WINDOW)})")
+    if sparse != BLOCK_SPARSE and cfg.attention_type is not None:
+        raise BertforgeError(f"attention_type is a BigBird setting (block-sparse attention); model_type "
+                             f"{cfg.model_type!r} has none (use model_type {_families_with(BLOCK_SPARSE)})")
+    if sparse == SLIDING_WINDOW:
         window = LONGFORMER_WINDOW if cfg.attention_window is None else cfg.attention_window
         windows = [int(window)] * cfg.num_hidden_layers if isinstance(window, int) else [int(w) for w in window]
         if len(windows) != cfg.num_hidden_layers:
@@ -35,7 +41,7 @@ def normalise(cfg: Any) -> None:
         if bad:
             raise BertforgeError(f"attention_window {bad[0]} must be a positive even number of tokens")
         cfg.attention_window = windows
-    if sparse == "big_bird":
+    if sparse == BLOCK_SPARSE:
         cfg.attention_type = cfg.attention_type or "block_sparse"
         if cfg.attention_type not in ATTENTION_TYPES:
             raise BertforgeError(f"unknown attention_type {cfg.attention_type!r} (expected "

@@ -5,10 +5,10 @@ BERT, RoBERTa, ALBERT, DistilBERT and ELECTRA are the same encoder with differen
   - `share_layers`                   -> cross-layer parameter sharing (ALBERT)
   - `type_vocab_size` = 0            -> no token-type embeddings (DistilBERT)
   - `use_pooler` = False             -> no [CLS] pooler (DistilBERT, ELECTRA)
-  - `model_type` = "roberta"         -> position ids counted from padding_idx + 1
+  - `Family.positions_after_padding` -> position ids counted from padding_idx + 1 (RoBERTa)
 XLNet is a family of its own structure (relative positions, two-stream attention: `bertforge.model.xlnet`) whose
 shape fields are the same (hidden_size = d_model, intermediate_size = d_inner, ...); its config.json is XLNet's.
-GPT-2 ("gpt2") is the one decoder (`bertforge.model.decoder`): the same fields describe its shape (`is_decoder`).
+GPT-2 is the one decoder (`bertforge.model.decoder`; `stack` is families.DECODER): the same fields describe its shape.
 ModernBERT (Warner et al. 2024) is the same encoder with its switches turned the other way:
   - `norm_position` = "pre"          -> LN before each sub-block, a final LN (the first layer's input is the
                                         embedding LN's output, so it has no attention LN of its own)
@@ -17,32 +17,31 @@ ModernBERT (Warner et al. 2024) is the same encoder with its switches turned the
   - `attention_bias` / `mlp_bias` / `norm_bias` / `head_bias` = False -> no biases (the decoder keeps one)
   - `local_attention` = W, `global_attn_every_n_layers` = N -> every Nth layer (from 0) attends globally, the
                                         others within |i - j| <= W // 2 (Hugging Face's convention)
-Longformer and BigBird are the same encoder with sparse long attention (`Family.sparse`; fields in `config.long`):
+Longformer and BigBird are the same encoder with sparse long attention (`Family.sparse_attention`; fields in
+`config.long`):
   - `attention_window`                -> Longformer: a window per layer + global tokens of the caller's choice
   - `attention_type`, `block_size`, `num_random_blocks` -> BigBird: block-sparse window + global + random blocks
 Everything a family fixes lives in its file in `bertforge.families` (`FAMILIES`); shapes live in `config.sizes.SIZES`;
 a config is size x family (+ overrides): `compose("albert", "base")`, or a named preset such as
 `preset("albert-base")`. `to_hf_dict` / `from_hf_dict` translate to and from the family's Hugging Face `config.json`
-schema, which the family's file holds.
+schema, which the family's file holds (reading the file and checking it against the weights: `config.hf`).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Callable, ClassVar
 
 from bertforge.config import long as config_long
+from bertforge.config.hf import HFConfig, layer_counts
 from bertforge.config.sizes import SIZES
 from bertforge.errors import BertforgeError
-from bertforge.families import ACTIVATIONS, FAMILIES, MODEL_TYPES, Family
+from bertforge.families import ACTIVATIONS, DECODER, DEFAULT_FAMILY, ENCODER, FAMILIES, of_stack
 from bertforge.families.big_bird import BLOCK as BIGBIRD_BLOCK
 from bertforge.families.big_bird import RANDOM_BLOCKS as BIGBIRD_RANDOM
 from bertforge.families.family import TOKEN_IDS
 from bertforge.families.modernbert import layer_types
-from bertforge.io.read import safetensors_shapes
 
 SHARE_MODES = ("none", "all", "attention", "ffn")
 NORM_POSITIONS = ("post", "pre")
@@ -50,41 +49,46 @@ POSITION_TYPES = ("absolute", "rotary")
 # the families whose HF encoder takes is_decoder=True (a causal mask)
 CAUSAL_ENCODERS = tuple(name for name, fam in FAMILIES.items() if fam.causal_encoder)
 
-_BERT = FAMILIES["bert"]
+_DEFAULT = FAMILIES[DEFAULT_FAMILY]
 
 
 @dataclass
-class ModelConfig:
-    model_type: str = "bert"
-    vocab_size: int = _BERT.vocab_size
+class ModelConfig(HFConfig):
+    stacks: ClassVar[tuple[str, ...]] = (ENCODER, DECODER)
+    kept_fields: ClassVar[tuple[str, ...]] = ("id2label", "label2id", "problem_type", "num_labels",
+                                              "classifier_dropout", "bertforge_task")
+    what: ClassVar[str] = "an encoder or decoder"
+
+    model_type: str = DEFAULT_FAMILY
+    vocab_size: int = _DEFAULT.vocab_size
     hidden_size: int = 768
     num_hidden_layers: int = 12
     num_attention_heads: int = 12
     intermediate_size: int = 3072
-    hidden_act: str = _BERT.hidden_act
-    hidden_dropout_prob: float = _BERT.dropout
-    attention_probs_dropout_prob: float = _BERT.dropout
-    max_position_embeddings: int = _BERT.max_position_embeddings
-    type_vocab_size: int = _BERT.type_vocab_size
+    hidden_act: str = _DEFAULT.hidden_act
+    hidden_dropout_prob: float = _DEFAULT.dropout
+    attention_probs_dropout_prob: float = _DEFAULT.dropout
+    max_position_embeddings: int = _DEFAULT.max_position_embeddings
+    type_vocab_size: int = _DEFAULT.type_vocab_size
     initializer_range: float = 0.02
-    layer_norm_eps: float = _BERT.layer_norm_eps
-    pad_token_id: int = _BERT.pad_token_id
+    layer_norm_eps: float = _DEFAULT.layer_norm_eps
+    pad_token_id: int = _DEFAULT.pad_token_id
     embedding_size: int | None = None  # None -> hidden_size (no factorisation)
     share_layers: str = "none"
     use_pooler: bool = True
-    norm_position: str = _BERT.norm_position
-    position_embedding_type: str = _BERT.position_embedding_type
-    gated_mlp: bool = _BERT.gated_mlp
-    attention_bias: bool = _BERT.bias
-    mlp_bias: bool = _BERT.bias
-    norm_bias: bool = _BERT.bias
-    head_bias: bool = _BERT.bias         # the MLM transform's dense layer (HF ModernBERT: classifier_bias)
+    norm_position: str = _DEFAULT.norm_position
+    position_embedding_type: str = _DEFAULT.position_embedding_type
+    gated_mlp: bool = _DEFAULT.gated_mlp
+    attention_bias: bool = _DEFAULT.bias
+    mlp_bias: bool = _DEFAULT.bias
+    norm_bias: bool = _DEFAULT.bias
+    head_bias: bool = _DEFAULT.bias      # the MLM transform's dense layer (HF ModernBERT: classifier_bias)
     decoder_bias: bool = True            # the MLM vocabulary bias
-    local_attention: int | None = _BERT.local_attention
-    global_attn_every_n_layers: int = _BERT.global_attn_every_n_layers
-    rope_theta: float = _BERT.rope_theta
-    local_rope_theta: float = _BERT.local_rope_theta
-    initializer_cutoff_factor: float | None = _BERT.initializer_cutoff_factor
+    local_attention: int | None = _DEFAULT.local_attention
+    global_attn_every_n_layers: int = _DEFAULT.global_attn_every_n_layers
+    rope_theta: float = _DEFAULT.rope_theta
+    local_rope_theta: float = _DEFAULT.local_rope_theta
+    initializer_cutoff_factor: float | None = _DEFAULT.initializer_cutoff_factor
     # Heads left in each layer after pruning (None: num_attention_heads everywhere); bertforge layout only.
     heads_per_layer: list[int] | None = None
     # XLNet: relative distances beyond clamp_len share one encoding (-1: none); mems kept per layer (None: all).
@@ -106,8 +110,9 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.model_type not in FAMILIES:
-            raise BertforgeError(f"unknown model_type {self.model_type!r} (expected one of {', '.join(MODEL_TYPES)})")
+        if self.model_type not in self.families():
+            raise BertforgeError(f"unknown model_type {self.model_type!r} (expected one of "
+                                 f"{', '.join(self.families())})")
         if self.share_layers not in SHARE_MODES:
             raise BertforgeError(f"unknown share_layers {self.share_layers!r} (expected one of {', '.join(SHARE_MODES)})")
         if self.hidden_size % self.num_attention_heads:
@@ -153,16 +158,7 @@ class ModelConfig:
             if getattr(self, name) != value:
                 raise BertforgeError(f"a {self.model_type} model cannot have {name}={getattr(self, name)!r} (its "
                                      f"checkpoint layout has {value!r}); the modern switches are model_type "
-                                     f"'modernbert'")
-
-    @property
-    def family(self) -> Family:
-        return FAMILIES[self.model_type]
-
-    @property
-    def is_decoder(self) -> bool:
-        """A left-to-right decoder (GPT-2 layout, `bertforge.model.DecoderLM`), not an encoder."""
-        return self.family.decoder
+                                     f"{' or '.join(repr(n) for n, f in FAMILIES.items() if f.bias_switches)}")
 
     @property
     def head_dim(self) -> int:
@@ -174,6 +170,11 @@ class ModelConfig:
         return layer_types(self.num_hidden_layers, self.global_attn_every_n_layers, self.local_attention)
 
     @property
+    def learned_positions(self) -> bool:
+        """A learned table of absolute positions, so inputs are at most max_position_embeddings - offset long."""
+        return self.position_embedding_type == "absolute" and not self.family.relative_positions
+
+    @property
     def position_offset(self) -> int:
         """RoBERTa counts positions from padding_idx + 1 (so position 0..padding_idx are never used by tokens)."""
         return self.pad_token_id + 1 if self.family.positions_after_padding else 0
@@ -183,8 +184,8 @@ class ModelConfig:
 
     # ---- Hugging Face config.json: each family's schema lives in its file in bertforge.families -------------
     def to_hf_dict(self, architectures: list[str] | None = None) -> dict[str, Any]:
-        d = self.family.config_json(self)
-        if not self.family.decoder:  # bertforge's own switches ride along in an encoder's config.json
+        d = self.family.write_config(self)
+        if self.stack == ENCODER:  # bertforge's own switches ride along in an encoder's config.json
             d["tie_word_embeddings"] = True
             d["bertforge"] = {"share_layers": self.share_layers, "use_pooler": self.use_pooler}
             if self.heads_per_layer is not None:
@@ -195,36 +196,37 @@ class ModelConfig:
         return d
 
     @classmethod
-    def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> "ModelConfig":
-        model_type = d.get("model_type")
-        if model_type not in FAMILIES:
-            raise BertforgeError(f"{source}: unknown model_type {model_type!r} "
-                                 f"(bertforge reads {', '.join(MODEL_TYPES)})")
-        fam = FAMILIES[model_type]
-        known_extra = ("id2label", "label2id", "problem_type", "num_labels", "architectures",
-                       "classifier_dropout", "bertforge_task")
+    def kept(cls, fam, d: dict[str, Any]) -> dict[str, Any]:
+        kept = super().kept(fam, d)
         if fam.keeps_token_ids:  # special-token ids no ModelConfig field holds
-            known_extra += tuple(k for k in TOKEN_IDS if d.get(k) is not None)
-        extra = {k: d[k] for k in known_extra if k in d and k != "architectures"}
-        try:
-            return cls(**fam.config_settings(d, source, d.get("bertforge", {})), extra=extra)
-        except KeyError as err:
-            raise BertforgeError(f"{source}: missing field {err.args[0]!r} for model_type {model_type!r}") from None
+            kept.update({k: d[k] for k in TOKEN_IDS if d.get(k) is not None})
+        return kept
 
-    @classmethod
-    def from_file(cls, path: str | Path) -> "ModelConfig":
-        path = Path(path)
-        if path.is_dir():
-            path = path / "config.json"
-        if not path.is_file():
-            raise BertforgeError(f"{path}: no such file (a model directory needs config.json)")
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise BertforgeError(f"{path}: not valid JSON ({err})") from None
-        cfg = cls.from_hf_dict(d, source=str(path))
-        check_against_weights(cfg, path.parent / "model.safetensors", str(path))
-        return cfg
+    # ---- the check against the weights (config.hf.check_against_weights) ----------------------------------------
+    def positive_fields(self) -> tuple[str, ...]:
+        return ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings")
+
+    def size_fields(self) -> tuple[str, ...]:
+        return ("hidden_size", "intermediate_size")
+
+    def check_shapes(self, shapes: dict[str, tuple[int, ...]], refuse: Callable[[str, str], None]) -> None:
+        """The word and position tables' shapes, and as many layers as the file holds (fewer would load with the
+        rest silently dropped)."""
+        factorised = self.family.factorised and self.embedding_size
+        width = self.embedding_size if factorised else self.hidden_size
+        for name, shape in shapes.items():
+            if _WORDS.search(name) and len(shape) == 2:
+                if shape[0] != self.vocab_size:
+                    refuse("vocab_size", f"{shape[0]} word embeddings ({name})")
+                if shape[1] != width:
+                    refuse("embedding_size" if factorised else "hidden_size", f"width {shape[1]} ({name})")
+            if _POSITIONS.search(name) and len(shape) == 2 and shape[0] != self.max_position_embeddings:
+                refuse("max_position_embeddings", f"{shape[0]} positions ({name})")
+        counts = layer_counts(shapes, _LAYER_INDEX)
+        if self.share_layers == "none" and counts and self.num_hidden_layers not in counts.values():
+            prefix, count = max(counts.items(), key=lambda kv: kv[1])
+            refuse("num_hidden_layers", f"{count} layers ({prefix}.0 .. {prefix}.{count - 1})")
 
 
 # A learned table's name in any family's file: word / position embeddings, and the index of a layer.
@@ -233,65 +235,25 @@ _POSITIONS = re.compile(r"(^|\.)(position_embeddings|wpe)\.weight$")
 _LAYER_INDEX = re.compile(r"^(.*?(?:^|\.)(?:layer|layers|h))\.(\d+)\.")
 
 
-def check_against_weights(cfg: ModelConfig, weights: Path, source: str) -> None:
-    """Refuse a config.json whose shapes `weights` (a model.safetensors) does not have, reading only its header.
-
-    Runs before any model is built: a config claiming 100,000 layers or a vocabulary of 1e10 would otherwise
-    allocate gigabytes first, and fewer layers than the file holds would load with the rest silently dropped."""
-    for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                 "max_position_embeddings"):
-        if getattr(cfg, name) < 1:
-            raise BertforgeError(f"{source}: {name} must be at least 1, got {getattr(cfg, name)}")
-    if not weights.is_file():
-        return
-    shapes = safetensors_shapes(weights)
-
-    def refuse(field: str, held: str) -> None:
-        raise BertforgeError(f"{source}: {field} is {getattr(cfg, field)} but {weights.name} holds {held}; "
-                             "this config.json does not describe these weights")
-
-    factorised = cfg.family.factorised and cfg.embedding_size
-    width = cfg.embedding_size if factorised else cfg.hidden_size
-    for name, shape in shapes.items():
-        if _WORDS.search(name) and len(shape) == 2:
-            if shape[0] != cfg.vocab_size:
-                refuse("vocab_size", f"{shape[0]} word embeddings ({name})")
-            if shape[1] != width:
-                refuse("embedding_size" if factorised else "hidden_size", f"width {shape[1]} ({name})")
-        if _POSITIONS.search(name) and len(shape) == 2 and shape[0] != cfg.max_position_embeddings:
-            refuse("max_position_embeddings", f"{shape[0]} positions ({name})")
-    # A size beyond every dimension in the file is refused here, before it is allocated; a smaller mismatch is
-    # left to load_pretrained, whose message names the tensor and both shapes.
-    largest = max((n for shape in shapes.values() for n in shape), default=None)
-    for size_field in ("hidden_size", "intermediate_size"):
-        if largest is not None and getattr(cfg, size_field) > largest:
-            refuse(size_field, f"no tensor with a dimension of {getattr(cfg, size_field)} (the largest is {largest})")
-    layers: dict[str, set[int]] = {}
-    for name in shapes:
-        if m := _LAYER_INDEX.match(name):
-            layers.setdefault(m.group(1), set()).add(int(m.group(2)))
-    counts = {prefix: max(found) + 1 for prefix, found in layers.items()}
-    if cfg.share_layers == "none" and counts and cfg.num_hidden_layers not in counts.values():
-        prefix, count = max(counts.items(), key=lambda kv: kv[1])
-        refuse("num_hidden_layers", f"{count} layers ({prefix}.0 .. {prefix}.{count - 1})")
-
-
-# name -> (family, size, overrides): "bert-SIZE" for every size, then each family's published shapes (its file's
-# `presets`; the ones with overrides are shapes that are no BERT size).
+# name -> (family, size, overrides): "FAMILY-SIZE" for every size of the families whose presets the sizes are
+# (BERT's), then each family's published shapes (its file's `presets`; the ones with overrides are shapes that are
+# no BERT size).
+_FAMILIES = of_stack(ENCODER, DECODER)
 PRESETS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    **{f"bert-{size}": ("bert", size, {}) for size in SIZES},
-    **{name: (fam.model_type, size, overrides) for fam in FAMILIES.values()
+    **{f"{name}-{size}": (name, size, {}) for name, fam in _FAMILIES.items() if fam.every_size_preset
+       for size in SIZES},
+    **{name: (fam.model_type, size, overrides) for fam in _FAMILIES.values()
        for name, (size, overrides) in fam.presets.items()},
 }
 
 
 def compose(family: str, size: str, **overrides: Any) -> ModelConfig:
     """Size x family (+ overrides): the size's shape with everything the family fixes."""
-    if family not in FAMILIES:
-        raise BertforgeError(f"unknown model family {family!r} (choose from {', '.join(FAMILIES)})")
+    if family not in _FAMILIES:
+        raise BertforgeError(f"unknown model family {family!r} (choose from {', '.join(_FAMILIES)})")
     if size not in SIZES:
         raise BertforgeError(f"unknown model size {size!r} (choose from {', '.join(SIZES)})")
-    return ModelConfig(**{**FAMILIES[family].settings(), **SIZES[size].settings(FAMILIES[family]), **overrides})
+    return ModelConfig(**{**_FAMILIES[family].settings(), **SIZES[size].settings(_FAMILIES[family]), **overrides})
 
 
 def preset(name: str, **overrides: Any) -> ModelConfig:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bertforge.families import FAMILIES, Family
+from bertforge.families import DEFAULT_FAMILY, FAMILIES, Family
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Size:
     pretrain_lr: float
     pretrain_warmup: float
 
-    def settings(self, family: Family = FAMILIES["bert"]) -> dict[str, Any]:
+    def settings(self, family: Family = FAMILIES[DEFAULT_FAMILY]) -> dict[str, Any]:
         return dict(num_hidden_layers=self.layers, hidden_size=self.hidden, num_attention_heads=self.heads,
                     intermediate_size=family.intermediate(self.intermediate))
 

@@ -5,10 +5,12 @@ ranges; `Seq2SeqCollator` noises them (`data.noising`) with `mask_rng(seed, epoc
 every epoch (dynamic, as T5 and BART train) and a resumed run sees the same noise. Batches are
 {input_ids, attention_mask, labels} with labels -100 on padding: what `Seq2SeqLM.forward` takes.
 
-  t5    contiguous text packed across documents (a </s> at each join), `raw_length` tokens per example, chosen by
-        `noising.t5_lengths` so that the corrupted input, </s> included, fits `seq_len` (T5: 568 -> 512)
-  bart  blocks of whole sentences of one document, at most seq_len - 2 tokens (fairseq's "complete_doc" blocks; a
-        longer sentence is cut into pieces of that size), <s> ... </s> around the noised text and the target
+  span-corruption  (T5) contiguous text packed across documents (a </s> at each join), `raw_length` tokens per
+                   example, chosen by `noising.t5_lengths` so that the corrupted input, </s> included, fits
+                   `seq_len` (T5: 568 -> 512)
+  infilling        (BART) blocks of whole sentences of one document, at most seq_len - 2 tokens (fairseq's
+                   "complete_doc" blocks; a longer sentence is cut into pieces of that size), <s> ... </s> around the
+                   noised text and the target
 """
 from __future__ import annotations
 
@@ -24,7 +26,10 @@ from bertforge.data.masking import IGNORE_INDEX, mask_rng
 from bertforge.data.noising import BartNoise, SpanCorruption, t5_lengths
 from bertforge.errors import BertforgeError
 
-SEQ2SEQ_NOISES = ("t5", "bart")
+# T5's span corruption (text packed across documents) and BART's text infilling + sentence permutation (blocks of
+# one document's sentences).
+SPAN_CORRUPTION, INFILLING = "span-corruption", "infilling"
+SEQ2SEQ_NOISES = (SPAN_CORRUPTION, INFILLING)
 
 
 class Seq2SeqPretrainingDataset(PlannedDataset):
@@ -36,7 +41,7 @@ class Seq2SeqPretrainingDataset(PlannedDataset):
         if seq_len < 16:
             raise BertforgeError(f"--seq-len {seq_len} is too short for {noise} pretraining (at least 16)")
         self.corpus, self.noise, self.seq_len, self.seed, self.epoch = corpus, noise, int(seq_len), int(seed), 0
-        if noise == "t5":
+        if noise == SPAN_CORRUPTION:
             self.raw_length, self.target_length = t5_lengths(seq_len)
             builder = FullSentences(self.raw_length + 2)  # the builder keeps 2 slots for [CLS] / [SEP]: unused here
             self.plan = builder.plan(corpus, plan_rng(self.seed, 0))
@@ -136,12 +141,12 @@ def pad_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
 
 def make_noise(noise: str, tokenizer_ids: dict[str, Any], noise_density: float = 0.15,
                mean_span: float = 3.0) -> SpanCorruption | BartNoise:
-    """The noise function of `noise` ("t5": span corruption at `noise_density` with mean span `mean_span`;
-    "bart": infilling of `noise_density` of the tokens in Poisson(`mean_span`) spans + sentence permutation), for a
+    """The noise function of `noise` (SPAN_CORRUPTION: T5's, at `noise_density` with mean span `mean_span`;
+    INFILLING: BART's, `noise_density` of the tokens in Poisson(`mean_span`) spans + sentence permutation), for a
     tokenizer described by `tokenizer_ids` (sentinel_ids, eos_id; bos_id, mask_id)."""
-    if noise == "t5":
+    if noise == SPAN_CORRUPTION:
         return SpanCorruption(tokenizer_ids["sentinel_ids"], tokenizer_ids["eos_id"], noise_density, mean_span)
     if tokenizer_ids.get("mask_id") is None:
-        raise BertforgeError("bart pretraining needs a tokenizer with a <mask> token (byte-level BPE, --recipe bart)")
+        raise BertforgeError("text infilling needs a tokenizer with a <mask> token (byte-level BPE, as BART's)")
     return BartNoise(tokenizer_ids["bos_id"], tokenizer_ids["eos_id"], tokenizer_ids["mask_id"], noise_density,
                      mean_span)

@@ -84,9 +84,9 @@ class _Encoded:
 
 
 def _encode_documents(texts: list[str], tokenizer: Any, dtype: np.dtype) -> _Encoded:
-    # GPT-2's tokenizer: the sentences keep the spaces and paragraph breaks between them (a causal LM learns, and
-    # writes, the text as it stands; the masked-LM tokenizers encode each sentence on its own, as before).
-    keep_space = getattr(tokenizer, "kind", None) == "gpt2"
+    # A causal LM's tokenizer (GPT-2's): the sentences keep the spaces and paragraph breaks between them (it learns,
+    # and writes, the text as it stands; the masked-LM tokenizers encode each sentence on its own).
+    keep_space = bool(getattr(getattr(tokenizer, "layout", None), "keeps_spaces", False))
     per_doc = [split_sentences(t, keep_space=keep_space) for t in texts]
     flat = list(chain.from_iterable(per_doc))
     enc = tokenizer.encode_words(flat) if flat else []

@@ -30,12 +30,11 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write, atomic_write_text, write_errors
-from bertforge.io.read import read_json
+from bertforge.io.write import atomic_write, atomic_write_text, write_errors, write_json
 from bertforge.model import INT8_WEIGHTS, QUANT_FIELD, for_inference, save_int8
-from bertforge.model.folder import inspect_folder
+from bertforge.model.folder import ModelFolder
 from bertforge.model.int8 import INT8_SCHEME, WEIGHT_RANGE
-from bertforge.model.onnx import for_export, fusable, onnx_file
+from bertforge.model.onnx import for_export, fusable
 
 EXPORTABLE = ("encoder", "sentence-encoder", "classify", "regress", "tag", "qa")
 PARITY_TOL = 1e-4
@@ -53,11 +52,11 @@ def _copy_tree(src: Path, dst: Path, skip: set[str] = frozenset()) -> None:
         atomic_write(dst / rel, lambda tmp, f=f: shutil.copyfile(f, tmp))
 
 
-def _refuse_inference_only(src: Path, verb: str) -> None:
-    if onnx_file(src) is not None:
-        raise BertforgeError(f"--model {src}: already an ONNX export; {verb} the PyTorch model it came from")
-    if read_json(src / "config.json").get(QUANT_FIELD):
-        raise BertforgeError(f"--model {src}: already quantised; {verb} the fp32 model it came from"
+def _refuse_inference_only(folder: ModelFolder, verb: str) -> None:
+    if folder.graph is not None:
+        raise BertforgeError(f"--model {folder.path}: already an ONNX export; {verb} the PyTorch model it came from")
+    if folder.quantised:
+        raise BertforgeError(f"--model {folder.path}: already quantised; {verb} the fp32 model it came from"
                              + (" (and pass --int8)" if verb == "export" else ""))
 
 
@@ -78,19 +77,19 @@ def _weights_bytes(path: Path) -> int:
                if (path / name).is_file())
 
 
-def quantize(model_dir: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
+def quantize(model_dir: "str | Path | ModelFolder", out: str | Path, overwrite: bool = False) -> dict[str, Any]:
     """Write the dynamically int8-quantised model of `model_dir` to `out` (int8 weights on disk); returns its
     agreement with fp32 and the weight files' sizes."""
     from bertforge.io.rundir import claim_output_dir
 
-    src, out = Path(model_dir), Path(out)
-    kind = inspect_folder(src).kind
-    if kind in ("bilstm", "feature", "choice"):
+    folder, out = ModelFolder.open(model_dir), Path(out)
+    src, kind = folder.path, folder.kind
+    if kind in ("bilstm", "feature", "choice", "decoder", "encoder-decoder"):
         raise BertforgeError(f"--model {src}: a {kind} model cannot be quantised (quantize supports encoders, "
                              "sentence encoders and classify / regress / tag / qa task models)")
-    _refuse_inference_only(src, "quantise")
-    config = read_json(src / "config.json")
-    model, tok = load_for_export(src, kind)  # loads (and so checks) the model before anything is written
+    _refuse_inference_only(folder, "quantise")
+    config = dict(folder.config)
+    model, tok = load_for_export(folder, kind)  # loads (and so checks) the model before anything is written
     fp32 = _first_output(model, kind, tok)
     int8_model, saved = _int8_copy(model, kind)
     expected = _first_output(int8_model, kind, tok)
@@ -105,8 +104,8 @@ def quantize(model_dir: str | Path, out: str | Path, overwrite: bool = False) ->
                                "activations": "uint8 per batch, full range", "fp32_layers": "embeddings, "
                                "LayerNorms, task heads", "layout": "bertforge (not loadable in "
                                "transformers: use the fp32 model it came from there)"}
-        atomic_write_text(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")  # last: complete
-        reloaded, _ = load_for_export(out, kind)
+        write_json(out / "config.json", config, sort_keys=True)  # last: complete
+        reloaded, _ = load_for_export(ModelFolder.open(out, "--out"), kind)
         int8 = _first_output(reloaded, kind, tok)
         if not torch.equal(int8, expected):  # what was saved must be what was quantised, bit for bit
             raise BertforgeError(f"--out {out}: the saved int8 model differs from the quantised one by "
@@ -143,20 +142,19 @@ def output_names(kind: str, n: int) -> list[str]:
     return names[:n]
 
 
-def load_for_export(path: Path, kind: str) -> tuple[nn.Module, Any]:
-    """(model in eval mode, tokenizer) for a kind `export` supports."""
+def load_for_export(folder: ModelFolder, kind: str) -> tuple[nn.Module, Any]:
+    """(model in eval mode, tokenizer) of an opened model folder, for a kind `export` supports."""
     from bertforge.embed import SentenceEncoder
     from bertforge.model import Encoder
     from bertforge.tasks.models import load_task_model
-    from bertforge.tokenization import Tokenizer
 
     if kind == "sentence-encoder":
-        st = SentenceEncoder.from_pretrained(path)
+        st = SentenceEncoder.from_pretrained(folder)
         return st.eval(), st.tokenizer
-    tok = Tokenizer.from_pretrained(path)
+    tok = folder.tokenizer()
     if kind == "encoder":
-        return Encoder.from_pretrained(path).eval(), tok
-    return load_task_model(path)[0].eval(), tok
+        return Encoder.from_pretrained(folder).eval(), tok
+    return load_task_model(folder)[0].eval(), tok
 
 
 def _sample_batch(tok, max_len: int = 64) -> dict[str, torch.Tensor]:
@@ -210,20 +208,20 @@ def _optimise(path: Path, config) -> dict[str, int]:
     return counts
 
 
-def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opset: int = 17,
+def export_onnx(model_dir: "str | Path | ModelFolder", out: str | Path, int8: bool = False, opset: int = 17,
                 overwrite: bool = False) -> dict[str, Any]:
     """Export to `out`/model.onnx (+ model.int8.onnx), checked in onnxruntime; returns the parity record."""
     import onnxruntime  # noqa: F401 -- missing onnxruntime fails here, before the model is loaded
 
     from bertforge.io.rundir import claim_output_dir
 
-    src, out = Path(model_dir), Path(out)
-    kind = inspect_folder(src).kind
+    folder, out = ModelFolder.open(model_dir), Path(out)
+    src, kind = folder.path, folder.kind
     if kind not in EXPORTABLE:
         raise BertforgeError(f"--model {src}: a {kind} model cannot be exported to ONNX (export supports "
                              f"{', '.join(EXPORTABLE)} models)")
-    _refuse_inference_only(src, "export")
-    model, tok = load_for_export(src, kind)
+    _refuse_inference_only(folder, "export")
+    model, tok = load_for_export(folder, kind)
     wrapper = _Exportable(model, kind).eval()
     batch = _sample_batch(tok)
     args = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
@@ -240,7 +238,7 @@ def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opse
     if fuse:  # traced from the fusable copy; `expected` above came from the model as it runs in PyTorch
         wrapper = _Exportable(_with_encoder(model, kind, for_export(encoder)), kind).eval()
     with claim_output_dir(out, resume=False, overwrite=overwrite, resume_flag=None, what="--out"):
-        # partial files carry the pid (fileio's temporary pattern): a killed export's are swept by the next claim
+        # partial files carry the pid (io.write's temporary pattern): a killed export's are swept by the next claim
         tmp = out / f".model.onnx.{os.getpid()}.partial.tmp"
         qtmp = out / f".model.int8.onnx.{os.getpid()}.partial.tmp"
         try:

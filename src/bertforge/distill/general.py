@@ -32,6 +32,7 @@ from bertforge.distill.init import check_same_vocab, student_from_teacher
 from bertforge.distill.losses import cosine_loss, kd_loss
 from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write_text
+from bertforge.model.folder import ModelFolder
 from bertforge.model.heads import MaskedLM
 from bertforge.io.rundir import claim_output_dir
 from bertforge.tokenization import Tokenizer
@@ -177,13 +178,13 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
         raise BertforgeError(f"--out {out}: this run has finished (results.json); there is nothing to resume")
     if cfg.time_budget is not None:
         parse_duration(cfg.time_budget)  # a bad duration is refused before the corpus is read
-    teacher_dir = Path(cfg.teacher)
-    if not (teacher_dir / "config.json").is_file():
-        raise BertforgeError(f"--teacher {teacher_dir}: not a model directory (no config.json)")
-    if cfg.student_init is not None:
-        check_same_vocab(teacher_dir, Path(cfg.student_init))
-    tok = Tokenizer.from_pretrained(teacher_dir)
-    teacher = MaskedLM.from_pretrained(teacher_dir)
+    teacher_folder = ModelFolder.open(cfg.teacher, "--teacher")
+    teacher_dir = teacher_folder.path
+    tok = teacher_folder.tokenizer()
+    student_folder = None if cfg.student_init is None else ModelFolder.open(cfg.student_init, "--student-init")
+    if student_folder is not None:
+        check_same_vocab(tok, teacher_dir, student_folder)
+    teacher = MaskedLM.from_pretrained(teacher_folder)
     if tok.vocab_size != teacher.config.vocab_size:
         raise BertforgeError(f"--teacher {teacher_dir}: its tokenizer has {tok.vocab_size} pieces but the model "
                              f"{teacher.config.vocab_size}")
@@ -201,8 +202,8 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
         train_blocks, held_blocks = blocks[:-n_held], blocks[-n_held:]
     set_seed(cfg.seed)
     n_layers = cfg.student_layers or max(1, teacher.config.num_hidden_layers // 2)
-    if cfg.student_init is not None:
-        student = MaskedLM.from_pretrained(cfg.student_init)
+    if student_folder is not None:
+        student = MaskedLM.from_pretrained(student_folder)
     else:
         student = student_from_teacher(teacher, pick_layers(teacher.config.num_hidden_layers, n_layers))
         if cfg.random_init:

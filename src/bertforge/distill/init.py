@@ -14,8 +14,9 @@ from torch import nn
 
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.families import FAMILIES
 from bertforge.model.heads import MaskedLM
-from bertforge.model import Encoder
+from bertforge.model import Encoder, ModelFolder
 from bertforge.tokenization import Tokenizer
 
 
@@ -26,16 +27,17 @@ def student_from_teacher(teacher: nn.Module, layers: Sequence[int] | None = None
     """
     t_enc: Encoder = teacher if isinstance(teacher, Encoder) else teacher.bert
     t_cfg = t_enc.config
-    if t_cfg.model_type != "bert":
+    if t_cfg.family.distils_to is None:
         # DistilBERT counts positions from 0 and has no token types: a RoBERTa teacher's offset positions
         # (or an ALBERT / ELECTRA layout) would be copied into the wrong rows.
-        raise BertforgeError(f"a DistilBERT student needs a BERT teacher, not {t_cfg.model_type}")
+        teachers = [name for name, fam in FAMILIES.items() if fam.distils_to]
+        raise BertforgeError(f"a DistilBERT student needs a {' or '.join(teachers)} teacher, not {t_cfg.model_type}")
     if t_cfg.embedding_size != t_cfg.hidden_size or t_cfg.share_layers != "none":
         raise BertforgeError("a DistilBERT student needs a teacher with unfactorised embeddings and unshared layers")
     keep = list(layers) if layers is not None else list(range(0, t_cfg.num_hidden_layers, 2))
     if not keep or any(not 0 <= i < t_cfg.num_hidden_layers for i in keep):
         raise BertforgeError(f"layers {keep} are not all within the teacher's {t_cfg.num_hidden_layers} layers")
-    cfg = ModelConfig(model_type="distilbert", vocab_size=t_cfg.vocab_size, hidden_size=t_cfg.hidden_size,
+    cfg = ModelConfig(model_type=t_cfg.family.distils_to, vocab_size=t_cfg.vocab_size, hidden_size=t_cfg.hidden_size,
                       num_hidden_layers=len(keep), num_attention_heads=t_cfg.num_attention_heads,
                       intermediate_size=t_cfg.intermediate_size, hidden_act=t_cfg.hidden_act,
                       hidden_dropout_prob=t_cfg.hidden_dropout_prob,
@@ -61,11 +63,11 @@ def student_from_teacher(teacher: nn.Module, layers: Sequence[int] | None = None
     return student
 
 
-def check_same_vocab(teacher_dir: Path, student_dir: Path) -> None:
+def check_same_vocab(teacher: Tokenizer, teacher_dir: Path, student: ModelFolder) -> None:
     """Refuse a student whose tokenizer maps pieces to other ids than the teacher's (one line, before training):
     soft targets over another vocabulary, or teacher logits for other ids, would be silently meaningless."""
-    t, s = Tokenizer.from_pretrained(teacher_dir), Tokenizer.from_pretrained(student_dir)
-    if t.vocab_size != s.vocab_size or t.backend.get_vocab() != s.backend.get_vocab():
-        raise BertforgeError(f"--student {student_dir}: its vocabulary ({s.vocab_size} pieces) differs from the "
-                             f"teacher's ({t.vocab_size} pieces, {teacher_dir}); distillation needs the same "
+    s = student.tokenizer()
+    if teacher.vocab_size != s.vocab_size or teacher.backend.get_vocab() != s.backend.get_vocab():
+        raise BertforgeError(f"--student {student.path}: its vocabulary ({s.vocab_size} pieces) differs from the "
+                             f"teacher's ({teacher.vocab_size} pieces, {teacher_dir}); distillation needs the same "
                              "tokenizer")

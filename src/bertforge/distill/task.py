@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
-from bertforge.model.checkpoint import load_pretrained
+from bertforge.model.checkpoint import load_pretrained, read_tensors
 from bertforge.distill.init import check_same_vocab
 from bertforge.model.bilstm import BiLSTMStudent, augment, student_from_teacher_embeddings
 from bertforge.distill.losses import TeacherCache, soft_target_loss
@@ -35,7 +34,7 @@ from bertforge.io.rundir import claim_output_dir
 from bertforge.tasks.batching import TRAIN_KEYS, forward_rows, make_collate, row_length
 from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
 from bertforge.tasks.finetune import encode_data, read_examples, resolve_files
-from bertforge.model.folder import inspect_folder
+from bertforge.model.folder import ModelFolder
 from bertforge.tasks.folders import install_model, saved_task
 from bertforge.tasks.kinds import kind_for
 from bertforge.tasks.models import build_model, init_from_pretrained, load_task_model, save_task_model
@@ -146,28 +145,28 @@ class Distiller(nn.Module):
         return out
 
 
-def _student(cfg: TaskDistillConfig, teacher: nn.Module, teacher_dir: Path, kind: str, num_labels: int,
-             pad_id: int) -> nn.Module:
+def _student(cfg: TaskDistillConfig, teacher: nn.Module, teacher_tok: Tokenizer, teacher_dir: Path, kind: str,
+             num_labels: int) -> nn.Module:
     spec = cfg.student
     if spec == "bilstm":
-        return student_from_teacher_embeddings(teacher, kind, num_labels, pad_id, hidden_size=cfg.bilstm_hidden)
+        return student_from_teacher_embeddings(teacher, kind, num_labels, teacher_tok.pad_token_id,
+                                               hidden_size=cfg.bilstm_hidden)
     if spec.startswith("layers:"):
         try:
             n = int(spec.split(":", 1)[1])
         except ValueError:
             raise BertforgeError(f"--student {spec}: expected layers:N (N an integer), bilstm or a directory") from None
         return layer_student(teacher, kind, num_labels, n)
-    path = Path(spec)
-    if not (path / "config.json").is_file():
-        raise BertforgeError(f"--student {spec}: expected layers:N, bilstm or a model directory (no config.json)")
-    check_same_vocab(teacher_dir, path)
-    student, _ = init_from_pretrained(path, kind, num_labels)
+    folder = ModelFolder.open(spec, "--student")
+    check_same_vocab(teacher_tok, teacher_dir, folder)
+    student, _ = init_from_pretrained(folder, kind, num_labels)
     return student
 
 
 def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     """Distil the fine-tuned teacher in `cfg.teacher` into `cfg.student` on `cfg.task`; returns the run record."""
-    from bertforge.training import ResumableLoader, Trainer, TrainConfig, resolve_device, set_seed
+    from bertforge.device import resolve_device
+    from bertforge.training import ResumableLoader, Trainer, TrainConfig, set_seed
     from bertforge.device import check_precision, default_precision
 
     if cfg.task not in TASK_KINDS:
@@ -179,8 +178,9 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     if cfg.resume and (out / "results.json").is_file():  # before any long work
         raise BertforgeError(f"--out {out}: this run has finished (results.json); there is nothing to resume")
-    teacher_dir = inspect_folder(cfg.teacher, "--teacher").path
-    saved, labels = saved_task(teacher_dir)
+    teacher_folder = ModelFolder.open(cfg.teacher, "--teacher")
+    teacher_dir = teacher_folder.path
+    saved, labels = saved_task(teacher_folder)
     kind_name = TASK_KINDS[cfg.task]
     if saved.get("kind") != kind_name or (saved.get("name") in TASK_KINDS and saved.get("name") != cfg.task):
         raise BertforgeError(f"--teacher {teacher_dir} was fine-tuned for {saved.get('name')} ({saved.get('kind')}), "
@@ -194,8 +194,8 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     kind = kind_for(fcfg, saved, labels)
     files = resolve_files(fcfg, kind)
     train, evaluation = read_examples(fcfg, kind, files=files)  # every data problem before any model is loaded
-    tokenizer = Tokenizer.from_pretrained(teacher_dir)
-    teacher, _, _ = load_task_model(teacher_dir)
+    tokenizer = teacher_folder.tokenizer()
+    teacher, _, _ = load_task_model(teacher_folder)
     device = resolve_device(cfg.device)
     if cfg.precision is not None:
         check_precision(cfg.precision, device, allowed=("fp32", "bf16"))
@@ -203,7 +203,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     if cfg.teacher_precision == "bf16":
         teacher.to(torch.bfloat16)
     set_seed(cfg.seed)
-    student = _student(cfg, teacher, teacher_dir, kind_name, kind.num_labels, tokenizer.pad_token_id)
+    student = _student(cfg, teacher, tokenizer, teacher_dir, kind_name, kind.num_labels)
     bilstm = isinstance(student, BiLSTMStudent)
     precision = cfg.precision or ("fp32" if bilstm else default_precision(device))
     data = encode_data(fcfg, kind, train, evaluation, tokenizer)
@@ -239,7 +239,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
 
     def load_fn(m: nn.Module, d: Path) -> None:  # reads what save_fn wrote (checkpoints, the best model)
         if isinstance(m.student, BiLSTMStudent):
-            m.student.load_state_dict(load_file(str(Path(d) / "model.safetensors")))
+            m.student.load_state_dict(read_tensors(Path(d) / "model.safetensors"))
         elif missing := load_pretrained(m.student, d):
             raise BertforgeError(f"{d}: checkpoint lacks {missing[0]}")
 

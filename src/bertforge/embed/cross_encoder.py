@@ -17,6 +17,8 @@ import torch
 from bertforge.model.checkpoint import load_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.families import ENCODER
+from bertforge.model.folder import ModelFolder
 from bertforge.tasks.models import SequenceClassifier, encoder_config, save_task_model
 from bertforge.tokenization import Tokenizer
 from bertforge.device import INFERENCE_PRECISIONS, autocast, check_precision
@@ -53,12 +55,12 @@ class CrossEncoder(SequenceClassifier):
         return (logits.squeeze(-1) if self.num_labels == 1 else logits).numpy()
 
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> "CrossEncoder":
-        path = Path(path)
-        cfg = ModelConfig.from_file(path)
-        num_labels = int(cfg.extra.get("num_labels") or len(cfg.extra.get("id2label") or {}) or 1)
-        model = cls(cfg, Tokenizer.from_pretrained(path), num_labels)
-        load_pretrained(model, path, require=("classifier.",))
+    def from_pretrained(cls, path: "str | Path | ModelFolder") -> "CrossEncoder":
+        folder = ModelFolder.open(path)
+        cfg = folder.config_for(ENCODER, verb="a cross-encoder")
+        num_labels = int(cfg.extra.get("num_labels") or len(folder.labels or []) or 1)
+        model = cls(cfg, folder.tokenizer(), num_labels)
+        load_pretrained(model, folder.path, require=("classifier.",))
         return model.eval()
 
     def save_pretrained(self, path: str | Path) -> Path:

@@ -31,7 +31,8 @@ from tqdm.auto import tqdm
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder, for_inference
 from bertforge.device import check_precision, compile_module, pin
-from bertforge.model.onnx import ONNX_INT8, OnnxModel
+from bertforge.model.folder import ONNX_INT8
+from bertforge.model.onnx import OnnxModel
 
 _CHUNK = 16384  # texts tokenised and sorted together; bounds memory for very large inputs
 # One model call's fixed cost in padded tokens' worth of compute: MiniLM on a 2-core CPU, fp32, took 8 ms for one

@@ -17,17 +17,18 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertforge.model.checkpoint import atomic_write, atomic_write_text, save_pretrained
+from bertforge.io.write import write_json
+from bertforge.model.checkpoint import read_tensors, save_pretrained, write_tensors
 from bertforge.embed.encode import encode as encode_texts
 from bertforge.errors import BertforgeError
 from bertforge.io.read import read_json
 from bertforge.model.heads import mean_pool
-from bertforge.config import ModelConfig
+from bertforge.families import ENCODER
 from bertforge.model import Encoder
-from bertforge.model.onnx import OnnxModel, model_folder, onnx_file
+from bertforge.model.folder import ModelFolder
+from bertforge.model.onnx import OnnxModel
 from bertforge.tokenization import Tokenizer
 
 Features = dict[str, torch.Tensor]
@@ -42,10 +43,6 @@ POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len")  # ST's concatenation or
 _LEGACY_KEYS = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens",
                 "mean": "pooling_mode_mean_tokens", "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens"}
 _NEW_NAMES = {"cls": "cls", "max": "max", "mean": "mean", "mean_sqrt_len_tokens": "mean_sqrt_len"}
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
 class Transformer(nn.Module):
@@ -84,19 +81,21 @@ class Transformer(nn.Module):
         return features
 
     @classmethod
-    def load(cls, path: Path, onnx: Path | None = None) -> "Transformer":
-        """The encoder in `path` (a quantised folder loads int8), or the exported graph `onnx` in onnxruntime."""
+    def load(cls, folder: ModelFolder, onnx: Path | None = None) -> "Transformer":
+        """The encoder in the opened model folder (a quantised folder loads int8), or the exported graph `onnx` in
+        onnxruntime."""
+        path = folder.path
         cfg = read_json(path / "sentence_bert_config.json") if (path / "sentence_bert_config.json").is_file() else {}
-        tok = Tokenizer.from_pretrained(path)
+        tok = folder.tokenizer()
         max_len = cfg.get("max_seq_length") or _tokenizer_max_length(path) or 512
         if onnx is None:
-            encoder = Encoder.from_pretrained(path)
+            encoder = Encoder.from_pretrained(folder)
         else:
             encoder = OnnxModel(onnx)
             if "last_hidden_state" not in encoder.output_names:
                 raise BertforgeError(f"{onnx}: the graph has no last_hidden_state output (exported by an older "
                                      "bertforge?); export the model again")
-            encoder.config = ModelConfig.from_file(path)  # the sizes Transformer and the pooling read
+            encoder.config = folder.config_for(ENCODER, verb="an encoder")  # the sizes Transformer and pooling read
         return cls(encoder, tok, max_len, bool(cfg.get("do_lower_case", False)))
 
     def save(self, path: Path) -> None:
@@ -104,7 +103,7 @@ class Transformer(nn.Module):
             raise BertforgeError(f"{self.bert.file}: an ONNX graph runs in onnxruntime only; it cannot be trained or "
                                  "saved (use the PyTorch model it was exported from)")
         save_pretrained(self.bert, path, self.bert.config, tokenizer=self.tokenizer)
-        _write_json(path / "sentence_bert_config.json",
+        write_json(path / "sentence_bert_config.json",
                     {"max_seq_length": self.max_seq_length, "do_lower_case": self.do_lower_case})
 
 
@@ -178,7 +177,7 @@ class Pooling(nn.Module):
         return cls(dim, modes)
 
     def save(self, path: Path) -> None:
-        _write_json(path / "config.json", self.config())
+        write_json(path / "config.json", self.config())
 
 
 _ACTIVATIONS = {"Tanh": nn.Tanh, "Identity": nn.Identity, "ReLU": nn.ReLU, "GELU": nn.GELU, "Sigmoid": nn.Sigmoid}
@@ -211,7 +210,7 @@ class Dense(nn.Module):
         weights = path / "model.safetensors"
         if not weights.is_file():
             raise BertforgeError(f"{weights}: missing (only safetensors Dense weights are read)")
-        state = load_file(str(weights))
+        state = read_tensors(weights)
         try:
             dense.load_state_dict({k: v for k, v in state.items() if k.startswith("linear.")})
         except RuntimeError as err:
@@ -222,11 +221,11 @@ class Dense(nn.Module):
         path.mkdir(parents=True, exist_ok=True)
         act = "torch.nn.modules.linear.Identity" if self.activation_name == "Identity" else \
             f"torch.nn.modules.activation.{self.activation_name}"
-        _write_json(path / "config.json", {"in_features": self.linear.in_features,
+        write_json(path / "config.json", {"in_features": self.linear.in_features,
                                            "out_features": self.linear.out_features,
                                            "bias": self.linear.bias is not None, "activation_function": act})
-        tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        atomic_write(path / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+        write_tensors(path / "model.safetensors",
+                      {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()})
 
 
 class Normalize(nn.Module):
@@ -332,16 +331,15 @@ class SentenceEncoder(nn.Sequential):
         return cls(*modules)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, pooling: str | Sequence[str] | None = None,
+    def from_pretrained(cls, path: "str | Path | ModelFolder", pooling: str | Sequence[str] | None = None,
                         normalize: bool | None = None) -> "SentenceEncoder":
-        """Load a sentence-transformers folder (modules.json) or a plain HF encoder dir (mean pooling).
+        """Load a sentence-transformers folder (modules.json) or a plain HF encoder dir (mean pooling); `path` may
+        be an opened model folder.
 
         `pooling` replaces the folder's pooling modes; `normalize` adds or removes a final Normalize.
         """
-        onnx = onnx_file(path)  # an exported folder (or one of its .onnx files) runs in onnxruntime
-        path = model_folder(path)
-        if not path.is_dir():
-            raise BertforgeError(f"{path}: model directory not found")
+        folder = ModelFolder.open(path)
+        onnx, path = folder.graph, folder.path  # an exported folder (or one of its .onnx files) runs in onnxruntime
         if (path / "modules.json").is_file():
             modules = []
             entries = read_json(path / "modules.json", expect=list)
@@ -350,11 +348,14 @@ class SentenceEncoder(nn.Sequential):
                 if kind not in _MODULE_TYPES:
                     raise BertforgeError(f"{path / 'modules.json'}: unsupported module type {entry.get('type')!r}")
                 sub = path / entry.get("path", "")
-                modules.append(Transformer.load(sub, onnx) if kind == "Transformer" else _MODULE_TYPES[kind].load(sub))
+                if kind == "Transformer":
+                    modules.append(Transformer.load(folder if sub == path else ModelFolder.open(sub), onnx))
+                else:
+                    modules.append(_MODULE_TYPES[kind].load(sub))
             if not isinstance(modules[0], Transformer):
                 raise BertforgeError(f"{path / 'modules.json'}: the first module must be a Transformer")
         else:
-            modules = [Transformer.load(path, onnx)]
+            modules = [Transformer.load(folder, onnx)]
             modules.append(Pooling(modules[0].dim, ["mean"]))
         if pooling is not None:
             new = Pooling(modules[0].dim, [pooling] if isinstance(pooling, str) else pooling)
@@ -390,8 +391,8 @@ class SentenceEncoder(nn.Sequential):
             (path / sub).mkdir(parents=True, exist_ok=True)
             module.save(path / sub)
             entries.append({"idx": idx, "name": str(idx), "path": sub, "type": _TYPE_NAMES[type(module)]})
-        _write_json(path / "modules.json", entries)
-        _write_json(path / "config_sentence_transformers.json",
+        write_json(path / "modules.json", entries)
+        write_json(path / "config_sentence_transformers.json",
                     {"__version__": {"pytorch": torch.__version__, "bertforge": _version()},
                      "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"})
         return path

@@ -5,10 +5,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertforge.model.checkpoint import load_pretrained
+from bertforge.model.checkpoint import load_pretrained, read_tensors, write_tensors
 from bertforge.embed.data import Dataset, Example
 from bertforge.embed.losses import ENTAILMENT, SoftmaxLoss, make_loss
 from bertforge.embed.modules import Dense, SentenceEncoder
@@ -107,7 +106,7 @@ def _save(model: BiEncoderTrainingModel, directory: Path) -> None:
     model.encoder.save_pretrained(directory)
     if isinstance(model.loss, SoftmaxLoss) or any(True for _ in model.loss.parameters()):
         tensors = {k: v.detach().cpu().contiguous() for k, v in model.loss.state_dict().items()}
-        save_file(tensors, str(Path(directory) / "loss_head.safetensors"))
+        write_tensors(Path(directory) / "loss_head.safetensors", tensors)
 
 
 def _load(model: BiEncoderTrainingModel, directory: Path) -> None:
@@ -118,4 +117,4 @@ def _load(model: BiEncoderTrainingModel, directory: Path) -> None:
             module.load_state_dict(Dense.load(directory / f"{idx}_Dense").state_dict())
     head = directory / "loss_head.safetensors"
     if head.is_file():
-        model.loss.load_state_dict(load_file(str(head)))
+        model.loss.load_state_dict(read_tensors(head))

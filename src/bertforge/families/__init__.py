@@ -1,25 +1,33 @@
-"""The families: one file per member of the BERT family, each building its facts as `FAMILY` (a `Family` for
-the encoders and the GPT-2 decoder, a `Seq2SeqFamily` for the encoder-decoders; `family.py` says what a row holds).
+"""The families: one file per member of the BERT family, each building its facts as `FAMILY` (a `Family`:
+`family.py` says what a row holds), for the encoders, the GPT-2 decoder and the encoder-decoders alike.
 
 The package is the registry: every module here that defines `FAMILY` is found and listed, in the order of its
-file name, so adding a family is adding its file. `FAMILIES` / `SEQ2SEQ_FAMILIES` map model_type -> row.
+file name, so adding a family is adding its file. `FAMILIES` maps model_type -> row.
 """
 from __future__ import annotations
 
 import importlib
 import pkgutil
 
-from bertforge.families.family import ACTIVATIONS, Family, Seq2SeqFamily
+from bertforge.families.family import (ACTIVATIONS, DECODER, ENCODER, ENCODER_DECODER, Family, TokenizerLayout)
 
 FAMILIES: dict[str, Family] = {}
-SEQ2SEQ_FAMILIES: dict[str, Seq2SeqFamily] = {}
 for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
     _row = getattr(importlib.import_module(f"{__name__}.{_info.name}"), "FAMILY", None)
     if isinstance(_row, Family):
         FAMILIES[_row.model_type] = _row
-    elif isinstance(_row, Seq2SeqFamily):
-        SEQ2SEQ_FAMILIES[_row.model_type] = _row
 MODEL_TYPES = tuple(FAMILIES)
-SEQ2SEQ_TYPES = tuple(SEQ2SEQ_FAMILIES)
+# The family of a ModelConfig (Seq2SeqConfig) built without one, and the recipe `bertforge pretrain` runs without
+# --recipe.
+DEFAULT_FAMILY = "bert"
+DEFAULT_ENCODER_DECODER = "t5"
+DEFAULT_RECIPE = "bert"
 
-__all__ = ["ACTIVATIONS", "FAMILIES", "MODEL_TYPES", "SEQ2SEQ_FAMILIES", "SEQ2SEQ_TYPES", "Family", "Seq2SeqFamily"]
+
+def of_stack(*stacks: str) -> dict[str, Family]:
+    """The families that build one of `stacks` (ENCODER, DECODER, ENCODER_DECODER), by model_type."""
+    return {name: fam for name, fam in FAMILIES.items() if fam.stack in stacks}
+
+
+__all__ = ["ACTIVATIONS", "DECODER", "DEFAULT_ENCODER_DECODER", "DEFAULT_FAMILY", "DEFAULT_RECIPE", "ENCODER",
+           "ENCODER_DECODER", "FAMILIES", "MODEL_TYPES", "Family", "TokenizerLayout", "of_stack"]

@@ -3,29 +3,36 @@ SentencePiece. transformers stores the shared layer once, as group 0 (`albert_la
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.families.family import LAYER, Family, bert_config_json, bert_settings
+from bertforge.families.family import LAYER, Family, bert_write_config, bert_read_config
 
 _GROUP = r"albert.encoder.albert_layer_groups.\1.albert_layers.0."
 
 
-def config_json(cfg: Any) -> dict[str, Any]:
-    return {**bert_config_json(cfg), "num_hidden_groups": 1 if cfg.share_layers == "all" else cfg.num_hidden_layers,
+def write_config(cfg: Any) -> dict[str, Any]:
+    return {**bert_write_config(cfg), "num_hidden_groups": 1 if cfg.share_layers == "all" else cfg.num_hidden_layers,
             "inner_group_num": 1}
 
 
-def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
+def read_config(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
     groups = d.get("num_hidden_groups", 1)
     if d.get("inner_group_num", 1) != 1 or groups not in (1, d["num_hidden_layers"]):
         raise BertforgeError(f"{source}: ALBERT with num_hidden_groups={groups}, "
                              f"inner_group_num={d.get('inner_group_num')} is not supported")
-    kwargs = bert_settings(fam, d, source, ours)
+    kwargs = bert_read_config(fam, d, source, ours)
     if groups == 1:
         kwargs["share_layers"] = "all"
     return kwargs
 
 
+RECIPES = (
+    # Lan et al. 2020: sentence-order prediction, factorised embeddings (E=128), all layers shared, unigram.
+    dict(name="albert", objective="mlm+sop", masking="token", dynamic=False, input_format="segment-pair",
+         tokenizer_kind="unigram", dupe_factor=5),
+)
+
 FAMILY = Family(
-    "albert", "Albert", "albert", write_config=config_json, read_config=settings,
+    "albert", "Albert", "albert", write_config=write_config, read_config=read_config,
+    head_classes={"mlm": "AlbertForMaskedLM", "pretraining": "AlbertForPreTraining"},
     weight_rules=(
         (r"^bert\.embeddings_project\.", "albert.encoder.embedding_hidden_mapping_in."),
         (LAYER + r"attention\.self\.(query|key|value)\.", _GROUP + r"attention.\2."),
@@ -43,4 +50,4 @@ FAMILY = Family(
     ),
     presets={"albert-base": ("base", {}), "albert-large": ("large", {})},
     vocab_size=30000, hidden_act="gelu_new", dropout=0.0, embedding_size=128, share_layers="all", factorised=True,
-    shared_layers_as_one=True)
+    shared_layers_as_one=True, recipes=RECIPES)

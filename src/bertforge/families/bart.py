@@ -4,10 +4,10 @@ biases everywhere, scaled attention scores. Its config.json is `BartConfig`'s; i
 every rule in turn (`q` -> `q_proj`, `cross_attn` -> `encoder_attn`, ...)."""
 from typing import Any
 
-from bertforge.families.family import Seq2SeqFamily, token_id
+from bertforge.families.family import ENCODER_DECODER, Family, token_id
 
 
-def config_json(cfg: Any) -> dict[str, Any]:
+def write_config(cfg: Any) -> dict[str, Any]:
     return dict(model_type="bart", vocab_size=cfg.vocab_size, d_model=cfg.d_model,
                 max_position_embeddings=cfg.max_position_embeddings, encoder_layers=cfg.encoder_layers,
                 decoder_layers=cfg.decoder_layers, encoder_attention_heads=cfg.encoder_attention_heads,
@@ -19,29 +19,40 @@ def config_json(cfg: Any) -> dict[str, Any]:
                 forced_eos_token_id=cfg.forced_eos_token_id)
 
 
-def from_config_json(cls: Any, d: dict[str, Any], extra: dict[str, Any]) -> Any:
+def read_config(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
     d_model = d.get("d_model", 1024)
-    return cls(model_type="bart", vocab_size=d["vocab_size"], d_model=d_model,
-               encoder_layers=d.get("encoder_layers", 12), decoder_layers=d.get("decoder_layers", 12),
-               encoder_attention_heads=d.get("encoder_attention_heads", 16),
-               decoder_attention_heads=d.get("decoder_attention_heads", 16),
-               d_kv=d_model // d.get("encoder_attention_heads", 16),
-               encoder_ffn_dim=d.get("encoder_ffn_dim", 4096), decoder_ffn_dim=d.get("decoder_ffn_dim", 4096),
-               activation=d.get("activation_function", "gelu"), dropout=d.get("dropout", 0.1),
-               attention_dropout=d.get("attention_dropout", 0.0), activation_dropout=d.get("activation_dropout", 0.0),
-               layer_norm_eps=1e-5, max_position_embeddings=d.get("max_position_embeddings", 1024),
-               scale_embedding=bool(d.get("scale_embedding", False)), initializer_range=d.get("init_std", 0.02),
-               pad_token_id=token_id(d, "pad_token_id", 1), eos_token_id=token_id(d, "eos_token_id", 2),
-               bos_token_id=d.get("bos_token_id", 0), decoder_start_token_id=token_id(d, "decoder_start_token_id", 2),
-               forced_bos_token_id=d.get("forced_bos_token_id"), forced_eos_token_id=d.get("forced_eos_token_id", 2),
-               extra=extra)
+    return dict(model_type="bart", vocab_size=d["vocab_size"], d_model=d_model,
+                encoder_layers=d.get("encoder_layers", 12), decoder_layers=d.get("decoder_layers", 12),
+                encoder_attention_heads=d.get("encoder_attention_heads", 16),
+                decoder_attention_heads=d.get("decoder_attention_heads", 16),
+                d_kv=d_model // d.get("encoder_attention_heads", 16),
+                encoder_ffn_dim=d.get("encoder_ffn_dim", 4096), decoder_ffn_dim=d.get("decoder_ffn_dim", 4096),
+                activation=d.get("activation_function", "gelu"), dropout=d.get("dropout", 0.1),
+                attention_dropout=d.get("attention_dropout", 0.0),
+                activation_dropout=d.get("activation_dropout", 0.0), layer_norm_eps=1e-5,
+                max_position_embeddings=d.get("max_position_embeddings", 1024),
+                scale_embedding=bool(d.get("scale_embedding", False)), initializer_range=d.get("init_std", 0.02),
+                pad_token_id=token_id(d, "pad_token_id", 1), eos_token_id=token_id(d, "eos_token_id", 2),
+                bos_token_id=d.get("bos_token_id", 0),
+                decoder_start_token_id=token_id(d, "decoder_start_token_id", 2),
+                forced_bos_token_id=d.get("forced_bos_token_id"),
+                forced_eos_token_id=d.get("forced_eos_token_id", 2))
 
 
-FAMILY = Seq2SeqFamily(
-    "bart", "BartForConditionalGeneration", norm="layer", norm_position="post", positions="learned", bias=True,
-    attention_scale=True, position_offset=2, vocab_size=50265, pad_token_id=1, eos_token_id=2, bos_token_id=0,
-    decoder_start_token_id=2, forced_eos=True, activation="gelu", layer_norm_eps=1e-5, sublayer_dropout=0.0,
-    max_position_embeddings=1024, write_config=config_json, read_config=from_config_json,
+RECIPES = (
+    # Lewis et al. 2020: text infilling (30% of the tokens in Poisson(3) spans, each span one <mask>) after
+    # sentence permutation, the target the original text; GPT-2's byte-level BPE with RoBERTa's specials.
+    dict(name="bart", objective="denoising", masking="token", dynamic=True, input_format="doc-sentences",
+         tokenizer_kind="bpe", mask_prob=0.3, span_mean=3.0),
+)
+
+
+FAMILY = Family(
+    "bart", "Bart", "model", stack=ENCODER_DECODER, head_classes={"lm": "BartForConditionalGeneration"},
+    position_offset=2, vocab_size=50265, pad_token_id=1, eos_token_id=2, bos_token_id=0, decoder_starts_with="eos",
+    prompt_starts_with_bos=True, forces_eos=True, final_logits_bias=True, embedding_padding_idx=True,
+    hidden_act="gelu", layer_norm_eps=1e-5, sublayer_dropout=0.0, max_position_embeddings=1024,
+    recipes=RECIPES, write_config=write_config, read_config=read_config,
     config_fields=frozenset({
         "model_type", "vocab_size", "d_model", "max_position_embeddings", "encoder_layers", "decoder_layers",
         "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",

@@ -1,6 +1,24 @@
 """BERT (Devlin et al. 2019): the encoder every other family is a configuration of. bertforge's canonical tensor
 names are BERT's (`bert.embeddings...`, `bert.encoder.layer.N...`, `cls.predictions...`), so it needs no rules;
-its presets are the sizes themselves (`bert-tiny` ... `bert-large`, `config.sizes.SIZES`)."""
+its presets are the sizes themselves (`bert-tiny` ... `bert-large`, `config.sizes.SIZES`). SpanBERT and StructBERT
+are recipes of the same encoder."""
 from bertforge.families.family import Family
 
-FAMILY = Family("bert", "Bert", "bert", causal_encoder=True)
+RECIPES = (
+    # Devlin et al. 2019: MLM + NSP on segment pairs, masks fixed at preparation time (dupe_factor copies).
+    dict(name="bert", objective="mlm+nsp", masking="token", dynamic=False, input_format="segment-pair",
+         tokenizer_kind="wordpiece", dupe_factor=5),
+    # Joshi et al. 2020: span masking + span-boundary objective, single segments, no NSP.
+    dict(name="spanbert", objective="span+sbo", masking="span", dynamic=True, input_format="full-sentences",
+         tokenizer_kind="wordpiece"),
+    # Wang et al. 2020: BERT's setup with NSP replaced by the three-way sentence-structural task and the
+    # word-structural one (5% of trigrams shuffled) added to MLM.
+    dict(name="structbert", objective="structbert", masking="token", dynamic=False, input_format="segment-pair",
+         tokenizer_kind="wordpiece", dupe_factor=5),
+)
+
+FAMILY = Family("bert", "Bert", "bert",
+                head_classes={"mlm": "BertForMaskedLM", "pretraining": "BertForPreTraining",
+                              "ltr": "BertLMHeadModel"},
+                every_size_preset=True, causal_encoder=True, distils_to="distilbert", long_variant="longformer",
+                recipes=RECIPES)

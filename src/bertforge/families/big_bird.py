@@ -1,27 +1,30 @@
 """BigBird (Zaheer et al. 2020; google/bigbird-roberta-base): BERT's layout, gelu_new, 4,096 positions, block-sparse
 attention (blocks of 64: a 3-block window, the first and last block global, 3 random blocks). Tensor names: BERT's,
-but the pooler is a bare Linear (BigBirdModel.pooler + a separate tanh)."""
+but the pooler is a bare Linear (BigBirdModel.pooler + a separate tanh), which its masked LM keeps."""
 from typing import Any
 
-from bertforge.families.family import Family, bert_config_json, bert_settings, refuse_unsupported
+from bertforge.families.family import BLOCK_SPARSE, Family, bert_write_config, bert_read_config, refuse_unsupported
 
 BLOCK, RANDOM_BLOCKS = 64, 3  # google/bigbird-roberta-base
 
 
-def config_json(cfg: Any) -> dict[str, Any]:
-    return {**bert_config_json(cfg), "attention_type": cfg.attention_type, "block_size": cfg.block_size,
+def write_config(cfg: Any) -> dict[str, Any]:
+    return {**bert_write_config(cfg), "attention_type": cfg.attention_type, "block_size": cfg.block_size,
             "num_random_blocks": cfg.num_random_blocks, "use_bias": True, "rescale_embeddings": False,
             "bos_token_id": 1, "eos_token_id": 2, "sep_token_id": 66}
 
 
-def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
+def read_config(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
     """The BigBird variants bertforge does not compute are refused by name."""
     refuse_unsupported(source, "BigBird", d, {"use_bias": True, "rescale_embeddings": False, "is_decoder": False})
-    return {**bert_settings(fam, d, source, ours), "attention_type": d.get("attention_type", "block_sparse"),
+    return {**bert_read_config(fam, d, source, ours), "attention_type": d.get("attention_type", "block_sparse"),
             "block_size": d.get("block_size", BLOCK), "num_random_blocks": d.get("num_random_blocks", RANDOM_BLOCKS)}
 
 
-FAMILY = Family("big_bird", "BigBird", "bert", write_config=config_json, read_config=settings,
+FAMILY = Family("big_bird", "BigBird", "bert", write_config=write_config, read_config=read_config,
+                head_classes={"mlm": "BigBirdForMaskedLM"},
                 weight_rules=((r"^bert\.pooler\.dense\.", "bert.pooler."),),
                 vocab_size=50358, max_position_embeddings=4096, hidden_act="gelu_new", keeps_token_ids=True,
-                sparse="big_bird")
+                sparse_attention=BLOCK_SPARSE, masked_lm_pooler=True,
+                # its classification head is dense-act(gelu_new)-out_proj, not bertforge's pooler + linear
+                hf_task_heads=("tag", "qa"))

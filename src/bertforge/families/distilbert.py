@@ -1,5 +1,7 @@
 """DistilBERT (Sanh et al. 2019): BERT-base's width at half its depth, no token types, no pooler; its own
-config.json schema (`dim`, `n_layers`, ...) and tensor names (`q_lin`, `ffn.lin1`, `vocab_projector`, ...)."""
+config.json schema (`dim`, `n_layers`, ...) and tensor names (`q_lin`, `ffn.lin1`, `vocab_projector`, ...).
+transformers' DistilBERT sequence-classification and multiple-choice heads differ from bertforge's (those are saved
+as bertforge's)."""
 from typing import Any
 
 from bertforge.families.family import LAYER, Family, common_fields
@@ -7,14 +9,14 @@ from bertforge.families.family import LAYER, Family, common_fields
 _LAYER_OUT = r"distilbert.transformer.layer.\1."
 
 
-def config_json(cfg: Any) -> dict[str, Any]:
+def write_config(cfg: Any) -> dict[str, Any]:
     return dict(model_type="distilbert", dim=cfg.hidden_size, n_layers=cfg.num_hidden_layers,
                 n_heads=cfg.num_attention_heads, hidden_dim=cfg.intermediate_size, activation=cfg.hidden_act,
                 dropout=cfg.hidden_dropout_prob, attention_dropout=cfg.attention_probs_dropout_prob,
                 sinusoidal_pos_embds=False, tie_weights_=True, **common_fields(cfg))
 
 
-def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
+def read_config(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
     return dict(model_type="distilbert", vocab_size=d["vocab_size"], hidden_size=d["dim"],
                 num_hidden_layers=d["n_layers"], num_attention_heads=d["n_heads"],
                 intermediate_size=d["hidden_dim"], hidden_act=d.get("activation", "gelu"),
@@ -26,7 +28,8 @@ def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) 
 
 
 FAMILY = Family(
-    "distilbert", "DistilBert", "distilbert", write_config=config_json, read_config=settings,
+    "distilbert", "DistilBert", "distilbert", write_config=write_config, read_config=read_config,
+    head_classes={"mlm": "DistilBertForMaskedLM"},
     weight_rules=(
         (LAYER + r"attention\.self\.query\.", _LAYER_OUT + "attention.q_lin."),
         (LAYER + r"attention\.self\.key\.", _LAYER_OUT + "attention.k_lin."),
@@ -43,4 +46,4 @@ FAMILY = Family(
         (r"^bert\.", "distilbert."),
     ),
     presets={"distilbert-base": ("base", dict(num_hidden_layers=6))},  # half of BERT-base's layers
-    type_vocab_size=0, use_pooler=False)
+    type_vocab_size=0, use_pooler=False, hf_task_heads=("tag", "qa"))

@@ -4,10 +4,12 @@ decoder (`bertforge.model.decoder`) has GPT2LMHeadModel's tensor names; GPT-2's 
 as [in, out] (bertforge's nn.Linear: [out, in]). Its config.json is `GPT2Config`'s."""
 from typing import Any
 
-from bertforge.families.family import Family, refuse_unsupported
+from bertforge.families.family import DECODER, Family, TokenizerLayout, refuse_unsupported
+
+ENDOFTEXT = "<|endoftext|>"
 
 
-def config_json(cfg: Any) -> dict[str, Any]:
+def write_config(cfg: Any) -> dict[str, Any]:
     """transformers' GPT2Config schema. GPT-2 has one residual dropout (resid_pdrop, also used after the
     embeddings: embd_pdrop) and one attention dropout (attn_pdrop)."""
     return dict(model_type="gpt2", vocab_size=cfg.vocab_size, n_positions=cfg.max_position_embeddings,
@@ -20,7 +22,7 @@ def config_json(cfg: Any) -> dict[str, Any]:
                 scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False, tie_word_embeddings=True)
 
 
-def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
+def read_config(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
     # Variants of GPT-2's attention that bertforge's decoder does not compute: refused, not silently ignored.
     refuse_unsupported(source, "GPT-2", d, {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
                                             "add_cross_attention": False, "tie_word_embeddings": True})
@@ -38,8 +40,27 @@ def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) 
                 bos_token_id=d.get("bos_token_id", 50256), eos_token_id=eos)
 
 
-FAMILY = Family("gpt2", "GPT2", "transformer", write_config=config_json, read_config=settings,
+# GPT-2's byte-level BPE: one special token, <|endoftext|> (document separator, bos and eos; no mask), nothing
+# added around a text, and sentences keep the spaces between them (a causal LM writes the text as it stands).
+TOKENIZER = TokenizerLayout(
+    model="bpe", specials={"pad": ENDOFTEXT, "unk": ENDOFTEXT, "cls": ENDOFTEXT, "sep": ENDOFTEXT, "mask": None},
+    frame="none", hf_class="GPT2TokenizerFast",
+    special_map=(("bos_token", "cls"), ("eos_token", "sep"), ("unk_token", "unk"), ("pad_token", "pad")),
+    config={"add_prefix_space": False, "errors": "replace"}, marker=ENDOFTEXT, cased=True, keeps_spaces=True)
+
+RECIPES = (
+    # Radford et al. 2019: a left-to-right LM on contiguous text packed to the context length, documents separated
+    # by <|endoftext|>, byte-level BPE. (masking and dynamic are unused: nothing is masked.)
+    dict(name="gpt", objective="clm", masking="token", dynamic=True, input_format="full-sentences",
+         tokenizer_kind="gpt2"),
+)
+
+FAMILY = Family("gpt2", "GPT2", "transformer", stack=DECODER, head_classes={"lm": "GPT2LMHeadModel"},
+                write_config=write_config, read_config=read_config,
                 transposed_weights=r"\.(c_attn|c_proj|c_fc)\.weight$",
                 presets={"gpt2": ("base", dict(bos_token_id=50256, eos_token_id=50256))},  # GPT-2 small (124M)
                 vocab_size=50257, type_vocab_size=0, pad_token_id=50256, max_position_embeddings=1024,
-                layer_norm_eps=1e-5, hidden_act="gelu_new", use_pooler=False, decoder=True)
+                layer_norm_eps=1e-5, hidden_act="gelu_new", use_pooler=False, hf_task_heads=(),
+                # generation starts after (and stops at) the separator the documents were packed with
+                token_ids_from_tokenizer={"bos_token_id": "cls", "eos_token_id": "sep"},
+                recipes=RECIPES, tokenizer=TOKENIZER)

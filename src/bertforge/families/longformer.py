@@ -4,22 +4,25 @@ caller's choice with their own Q/K/V (`query_global`, ..., which keep their name
 `longformer.`."""
 from typing import Any
 
-from bertforge.families.family import Family, bert_config_json, bert_settings
+from bertforge.families.family import FIRST_TOKEN, SLIDING_WINDOW, Family, bert_write_config, bert_read_config
 from bertforge.families.roberta import LM_HEAD_RULES
 
 WINDOW = 512  # allenai/longformer-base-4096
 
 
-def config_json(cfg: Any) -> dict[str, Any]:
-    return {**bert_config_json(cfg), "attention_window": list(cfg.attention_window), "bos_token_id": 0,
+def write_config(cfg: Any) -> dict[str, Any]:
+    return {**bert_write_config(cfg), "attention_window": list(cfg.attention_window), "bos_token_id": 0,
             "eos_token_id": 2, "sep_token_id": 2, "onnx_export": False}
 
 
-def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
-    return {**bert_settings(fam, d, source, ours), "attention_window": d.get("attention_window", WINDOW)}
+def read_config(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
+    return {**bert_read_config(fam, d, source, ours), "attention_window": d.get("attention_window", WINDOW)}
 
 
-FAMILY = Family("longformer", "Longformer", "longformer", write_config=config_json, read_config=settings,
+FAMILY = Family("longformer", "Longformer", "longformer", write_config=write_config,
+                read_config=read_config, head_classes={"mlm": "LongformerForMaskedLM"},
                 weight_rules=(*LM_HEAD_RULES, (r"^bert\.", "longformer.")),
                 vocab_size=50265, pad_token_id=1, max_position_embeddings=4098, type_vocab_size=1, layer_norm_eps=1e-5,
-                positions_after_padding=True, keeps_token_ids=True, sparse="longformer")
+                positions_after_padding=True, keeps_token_ids=True, sparse_attention=SLIDING_WINDOW,
+                mlm_head_act="gelu", sequence_head=FIRST_TOKEN, single_segment=True, long_variant="longformer",
+                token_ids_from_tokenizer={"bos_token_id": "cls", "eos_token_id": "sep", "sep_token_id": "sep"})

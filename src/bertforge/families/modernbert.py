@@ -21,7 +21,7 @@ def layer_types(num_layers: int, every: int, window: int | None) -> list[str]:
     return [FULL if window is None or i % every == 0 else SLIDING for i in range(num_layers)]
 
 
-def config_json(cfg: Any) -> dict[str, Any]:
+def write_config(cfg: Any) -> dict[str, Any]:
     """`cfg` (a ModelConfig) in ModernBertConfig's schema. Both rotary spellings are written: `rope_parameters`
     (transformers 5) and `global_rope_theta` / `local_rope_theta` / `global_attn_every_n_layers` (4.48+)."""
     rope = {FULL: {"rope_type": "default", "rope_theta": cfg.rope_theta},
@@ -43,7 +43,7 @@ def config_json(cfg: Any) -> dict[str, Any]:
         **{k: cfg.extra.get(k) for k in TOKEN_IDS}, **common_fields(cfg))
 
 
-def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
+def read_config(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
     """ModelConfig keyword arguments from a ModernBERT config.json dict `d` (missing keys: transformers' defaults).
     Raises KeyError for a missing required field (the caller names it) and BertforgeError for what bertforge's
     encoder cannot express."""
@@ -76,8 +76,18 @@ def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) 
         initializer_cutoff_factor=d.get("initializer_cutoff_factor", 2.0), heads_per_layer=ours.get("heads_per_layer"))
 
 
+RECIPES = (
+    # Warner et al. 2024 (ModernBERT): MLM only, no NSP, 30% masking, dynamic masks, rows packed with contiguous
+    # text so no row carries padding (ModernBERT unpads; full-sentences rows are full by construction), BPE, the
+    # modernbert family (pre-norm, RoPE, GeGLU, no biases, local/global attention), the warm-up / stable /
+    # 1-sqrt-decay schedule. Pre-norm stays stable at rates that make post-LN BERT collapse (see `lr_scale`).
+    dict(name="modern", objective="mlm", masking="token", dynamic=True, input_format="full-sentences",
+         tokenizer_kind="bpe", mask_prob=0.3, lr_scale=2.0, schedule="wsd"),
+)
+
 FAMILY = Family(
-    "modernbert", "ModernBert", "model", write_config=config_json, read_config=settings,
+    "modernbert", "ModernBert", "model", write_config=write_config, read_config=read_config,
+    head_classes={"mlm": "ModernBertForMaskedLM"},
     weight_rules=(
         (r"^bert\.embeddings\.word_embeddings\.", "model.embeddings.tok_embeddings."),
         (r"^bert\.embeddings\.LayerNorm\.", "model.embeddings.norm."),
@@ -100,4 +110,10 @@ FAMILY = Family(
     vocab_size=50368, pad_token_id=50283, type_vocab_size=0, max_position_embeddings=8192, layer_norm_eps=1e-5,
     dropout=0.0, use_pooler=False, norm_position="pre", position_embedding_type="rotary", gated_mlp=True, bias=False,
     bias_switches=True, keeps_token_ids=True, local_attention=128, global_attn_every_n_layers=3,
-    rope_theta=160000.0, initializer_cutoff_factor=2.0, intermediate_scale=2 / 3)
+    rope_theta=160000.0, initializer_cutoff_factor=2.0, intermediate_scale=2 / 3,
+    # every ModernBertFor<Task> puts a dense-act-norm block before its classifier: bertforge's heads are its own
+    hf_task_heads=(), single_segment=True,
+    # its config.json names its special tokens (the tokenizer's), unlike BERT's
+    token_ids_from_tokenizer={"cls_token_id": "cls", "sep_token_id": "sep", "bos_token_id": "cls",
+                              "eos_token_id": "sep"},
+    recipes=RECIPES)

@@ -1,8 +1,9 @@
 """RoBERTa (Liu et al. 2019): BERT's encoder with a byte-level BPE of 50k, <pad> = 1, positions counted from 2
-(514 = 512 + pad + 1) and one segment; its MLM head is `lm_head`."""
+(514 = 512 + pad + 1) and one segment; its MLM head is `lm_head` (erf GELU whatever hidden_act says), its sequence
+classifier `RobertaClassificationHead` on <s> (no pooler)."""
 from typing import Any
 
-from bertforge.families.family import Family, Rules, bert_config_json
+from bertforge.families.family import FIRST_TOKEN, Family, Rules, bert_write_config
 
 # RoBERTa's MLM head names (Longformer keeps them).
 LM_HEAD_RULES: Rules = (
@@ -13,11 +14,19 @@ LM_HEAD_RULES: Rules = (
 )
 
 
-def config_json(cfg: Any) -> dict[str, Any]:
-    return {**bert_config_json(cfg), "bos_token_id": 0, "eos_token_id": 2}
+def write_config(cfg: Any) -> dict[str, Any]:
+    return {**bert_write_config(cfg), "bos_token_id": 0, "eos_token_id": 2}
 
 
-FAMILY = Family("roberta", "Roberta", "roberta", write_config=config_json,
+RECIPES = (
+    # Liu et al. 2019: no NSP, dynamic masking, contiguous full sentences, byte-level BPE.
+    dict(name="roberta", objective="mlm", masking="token", dynamic=True, input_format="full-sentences",
+         tokenizer_kind="bpe"),
+)
+
+FAMILY = Family("roberta", "Roberta", "roberta", write_config=write_config,
+                head_classes={"mlm": "RobertaForMaskedLM", "ltr": "RobertaForCausalLM"},
                 weight_rules=(*LM_HEAD_RULES, (r"^bert\.", "roberta.")), presets={"roberta-base": ("base", {})},
                 vocab_size=50265, pad_token_id=1, max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5,
-                positions_after_padding=True, causal_encoder=True)
+                positions_after_padding=True, causal_encoder=True, mlm_head_act="gelu", sequence_head=FIRST_TOKEN,
+                single_segment=True, long_variant="longformer", recipes=RECIPES)

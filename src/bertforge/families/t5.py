@@ -5,12 +5,12 @@ names number a block's sub-layers 0, 1 (, 2)."""
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.families.family import Seq2SeqFamily, token_id
+from bertforge.families.family import ENCODER_DECODER, FAN_IN_INIT, Family, TokenizerLayout, token_id
 
 _STACK = r"^(encoder|decoder)\."
 
 
-def config_json(cfg: Any) -> dict[str, Any]:
+def write_config(cfg: Any) -> dict[str, Any]:
     act = cfg.activation.lower()
     proj = ("gated-gelu" if act == "gelu_new" else f"gated-{act}") if cfg.gated_ffn else act
     return dict(model_type="t5", vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.d_kv,
@@ -23,7 +23,7 @@ def config_json(cfg: Any) -> dict[str, Any]:
                 n_positions=cfg.max_position_embeddings)
 
 
-def from_config_json(cls: Any, d: dict[str, Any], extra: dict[str, Any]) -> Any:
+def read_config(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
     proj = d.get("feed_forward_proj", "relu")
     parts = proj.split("-")
     if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
@@ -33,24 +33,46 @@ def from_config_json(cls: Any, d: dict[str, Any], extra: dict[str, Any]) -> Any:
     # transformers 5 always ties the output to `shared`; the d_model**-0.5 rescale is `scale_decoder_outputs`,
     # which older files (T5 v1.1) spell tie_word_embeddings=False.
     scale = d.get("scale_decoder_outputs", d.get("tie_word_embeddings", True) is not False)
-    return cls(model_type="t5", vocab_size=d["vocab_size"], d_model=d["d_model"], d_kv=d["d_kv"],
-               encoder_layers=d["num_layers"], decoder_layers=d.get("num_decoder_layers") or d["num_layers"],
-               encoder_attention_heads=d["num_heads"], decoder_attention_heads=d["num_heads"],
-               encoder_ffn_dim=d["d_ff"], decoder_ffn_dim=d["d_ff"], activation=act, gated_ffn=len(parts) == 2,
-               dropout=rate, attention_dropout=rate, activation_dropout=rate,
-               layer_norm_eps=d.get("layer_norm_epsilon", 1e-6),
-               relative_attention_num_buckets=d.get("relative_attention_num_buckets", 32),
-               relative_attention_max_distance=d.get("relative_attention_max_distance", 128),
-               max_position_embeddings=d.get("n_positions") or 512, scale_decoder_outputs=bool(scale),
-               initializer_factor=d.get("initializer_factor", 1.0), pad_token_id=token_id(d, "pad_token_id", 0),
-               eos_token_id=token_id(d, "eos_token_id", 1),
-               decoder_start_token_id=token_id(d, "decoder_start_token_id", token_id(d, "pad_token_id", 0)),
-               extra=extra)
+    return dict(model_type="t5", vocab_size=d["vocab_size"], d_model=d["d_model"], d_kv=d["d_kv"],
+                encoder_layers=d["num_layers"], decoder_layers=d.get("num_decoder_layers") or d["num_layers"],
+                encoder_attention_heads=d["num_heads"], decoder_attention_heads=d["num_heads"],
+                encoder_ffn_dim=d["d_ff"], decoder_ffn_dim=d["d_ff"], activation=act, gated_ffn=len(parts) == 2,
+                dropout=rate, attention_dropout=rate, activation_dropout=rate,
+                layer_norm_eps=d.get("layer_norm_epsilon", 1e-6),
+                relative_attention_num_buckets=d.get("relative_attention_num_buckets", 32),
+                relative_attention_max_distance=d.get("relative_attention_max_distance", 128),
+                max_position_embeddings=d.get("n_positions") or 512, scale_decoder_outputs=bool(scale),
+                initializer_factor=d.get("initializer_factor", 1.0), pad_token_id=token_id(d, "pad_token_id", 0),
+                eos_token_id=token_id(d, "eos_token_id", 1),
+                decoder_start_token_id=token_id(d, "decoder_start_token_id", token_id(d, "pad_token_id", 0)))
 
 
-FAMILY = Seq2SeqFamily(
-    "t5", "T5ForConditionalGeneration", norm="rms", norm_position="pre", positions="relative", bias=False,
-    attention_scale=False, write_config=config_json, read_config=from_config_json,
+# T5's SentencePiece layout: <pad> = 0, </s> = 1, <unk> = 2, the pieces, then 100 sentinels <extra_id_99> ...
+# <extra_id_0> (so <extra_id_0> has the highest id); "</s>" ends every text and plays [CLS]'s role too. The text
+# is cased and not normalised: transformers' T5Tokenizer rebuilds the pipeline without a normaliser unless given a
+# SentencePiece character map, and a saved tokenizer must encode alike in both libraries.
+TOKENIZER = TokenizerLayout(
+    model="unigram", specials={"pad": "<pad>", "sep": "</s>", "unk": "<unk>", "cls": "</s>", "mask": None},
+    frame="eos", hf_class="T5Tokenizer", special_map=(("eos_token", "sep"), ("unk_token", "unk"), ("pad_token", "pad")),
+    config={"extra_ids": 100}, marker="<extra_id_0>", normalise=False, cased=True, sentinels=100)
+
+RECIPES = (
+    # Raffel et al. 2020: span corruption (15% noise in spans of mean length 3, each span one sentinel; the target
+    # is the sentinels and the spans), text packed across documents, SentencePiece Unigram with 100 sentinels.
+    dict(name="t5", objective="span-corruption", masking="token", dynamic=True, input_format="full-sentences",
+         tokenizer_kind="t5", mask_prob=0.15, span_mean=3.0),
+)
+
+FAMILY = Family(
+    "t5", "T5", "", stack=ENCODER_DECODER, head_classes={"lm": "T5ForConditionalGeneration"},
+    norm_position="pre", rms_norm=True, relative_positions=True, bias=False, scaled_attention=False,
+    own_head_width=True, gated_mlp_switch=True, init=FAN_IN_INIT, rescales_output=True, finetune_lr=1e-4,
+    # T5Config has one head count, one FFN width and one dropout rate for both stacks
+    one_value_for=(("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim"),
+                   ("dropout", "attention_dropout"), ("dropout", "activation_dropout")),
+    vocab_size=32128, pad_token_id=0, eos_token_id=1, hidden_act="relu", layer_norm_eps=1e-6, recipes=RECIPES,
+    tokenizer=TOKENIZER,
+    write_config=write_config, read_config=read_config,
     config_fields=frozenset({
         "model_type", "vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
         "relative_attention_num_buckets", "relative_attention_max_distance", "dropout_rate", "layer_norm_epsilon",
@@ -70,7 +92,6 @@ FAMILY = Seq2SeqFamily(
         (r"^decoder\.layers\.(\d+)\.ffn_norm\.", r"decoder.block.\1.layer.2.layer_norm."),
         (_STACK + r"final_norm\.", r"\1.final_layer_norm."),
     ),
-    first_rule_only=True,
     presets={
         # Raffel et al. 2020, Table 14 (t5-small: 6 + 6 layers of 512, 8 heads of 64, d_ff 2048)
         "t5-small": ("small", dict(encoder_layers=6, decoder_layers=6)),

@@ -7,7 +7,7 @@ from bertforge.errors import BertforgeError
 from bertforge.families.family import Family
 
 
-def config_json(cfg: Any) -> dict[str, Any]:
+def write_config(cfg: Any) -> dict[str, Any]:
     """transformers' XLNetConfig schema (no max_position_embeddings: XLNetConfig's setter raises)."""
     return dict(
         model_type="xlnet", vocab_size=cfg.vocab_size, d_model=cfg.hidden_size,
@@ -18,7 +18,7 @@ def config_json(cfg: Any) -> dict[str, Any]:
         mem_len=cfg.mem_len, reuse_len=None, same_length=False, untie_r=True)
 
 
-def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
+def read_config(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) -> dict[str, Any]:
     """XLNetConfig -> ModelConfig keyword arguments; the settings bertforge's XLNet does not implement are refused
     by name."""
     unsupported = {"attn_type": (d.get("attn_type", "bi"), "bi"), "bi_data": (bool(d.get("bi_data")), False)}
@@ -38,7 +38,16 @@ def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) 
                 clamp_len=-1 if d.get("clamp_len") is None else d["clamp_len"], mem_len=d.get("mem_len"))
 
 
-FAMILY = Family("xlnet", "XLNet", "transformer", write_config=config_json, read_config=settings,
+RECIPES = (
+    # Yang et al. 2019: permutation LM with two-stream relative attention, the last 1/6 of each order predicted,
+    # dynamic orders over contiguous text, SentencePiece (Unigram).
+    dict(name="xlnet", objective="plm", masking="token", dynamic=True, input_format="full-sentences",
+         tokenizer_kind="unigram"),
+)
+
+FAMILY = Family("xlnet", "XLNet", "transformer", write_config=write_config, read_config=read_config,
+                head_classes={"lm": "XLNetLMHeadModel"},
                 weight_rules=((r"^bert\.", "transformer."),),
                 presets={"xlnet-base": ("base", {}), "xlnet-large": ("large", {})},
-                vocab_size=32000, pad_token_id=5, use_pooler=False, relative_positions=True)
+                vocab_size=32000, pad_token_id=5, use_pooler=False, relative_positions=True, two_stream=True,
+                recipes=RECIPES)

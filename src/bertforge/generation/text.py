@@ -14,31 +14,34 @@ from pathlib import Path
 
 import torch
 
-from bertforge.config import ModelConfig
-from bertforge.model.folder import inspect_folder
 from bertforge.errors import BertforgeError
+from bertforge.families import FAMILIES, DECODER, ENCODER_DECODER
+from bertforge.model.folder import ModelFolder
 from bertforge.generation.config import GenerationConfig
 from bertforge.generation.search import TokenSteps, beam_search, generate_ids
 from bertforge.model import DecoderLM, Seq2SeqLM
 from bertforge.tokenization import Tokenizer
 
 
-def load(path: str | Path) -> tuple[DecoderLM | Seq2SeqLM, Tokenizer]:
-    """The model and tokenizer of a checkpoint directory: a decoder (GPT-2 layout) or an encoder-decoder (T5,
-    BART), bertforge's or transformers'."""
-    folder = inspect_folder(path)
-    path = folder.path
+def load(path: "str | Path | ModelFolder") -> tuple[DecoderLM | Seq2SeqLM, Tokenizer]:
+    """The model and tokenizer of a checkpoint directory (or an opened model folder): a decoder (GPT-2 layout) or
+    an encoder-decoder (T5, BART), bertforge's or transformers'."""
+    folder = ModelFolder.open(path)
     if folder.holds == "encoder-decoder":
-        model = Seq2SeqLM.from_pretrained(path)
-        return model, Tokenizer.from_pretrained(path)
+        return Seq2SeqLM.from_pretrained(folder), folder.tokenizer()
     if folder.holds != "decoder":
-        cfg = ModelConfig.from_file(path)
-        arch = ", ".join(cfg.extra.get("architectures", [])) or cfg.family.base_architecture
-        raise BertforgeError(f"{path}: a {cfg.model_type} encoder checkpoint ({arch}) cannot generate text; "
-                             "give a decoder (GPT-2 layout, model_type gpt2, e.g. from `bertforge pretrain "
-                             "--recipe gpt`) or an encoder-decoder (T5, BART)")
-    tokenizer = Tokenizer.from_pretrained(path)
-    return DecoderLM.from_pretrained(path), tokenizer
+        cfg = folder.model_config
+        if cfg is None:
+            what = f"a {folder.kind} model"
+        else:
+            arch = ", ".join(folder.config.get("architectures") or []) or cfg.family.base_architecture
+            what = f"a {cfg.model_type} encoder checkpoint ({arch})"
+        generators = {stack: ", ".join(n for n, f in FAMILIES.items() if f.stack == stack)
+                      for stack in (DECODER, ENCODER_DECODER)}
+        raise BertforgeError(f"{folder.path}: {what} cannot generate text; give a decoder (GPT-2 layout, model_type "
+                             f"{generators[DECODER]}, e.g. from `bertforge pretrain --recipe gpt`) or an "
+                             f"encoder-decoder ({generators[ENCODER_DECODER]})")
+    return DecoderLM.from_pretrained(folder), folder.tokenizer()
 
 
 def reads_source(model) -> bool:

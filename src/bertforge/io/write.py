@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
@@ -265,3 +267,8 @@ fsync_dir = _fsync_dir  # public: multi-file commits (embed.index) make their ow
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write `text` (UTF-8) to `path` with atomic_write."""
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def write_json(path: str | Path, obj: Any, sort_keys: bool = False) -> None:
+    """`obj` as indented JSON (and a final newline) at `path`, with atomic_write."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=sort_keys) + "\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bertforge.config import ModelConfig
+from bertforge.families.electra import RTD_OBJECTIVE
 from bertforge.pretrain.recipes import LEFT_TO_RIGHT
 
 
@@ -32,7 +33,7 @@ def training_flops_per_token(arm: dict[str, Any], seq_len: int) -> float:
     """arm: {"objective", "mask_prob", "model": ModelConfig, "generator": ModelConfig | None}."""
     cfg, objective = arm["model"], arm["objective"]
     forward = encoder_forward_flops(cfg, seq_len)
-    if objective == "electra":
+    if objective == RTD_OBJECTIVE:
         gen = arm["generator"]
         forward += 2 * cfg.hidden_size * cfg.hidden_size  # the discriminator's per-token dense layer
         forward += encoder_forward_flops(gen, seq_len) + arm["mask_prob"] * vocab_head_flops(gen)

@@ -197,12 +197,13 @@ def _pretrain_arm(arm: str, seed: int, table: Table, opts: LabOptions, shared, r
 
 def _untrained_arm(seed: int, opts: LabOptions, shared, arm_dir: Path) -> dict[str, Any]:
     """The control: the bert recipe's encoder at its seed's random initialisation, saved like a pretrained arm."""
+    from bertforge.pretrain.ablation import BASE
     from bertforge.pretrain.objectives import build_objective
     from bertforge.pretrain.recipes import resolve
     from bertforge.tokenization import Tokenizer
 
     tok = Tokenizer.from_pretrained(shared.out / "tokenizer")
-    recipe = resolve("bert", objective="mlm")
+    recipe = resolve(BASE, objective="mlm")
     cfg = _model_config(recipe, opts, tok)
     torch.manual_seed(seed)
     model = build_objective(recipe.objective, cfg)
@@ -224,14 +225,15 @@ def _model_config(recipe, opts: LabOptions, tok) -> ModelConfig:
 
 def _arm_configs(arm: str, opts: LabOptions, shared) -> dict[str, Any]:
     """What the arm's training FLOPs are counted for: its objective and the configs its recipe builds."""
+    from bertforge.families.electra import RTD_OBJECTIVE
     from bertforge.pretrain.ablation import ARMS
-    from bertforge.pretrain.objectives import generator_config
+    from bertforge.pretrain.objectives import generator_config, rtd_config
     from bertforge.pretrain.recipes import resolve
     from bertforge.tokenization import Tokenizer
 
     recipe = resolve(ARMS[arm]["recipe"], **ARMS[arm]["over"])
     main = _model_config(recipe, opts, Tokenizer.from_pretrained(shared.out / "tokenizer"))
-    gen = generator_config(main) if recipe.objective == "electra" else None
+    gen = generator_config(rtd_config(main)) if recipe.objective == RTD_OBJECTIVE else None
     return {"objective": recipe.objective, "mask_prob": recipe.mask_prob, "model": main, "generator": gen}
 
 
@@ -273,11 +275,12 @@ def finetune_task(model_dir: Path, task: str, seed: int, opts: LabOptions, work:
 def _relation_batches(shared, opts: LabOptions) -> dict[str, list[dict]]:
     """Held-out NSP and SOP batches (fixed masks and pairs), for scoring any sentence head on both tasks."""
     from bertforge.data import ShardedCorpus
+    from bertforge.pretrain.ablation import BASE
     from bertforge.pretrain.inputs import heldout_batches
     from bertforge.pretrain.recipes import resolve
 
     held = ShardedCorpus(shared.data_dir, split="heldout", heldout_fraction=shared.heldout_fraction)
-    return {task: heldout_batches(held, resolve("bert", objective=f"mlm+{task}"), opts.seq_len, opts.batch_size,
+    return {task: heldout_batches(held, resolve(BASE, objective=f"mlm+{task}"), opts.seq_len, opts.batch_size,
                                   n_batches=10) for task in ("nsp", "sop")}
 
 

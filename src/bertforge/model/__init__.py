@@ -33,7 +33,9 @@ from bertforge.model.encoder import (
     for_inference,
     is_quantised,
     layer_norm,
+    load_weights,
 )
+from bertforge.model.folder import ModelFolder, open_model_folder, resolve_model_path
 from bertforge.model.xlnet import (
     XLNetEncoder,
     XLNetOutput,
@@ -50,7 +52,8 @@ __all__ = ["ATTN_IMPLEMENTATIONS", "INT8_SCHEME", "INT8_WEIGHTS", "Int8Linear", 
            "EncoderAttention", "EncoderFeedForward", "EncoderLayer",
            "FusedSelfAttention", "LayerStack", "MultiHeadAttention", "Pooler",
            "SelfAttention", "Seq2SeqCache", "Seq2SeqLM", "XLNetEncoder", "XLNetOutput", "activation", "apply_rotary", "attend", "for_inference",
-           "is_quantised", "layer_norm", "load_int8", "permutation_mask", "rotary_cos_sin", "save_int8",
+           "is_quantised", "layer_norm", "load_int8", "load_weights", "ModelFolder", "open_model_folder",
+           "resolve_model_path", "permutation_mask", "rotary_cos_sin", "save_int8",
            "segment_mask", "sliding_window_mask", "target_mapping_of"]
 # Sparse long attention (Longformer, BigBird): docs/long.md
 __all__ += ["BigBirdSelfAttention", "LongformerSelfAttention", "SparseLayout", "global_mask_from_indices",

@@ -8,22 +8,21 @@ probability p_mask, and with probability p_ng an n-gram (n in 1..5) sampled from
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write, atomic_write_text
-from bertforge.io.read import read_json
+from bertforge.io.write import write_json
+from bertforge.model.checkpoint import read_tensors, write_tensors
+from bertforge.model.folder import BILSTM_MODEL_TYPE as MODEL_TYPE
+from bertforge.model.folder import ModelFolder
 from bertforge.model.heads import task_output
 
-MODEL_TYPE = "bertforge-bilstm"
 ARCHITECTURE = "BertforgeBiLSTM"
 
 
@@ -76,8 +75,8 @@ class BiLSTMStudent(nn.Module):
         """model.safetensors, then config.json (the task fields `saved_task` reads), then the tokenizer."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        atomic_write(path / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+        write_tensors(path / "model.safetensors",
+                      {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()})
         if tokenizer is not None:
             tokenizer.save_pretrained(path)
         config: dict[str, Any] = {"model_type": MODEL_TYPE, "architectures": [ARCHITECTURE],
@@ -86,19 +85,14 @@ class BiLSTMStudent(nn.Module):
             names = labels or [f"LABEL_{i}" for i in range(self.num_labels)]
             config.update(id2label={str(i): n for i, n in enumerate(names)},
                           label2id={n: i for i, n in enumerate(names)}, num_labels=len(names))
-        atomic_write_text(path / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+        write_json(path / "config.json", config, sort_keys=True)
         return path
 
 
-def is_bilstm_dir(path: str | Path) -> bool:
-    cfg = Path(path) / "config.json"
-    return cfg.is_file() and read_json(cfg).get("model_type") == MODEL_TYPE
-
-
-def load_bilstm(path: str | Path) -> tuple[BiLSTMStudent, dict[str, Any], list[str] | None]:
+def load_bilstm(path: "str | Path | ModelFolder") -> tuple[BiLSTMStudent, dict[str, Any], list[str] | None]:
     """(model in eval mode, task info, label names), as `tasks.models.load_task_model` returns them."""
-    path = Path(path)
-    config = read_json(path / "config.json")
+    folder = ModelFolder.open(path).require("bilstm", verb="a BiLSTM student")
+    path, config = folder.path, folder.config
     try:
         cfg = BiLSTMConfig(**config["bilstm"])
     except (KeyError, TypeError) as err:
@@ -107,14 +101,12 @@ def load_bilstm(path: str | Path) -> tuple[BiLSTMStudent, dict[str, Any], list[s
     weights = path / "model.safetensors"
     if not weights.is_file():
         raise BertforgeError(f"{path}: no model.safetensors")
-    state = load_file(str(weights))
+    state = read_tensors(weights)
     missing = sorted(set(model.state_dict()) - set(state))
     if missing:
         raise BertforgeError(f"{weights}: tensor {missing[0]!r} is missing")
     model.load_state_dict(state)
-    id2label = config.get("id2label") or {}
-    labels = [id2label[str(i)] for i in range(len(id2label))] or None
-    return model.eval(), config["bertforge_task"], labels
+    return model.eval(), folder.task, folder.labels
 
 
 def student_from_teacher_embeddings(teacher: nn.Module, kind: str, num_labels: int, pad_token_id: int,

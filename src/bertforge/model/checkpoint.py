@@ -1,17 +1,19 @@
-"""Hugging Face-compatible checkpoint directories: config.json + model.safetensors (+ tokenizer files).
+"""Hugging Face-compatible checkpoint directories: config.json + model.safetensors (+ tokenizer files), for every
+model bertforge builds: the encoders, the decoder and the encoder-decoders go through this one engine.
 
 Inside bertforge every encoder uses BERT's names (`bert.embeddings...`, `bert.encoder.layer.N...`, `cls.predictions...`,
 task heads such as `classifier`); `hf_name` translates one canonical name into a family's Hugging Face name. Loading
 walks the model's own parameters and looks each one up in the file under its HF name, so there is a single map,
-used in both directions; each family's rules are in its file in `bertforge.families`. The decoder (gpt2) already uses
-GPT2LMHeadModel's names (`transformer.h.N.attn.c_attn`, `lm_head`); its only translation is the layout of GPT-2's
-Conv1D weights, stored [in, out] (transposed here). Where a family fuses tensors that bertforge keeps apart
-(ModernBERT's `Wqkv` holds Q, K and V), `hf_part` says which slice of the fused tensor a canonical one is: saving
-concatenates the parts in order, loading slices them out.
+used in both directions; each family's rules are in its file in `bertforge.families`. The decoder (GPT-2's layout)
+already uses GPT2LMHeadModel's names (`transformer.h.N.attn.c_attn`, `lm_head`); its only translation is the layout
+of GPT-2's Conv1D weights, stored [in, out] (transposed here). The encoder-decoders share one module tree (`shared`,
+`encoder.layers.N.self_attn.q`, ...) that the family's rules rename (T5: the first matching rule; BART: every rule
+in turn). Where a family fuses tensors that bertforge keeps apart (ModernBERT's `Wqkv` holds Q, K and V), `hf_part`
+says which slice of the fused tensor a canonical one is: saving concatenates the parts in order, loading slices
+them out.
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
 from pathlib import Path
@@ -22,43 +24,58 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.families import FAMILIES
-from bertforge.families.family import LAYER
-from bertforge.io.write import atomic_write, atomic_write_text
+from bertforge.families import DECODER, ENCODER_DECODER, FAMILIES
+from bertforge.families.family import CANONICAL_ENCODER, LAYER
+from bertforge.io.write import atomic_write, write_json
 
 log = logging.getLogger(__name__)
 
 INT8_WEIGHTS = "model.int8.safetensors"  # `bertforge quantize`'s int8 weights (bertforge.model.int8)
 # Read off the families (each family file holds its tensor-name rules: `Family.weight_rules`).
-FAMILY_PREFIX = {name: fam.weight_prefix for name, fam in FAMILIES.items()}
-BASE_ARCHITECTURE = {name: fam.base_architecture for name, fam in FAMILIES.items()}
 _COMPILED = {name: [(re.compile(p), r) for p, r in fam.weight_rules] for name, fam in FAMILIES.items()}
 _FUSED = {name: (re.compile(fam.fused_weights[0]), *fam.fused_weights[1:])
           for name, fam in FAMILIES.items() if fam.fused_weights}
 _TRANSPOSED = {name: re.compile(fam.transposed_weights) for name, fam in FAMILIES.items() if fam.transposed_weights}
-# Weights every family ties to another tensor; checkpoints store them once (under the embedding / bias).
+# Output projections tied to the word embeddings; checkpoints store them once (under the embedding) while they are
+# tied (a T5 v1.1 output matrix of its own is saved and read under its name).
 _TIED = re.compile(r"^(cls\.predictions\.decoder\.(weight|bias)|lm_head\.weight|lm_loss\.weight)$")
+# Tensors transformers initialises when a file lacks them: the pooler, BART's final_logits_bias buffer.
+_OPTIONAL = re.compile(r"^(bert\.pooler\.|final_logits_bias$)")
+# Any config with a `family` and `model_type` (ModelConfig, Seq2SeqConfig): checkpoint reads nothing else of it but
+# `share_layers` (absent from the encoder-decoders' configs) and writes `to_hf_dict`.
+Config = Any
 
 
-def _hf_layout(name: str, tensor: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
+def _tied(name: str, state: dict[str, torch.Tensor]) -> bool:
+    """Whether `name` is an output projection that shares its tensor with another entry of `state`."""
+    if not _TIED.match(name):
+        return False
+    ptr = state[name].data_ptr()
+    return any(other != name and t.data_ptr() == ptr for other, t in state.items())
+
+
+def _hf_layout(name: str, tensor: torch.Tensor, cfg: Config) -> torch.Tensor:
     """A tensor in the checkpoint's layout from bertforge's, or back (a transpose is its own inverse)."""
     pattern = _TRANSPOSED.get(cfg.model_type)
     return tensor.t() if pattern is not None and pattern.search(name) else tensor
 
 
-def hf_name(canonical: str, cfg: ModelConfig) -> str:
-    """Translate a canonical (BERT-named, `bert.`-prefixed) parameter name to cfg's family naming."""
-    if cfg.family.shared_layers_as_one and cfg.share_layers == "all":
-        canonical = re.sub(LAYER, "bert.encoder.layer.0.", canonical)  # every layer is stored as layer 0
+def hf_name(canonical: str, cfg: Config) -> str:
+    """Translate a canonical parameter name (an encoder's BERT names, `bert.`-prefixed; the decoder's and the
+    encoder-decoders' own) to cfg's family naming."""
+    fam = cfg.family
+    if fam.shared_layers_as_one and getattr(cfg, "share_layers", "none") == "all":
+        canonical = re.sub(LAYER, f"{CANONICAL_ENCODER}.encoder.layer.0.", canonical)  # every layer is layer 0
     for pattern, repl in _COMPILED[cfg.model_type]:
-        if pattern.search(canonical):
+        if not fam.first_rule_only:
+            canonical = pattern.sub(repl, canonical, count=1)
+        elif pattern.search(canonical):
             return pattern.sub(repl, canonical, count=1)
     return canonical
 
 
-def hf_part(canonical: str, cfg: ModelConfig) -> tuple[int, int] | None:
+def hf_part(canonical: str, cfg: Config) -> tuple[int, int] | None:
     """(index, number of parts) when `canonical` is a slice of a fused HF tensor (split along dim 0), else None."""
     fused = _FUSED.get(cfg.model_type)
     if fused is None:
@@ -84,16 +101,17 @@ def is_bare_decoder(model: nn.Module) -> bool:
     return isinstance(getattr(model, "wte", None), nn.Module) and isinstance(getattr(model, "h", None), nn.Module)
 
 
-def _body_prefix(cfg: ModelConfig) -> str:
-    """The canonical name of the body inside a model with heads: `bert.` (encoders), `transformer.` (decoder)."""
-    return "transformer." if cfg.is_decoder else "bert."
+def _body_prefix(cfg: Config) -> str:
+    """The canonical name of the body inside a model with heads: `bert.` (encoders), `transformer.` (decoder); an
+    encoder-decoder is all body."""
+    return {DECODER: "transformer.", ENCODER_DECODER: ""}.get(cfg.family.stack, f"{CANONICAL_ENCODER}.")
 
 
 def _bare(model: nn.Module) -> bool:
     return is_bare_encoder(model) or is_bare_decoder(model)
 
 
-def _canonical_state(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+def _canonical_state(model: nn.Module, cfg: Config) -> dict[str, torch.Tensor]:
     """The model's state under canonical names: a bare Encoder (Decoder) gets the `bert.` (`transformer.`) prefix
     a wrapper would give it."""
     prefix = _body_prefix(cfg) if _bare(model) else ""
@@ -101,14 +119,15 @@ def _canonical_state(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tens
 
 
 # ---- saving ------------------------------------------------------------------------------------------------------
-def hf_state_dict(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+def hf_state_dict(model: nn.Module, cfg: Config) -> dict[str, torch.Tensor]:
     """The tensors to save, under the family's HF names; tied weights once; shared layers as HF expects them."""
-    strip = FAMILY_PREFIX[cfg.model_type] + "." if _bare(model) else None
+    strip = cfg.family.weight_prefix + "." if _bare(model) else None
     out: dict[str, torch.Tensor] = {}
     parts: dict[str, list[torch.Tensor | None]] = {}
     seen: set[int] = set()
-    for name, tensor in _canonical_state(model, cfg).items():
-        if _TIED.match(name):
+    state = _canonical_state(model, cfg)
+    for name, tensor in state.items():
+        if _tied(name, state):
             continue
         key = hf_name(name, cfg)
         if strip and key.startswith(strip):  # a bare encoder saves as BertModel does: no prefix
@@ -130,19 +149,33 @@ def hf_state_dict(model: nn.Module, cfg: ModelConfig) -> dict[str, torch.Tensor]
     return out
 
 
-def save_pretrained(model: nn.Module, path: str | Path, cfg: ModelConfig, architecture: str | None = None,
+def save_pretrained(model: nn.Module, path: str | Path, cfg: Config, architecture: str | None = None,
                     tokenizer: Any = None, extra_config: dict[str, Any] | None = None) -> Path:
     """Write an HF-compatible directory; every file is written to a temporary name, then renamed."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tensors = hf_state_dict(model, cfg)
-    atomic_write(path / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
-    config = cfg.to_hf_dict([architecture or BASE_ARCHITECTURE[cfg.model_type]])
+    write_tensors(path / "model.safetensors", hf_state_dict(model, cfg))
+    config = cfg.to_hf_dict([architecture or cfg.family.base_architecture])
     config.update(extra_config or {})
-    atomic_write_text(path / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_json(path / "config.json", config, sort_keys=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
     return path
+
+
+# ---- safetensors files, for every writer of model weights ------------------------------------------------------
+def write_tensors(path: str | Path, tensors: dict[str, torch.Tensor], **metadata: str) -> None:
+    """`tensors` as a safetensors file at `path`, written atomically; its metadata says "format": "pt", as
+    transformers' files do (plus `metadata`)."""
+    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt", **metadata}))
+
+
+def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; one line for a file that is not one."""
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise BertforgeError(f"{path}: not a readable safetensors file ({err})") from None
 
 
 # ---- loading -----------------------------------------------------------------------------------------------------
@@ -151,11 +184,7 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], Path]:
     path = Path(path)
     st, pt = path / "model.safetensors", path / "pytorch_model.bin"
     if st.is_file():
-        try:
-            state = load_file(str(st))
-        except (SafetensorError, OSError, ValueError) as err:
-            raise BertforgeError(f"{st}: not a readable safetensors file ({err})") from None
-        source = st
+        state, source = read_tensors(st), st
     elif pt.is_file():
         try:
             state = torch.load(pt, map_location="cpu", weights_only=True)
@@ -176,21 +205,24 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], Path]:
     return fixed, source
 
 
-def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] = ()) -> list[str]:
-    """Load a checkpoint directory into `model` (an Encoder or a wrapper whose encoder is `.bert`).
+def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] = (),
+                    tensors: tuple[dict[str, torch.Tensor], Path] | None = None) -> list[str]:
+    """Load a checkpoint directory into `model` (its `config` says the family): an Encoder or a wrapper whose
+    encoder is `.bert`, the decoder, an encoder-decoder. `tensors`: `read_state_dict(path)` when the caller has read
+    the file already.
 
-    Encoder tensors must all be present (the pooler may be absent: it stays freshly initialised, as in HF);
-    head tensors that are absent stay initialised and are returned, unless their prefix is in `require`.
-    Shapes must match the config. Returns the canonical names that were not found in the file.
+    Body tensors must all be present (the pooler and BART's final_logits_bias may be absent: they stay
+    initialised, as in HF); head tensors that are absent stay initialised and are returned, unless their prefix is
+    in `require`. Shapes must match the config. Returns the canonical names that were not found in the file.
     """
-    state, source = read_state_dict(path)
-    cfg: ModelConfig = getattr(model, "config", None) or ModelConfig.from_file(path)
-    family = FAMILY_PREFIX[cfg.model_type] + "."
+    state, source = read_state_dict(path) if tensors is None else tensors
+    cfg = model.config
+    family = cfg.family.weight_prefix + "."
     own = _canonical_state(model, cfg)
     loaded: dict[str, torch.Tensor] = {}
     missing: list[str] = []
     for name, param in own.items():
-        if _TIED.match(name):
+        if _tied(name, own):
             continue
         key = hf_name(name, cfg)
         if key not in state and key.startswith(family) and key[len(family):] in state:
@@ -211,9 +243,9 @@ def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] =
         loaded[name] = tensor
     body = _body_prefix(cfg)
     for name in missing:
-        if name.startswith(body) and not name.startswith("bert.pooler."):
+        if name.startswith(body) and not _OPTIONAL.match(name):
             raise BertforgeError(f"{source}: tensor {hf_name(name, cfg)!r} is missing (needed by the "
-                                 f"{'decoder' if cfg.is_decoder else 'encoder'})")
+                                 f"{cfg.family.stack})")
         for prefix in require:
             if name.startswith(prefix):
                 raise BertforgeError(f"{source}: tensor {hf_name(name, cfg)!r} is missing "

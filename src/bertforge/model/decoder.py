@@ -6,7 +6,7 @@
     logits = ln_f(x) @ wte^T                    the output embedding is the input embedding (tied)
 
 Pre-LayerNorm blocks (unlike BERT's post-LN), learned absolute positions, one fused `c_attn` projection for
-Q/K/V. GPT-2 stores its projections as Conv1D ([in, out]); here they are nn.Linear and `bertforge.checkpoint`
+Q/K/V. GPT-2 stores its projections as Conv1D ([in, out]); here they are nn.Linear and `bertforge.model.checkpoint`
 transposes them, so a directory saved here loads in transformers' GPT2LMHeadModel unchanged and back.
 
 Generation drives `DecoderLM` through two calls (see `bertforge.generation`): `prefill(prompt)` runs the prompt
@@ -23,6 +23,8 @@ from torch import nn
 from bertforge.model.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.families import DECODER
+from bertforge.model.folder import ModelFolder
 from bertforge.model.attention import MultiHeadAttention
 from bertforge.model.cache import KVCache
 from bertforge.model.dropout import Dropout
@@ -79,7 +81,7 @@ class Decoder(nn.Module):
 
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
-        if not cfg.is_decoder:
+        if cfg.stack != DECODER:
             raise BertforgeError(f"model_type {cfg.model_type} is an encoder, not a decoder (GPT-2 layout): "
                                  "load it with bertforge.model.Encoder")
         self.config = cfg
@@ -185,14 +187,12 @@ class DecoderLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, attn_implementation: str = "sdpa") -> "DecoderLM":
-        cfg = ModelConfig.from_file(path)
-        if not cfg.is_decoder:
-            raise BertforgeError(f"{path}: a {cfg.model_type} encoder checkpoint, not a decoder (GPT-2 layout, "
-                                 "model_type gpt2)")
-        model = cls(cfg, attn_implementation)
-        load_pretrained(model, path)
+    def from_pretrained(cls, path: "str | Path | ModelFolder", attn_implementation: str = "sdpa") -> "DecoderLM":
+        folder = ModelFolder.open(path)
+        model = cls(folder.config_for(DECODER, verb="a decoder (GPT-2 layout)"), attn_implementation)
+        load_pretrained(model, folder.path)
         return model.eval()
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        save_pretrained(self, path, self.config, architecture="GPT2LMHeadModel", tokenizer=tokenizer)
+        save_pretrained(self, path, self.config, architecture=self.config.family.head_classes["lm"],
+                        tokenizer=tokenizer)

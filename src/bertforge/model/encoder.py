@@ -2,12 +2,12 @@
 
 Module names follow Hugging Face's `modeling_bert.py` (embeddings.word_embeddings,
 encoder.layer.N.attention.self.query, ...) so a BERT checkpoint maps one-to-one; the other families' names are
-translated in `bertforge.checkpoint`. Post-LN blocks (BERT): x = LN(x + Attn(x)); x = LN(x + FFN(x)). Pre-LN blocks
-(ModernBERT, `norm_position="pre"`): x = x + Attn(attn_norm(x)); x = x + FFN(mlp_norm(x)), and a final norm. The
-modern switches (rotary positions, GeGLU, no biases, sliding-window layers) are fields of `ModelConfig`; the
+translated in `bertforge.model.checkpoint`. Post-LN blocks (BERT): x = LN(x + Attn(x)); x = LN(x + FFN(x)). Pre-LN
+blocks (ModernBERT, `norm_position="pre"`): x = x + Attn(attn_norm(x)); x = x + FFN(mlp_norm(x)), and a final norm.
+The modern switches (rotary positions, GeGLU, no biases, sliding-window layers) are fields of `ModelConfig`; the
 layers below read them, so every family runs the same code.
-Longformer and BigBird (`Family.sparse`) are the same encoder too: `model.sparse.prepare` turns a batch into a
-`SparseLayout` that the layers get in place of the mask, and their self-attention is `long_attention` /
+Longformer and BigBird (`Family.sparse_attention`) are the same encoder too: `model.sparse.prepare` turns a batch
+into a `SparseLayout` that the layers get in place of the mask, and their self-attention is `long_attention` /
 `block_sparse` (chosen per layer in `EncoderAttention`).
 
 There is one forward pass. Its variants are chosen when a model is built, as transformers chooses attention
@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -28,13 +29,14 @@ from torch import nn
 from bertforge.model.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.device import PRECISIONS, placement
+from bertforge.families import DECODER, ENCODER
 from bertforge.families.modernbert import SLIDING
 from bertforge.errors import BertforgeError
-from bertforge.io.read import read_json
+from bertforge.model.folder import ModelFolder
 from bertforge.model.attention import (FusedSelfAttention, MultiHeadAttention, SelfAttention, rotary_cos_sin,
                                        sliding_window_mask)
 from bertforge.model.dropout import Dropout
-from bertforge.model.int8 import INT8_SCHEME, INT8_WEIGHTS, QUANT_FIELD, int8_scheme, load_int8, quantize_linears
+from bertforge.model.int8 import INT8_SCHEME, load_int8, quantize_linears
 from bertforge.model.sparse.longformer import sparse_self_attention
 from bertforge.model.sparse.layout import prepare as prepare_sparse
 
@@ -258,11 +260,11 @@ class Encoder(nn.Module):
     """Embeddings -> [projection to H] -> L layers -> [pooler]. `attn_implementation`: "sdpa" or "eager"."""
 
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
-        if cfg.is_decoder:
+        if cfg.stack == DECODER:
             raise BertforgeError(f"model_type {cfg.model_type} is a decoder (GPT-2 layout), not an encoder: load it "
                                  "with bertforge.model.DecoderLM, or use `bertforge generate`")
         super().__init__()
-        if cfg.family.relative_positions:
+        if cfg.family.two_stream:
             raise BertforgeError(f"a {cfg.model_type} model is built by bertforge.model.XLNetEncoder (two-stream "
                                  "relative attention), not by the BERT encoder: bertforge pretrains XLNet and "
                                  "exchanges it with transformers, but does not fine-tune, embed or fill-mask with it")
@@ -319,7 +321,7 @@ class Encoder(nn.Module):
         BigBird) pass a `sparse.SparseLayout` to their layers instead of the mask (no attention maps then)."""
         head_mask = self.head_mask if head_mask is None else head_mask
         layout = None
-        if self.config.family.sparse:
+        if self.config.family.sparse_attention:
             input_ids, token_type_ids, position_ids, layout = prepare_sparse(
                 self.config, input_ids, attention_mask, token_type_ids, position_ids, global_attention_mask)
             if layout is not None and output_attentions:
@@ -377,16 +379,11 @@ class Encoder(nn.Module):
         return any(isinstance(m, FusedSelfAttention) for m in self.modules())
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, attn_implementation: str = "sdpa") -> "Encoder":
-        """The encoder saved in `path`; a folder written by `bertforge quantize` loads as its int8 inference copy."""
-        model = cls(ModelConfig.from_file(path), attn_implementation)
-        if (Path(path) / INT8_WEIGHTS).is_file():
-            fast = for_inference(model, "int8", int8_scheme(path))
-            load_int8(fast, path)
-            return fast
-        load_pretrained(model, path)
-        if is_quantised(path):  # quantised by an older bertforge: fp32 weights on disk, int8 derived at load
-            return for_inference(model, "int8")
+    def from_pretrained(cls, path: "str | Path | ModelFolder", attn_implementation: str = "sdpa") -> "Encoder":
+        """The encoder saved in `path` (or an opened model folder); a folder written by `bertforge quantize` loads
+        as its int8 inference copy."""
+        folder = ModelFolder.open(path)
+        model, _ = load_weights(cls(folder.config_for(ENCODER, verb="an encoder"), attn_implementation), folder)
         return model.eval()
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
@@ -397,7 +394,26 @@ class Encoder(nn.Module):
 
 def is_quantised(path: str | Path) -> bool:
     """Whether the model folder `path` was written by `bertforge quantize` (its config.json says so)."""
-    return bool(read_json(Path(path) / "config.json").get(QUANT_FIELD))
+    return ModelFolder.open(path).quantised
+
+
+def load_weights(model: nn.Module, folder: ModelFolder, require: Iterable[str] = ()) -> tuple[nn.Module, list[str]]:
+    """`model` (an Encoder, or a model holding one as `.bert`) with `folder`'s weights as they are stored: int8
+    weights (`bertforge quantize`) into the encoder's int8 inference copy, else the checkpoint's tensors (a folder
+    quantised by an older bertforge holds fp32 weights: its int8 copy is made here). Returns (the model, with its
+    encoder replaced by the int8 copy for a quantised folder; the canonical names the file did not have)."""
+    def quantised(m: nn.Module, scheme: int) -> nn.Module:
+        if isinstance(m, Encoder):
+            return for_inference(m, "int8", scheme)
+        m.bert = for_inference(m.bert, "int8", scheme)
+        return m
+
+    if folder.int8_weights:
+        model = quantised(model, folder.int8_scheme)
+        load_int8(model, folder.path)
+        return model, []
+    missing = load_pretrained(model, folder.path, require)
+    return (quantised(model, folder.int8_scheme) if folder.quantised else model), missing
 
 
 def for_inference(encoder: Encoder, precision: str = "fp32", int8_scheme: int = INT8_SCHEME) -> Encoder:

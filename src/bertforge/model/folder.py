@@ -1,7 +1,8 @@
-"""What a model folder holds, decided in one place. Every verb that opens a `--model` (or a teacher, or a model to
-serve) asks `inspect_folder` and opens what it is told, so a folder means the same to every verb:
+"""Opening a model folder, in one place. What the user typed (`--model`, `--teacher`, a model to serve) becomes a
+local path in `resolve_model_path`, the one hook where a name is turned into a folder before anything is read;
+`ModelFolder.open` then reads config.json once and decides what the folder holds:
 
-    holds              the folder has                                        opened by
+    holds              the folder has                                        built by
     encoder            a bare encoder (BertModel and its family)             model.Encoder.from_pretrained
     sentence-encoder   sentence-transformers modules (modules.json)          embed.SentenceEncoder.from_pretrained
     task               a fine-tuned encoder (config.json: bertforge_task)     tasks.models.load_task_model
@@ -9,34 +10,101 @@ serve) asks `inspect_folder` and opens what it is told, so a folder means the sa
     decoder            a GPT-2 layout decoder                                model.DecoderLM.from_pretrained
     encoder-decoder    a T5 / BART model                                     model.Seq2SeqLM.from_pretrained
 
-and how its weights are stored: as an exported ONNX graph (`graph`, run by onnxruntime: `model.onnx`) or as int8
-weights (`int8`, written by `bertforge quantize`). A path to a `.onnx` file names the folder beside it; a
-fine-tuning folder that keeps its model in `best/` (older bertforge versions) names that.
+how its weights are stored (an exported ONNX graph to run in onnxruntime, `graph`: `model.onnx`; int8 weights
+written by `bertforge quantize`, `int8_weights`), its task and labels, and its parsed config (`model_config`: a
+ModelConfig or Seq2SeqConfig; `config_for` checks it against the weights' shapes before the first model is built,
+not at open, so a verb reports its data's problems first). Every loader above takes the opened folder (or a path,
+which it opens), so a folder means the same to every verb and its config.json is read once. A path to a `.onnx`
+file names the folder beside it; a fine-tuning folder that keeps its model in `best/` (older bertforge versions)
+names that.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertforge.config.hf import check_against_weights, config_from_dict, read_config_json
 from bertforge.errors import BertforgeError
-from bertforge.families import FAMILIES, SEQ2SEQ_FAMILIES
-from bertforge.io.read import read_json
-from bertforge.model.bilstm import MODEL_TYPE as BILSTM_MODEL_TYPE
+from bertforge.families import DECODER, ENCODER_DECODER, FAMILIES
 from bertforge.model.checkpoint import INT8_WEIGHTS
-from bertforge.model.int8 import QUANT_FIELD
-from bertforge.model.onnx import model_folder, onnx_file
+from bertforge.model.int8 import INT8_SCHEME, QUANT_FIELD
 
 HOLDS = ("encoder", "sentence-encoder", "task", "bilstm", "decoder", "encoder-decoder")
+BILSTM_MODEL_TYPE = "bertforge-bilstm"  # config.json's model_type of a distilled BiLSTM student (model.bilstm)
+ONNX_FP32 = "model.onnx"                # `bertforge export`'s graphs
+ONNX_INT8 = "model.int8.onnx"
+TORCH_WEIGHTS = ("model.safetensors", INT8_WEIGHTS, "pytorch_model.bin")
+
+
+def resolve_model_path(name: str | Path, revision: str | None = None, flag: str = "--model") -> Path:
+    """The local folder (or .onnx file) a model name stands for, before anything in it is read. Today a name is a
+    path that exists; this is where other kinds of name (a hub id at a revision) are to be resolved."""
+    path = Path(name)
+    if revision is not None:
+        raise BertforgeError(f"{_named(flag, path)}: a revision needs a model hub id; this bertforge reads local "
+                             "folders")
+    if not path.exists():
+        raise BertforgeError(f"{_named(flag, path)}: model directory not found")
+    return path
+
+
+def _named(flag: str, path: Path) -> str:
+    """How a message names what the user gave: "--model DIR" (or "--model NAME=DIR" for `serve`, "DIR" for a
+    positional argument)."""
+    return f"{flag}{path}" if flag.endswith("=") or not flag else f"{flag} {path}"
+
+
+def onnx_file(path: str | Path, flag: str = "--model") -> Path | None:
+    """The ONNX graph a --model argument names, or None for a PyTorch model folder."""
+    p = Path(path)
+    if p.suffix == ".onnx":
+        if not p.is_file():
+            raise BertforgeError(f"{_named(flag, p)}: no such file")
+        if not (p.parent / "config.json").is_file():
+            raise BertforgeError(f"{_named(flag, p)}: an ONNX graph with no config.json beside it (use the folder "
+                                 "`bertforge export` wrote)")
+        return p
+    if (p / ONNX_FP32).is_file() and not any((p / w).is_file() for w in TORCH_WEIGHTS):
+        return p / ONNX_FP32
+    return None
 
 
 @dataclass(frozen=True)
 class ModelFolder:
-    path: Path                   # the folder with config.json and the tokenizer
-    holds: str                   # one of HOLDS
-    config: dict[str, Any]       # its config.json
-    graph: Path | None = None    # an exported ONNX graph to run instead of PyTorch weights
-    int8: bool = False           # int8 weights (`bertforge quantize`)
+    path: Path                      # the folder with config.json and the tokenizer
+    holds: str                      # one of HOLDS
+    config: dict[str, Any]          # its config.json, as read
+    model_config: Any = None        # the parsed config (ModelConfig / Seq2SeqConfig; `config_for` checks it
+    #                                 against the weights); None for a BiLSTM student, or sentence-transformers
+    #                                 modules with no config.json
+    graph: Path | None = None       # an exported ONNX graph to run instead of PyTorch weights
+    int8_weights: bool = False      # int8 weights on disk (`bertforge quantize`: model.int8.safetensors)
+    flag: str = "--model"           # how messages name it
+    _checked: list = field(default_factory=list, repr=False, compare=False)  # model_config checked against weights
+
+    @classmethod
+    def open(cls, name: "str | Path | ModelFolder", flag: str = "--model",
+             revision: str | None = None) -> "ModelFolder":
+        """The model folder (or exported .onnx file) `name` stands for, with its config.json read and parsed once;
+        one line naming `flag` if it is no model folder. An opened folder is returned as it is."""
+        if isinstance(name, ModelFolder):
+            return name
+        path = resolve_model_path(name, revision, flag)
+        graph = onnx_file(path, flag)
+        folder = path.parent if path.suffix == ".onnx" else path
+        if not (folder / "config.json").is_file() and (folder / "best" / "config.json").is_file():
+            folder = folder / "best"
+        if (folder / "config.json").is_file():
+            config = read_config_json(folder)
+        elif (folder / "modules.json").is_file():  # sentence-transformers modules, the Transformer in a sub-folder
+            config = {}
+        else:
+            raise BertforgeError(f"{_named(flag, folder)}: not a model directory (no config.json)")
+        holds = _holds(folder, config)
+        parsed = config_from_dict(config, str(folder / "config.json")) if config and holds != "bilstm" else None
+        return cls(path=folder, holds=holds, config=config, model_config=parsed, graph=graph,
+                   int8_weights=(folder / INT8_WEIGHTS).is_file(), flag=flag)
 
     @property
     def task(self) -> dict[str, Any] | None:
@@ -54,34 +122,74 @@ class ModelFolder:
 
     @property
     def labels(self) -> list[str] | None:
+        """A classifier's or tagger's label names, in id order."""
         id2label = self.config.get("id2label") or {}
         return [id2label[str(i)] for i in range(len(id2label))] or None
 
+    @property
+    def quantised(self) -> bool:
+        """Written by `bertforge quantize` (config.json says so): int8 weights, or (older bertforge versions) fp32
+        weights whose int8 copy is made at load."""
+        return bool(self.config.get(QUANT_FIELD))
+
+    @property
+    def int8(self) -> bool:
+        """Runs as int8: int8 weights on disk, or a quantised folder of fp32 weights."""
+        return self.int8_weights or self.quantised
+
+    @property
+    def int8_scheme(self) -> int:
+        """The int8 recipe a quantised folder was written with (`model.int8.INT8_SCHEME`; 1 before it was
+        recorded); the current one for a folder whose int8 copy is made at load."""
+        field = self.config.get(QUANT_FIELD)
+        if not self.int8_weights:
+            return INT8_SCHEME
+        scheme = field.get("scheme", 1) if isinstance(field, dict) else 1
+        if scheme not in (1, 2):
+            raise BertforgeError(f"{self.path / 'config.json'}: {QUANT_FIELD}.scheme {scheme!r} is not one this "
+                                 "bertforge knows (1, 2); quantise the fp32 model again")
+        return scheme
+
+    def tokenizer(self) -> Any:
+        """The folder's tokenizer, checked against the model's vocabulary."""
+        from bertforge.tokenization import Tokenizer  # (tokenization sits below model; imported where used)
+        vocab = self.model_config.vocab_size if self.model_config is not None else None
+        return Tokenizer.from_pretrained(self.path, vocab_size=vocab)
+
+    def config_for(self, *stacks: str, verb: str = "this command") -> Any:
+        """A copy of the parsed config (each model built from the folder owns its own) when the folder's family
+        builds one of `stacks` (families.ENCODER, ...); else one line saying what the folder holds."""
+        cfg = self.model_config
+        if cfg is None or cfg.stack not in stacks:
+            what = f"{cfg.model_type} model ({cfg.stack})" if cfg is not None else f"{self.kind} model"
+            raise BertforgeError(f"{_named(self.flag, self.path)}: holds a {what}, not {verb}")
+        if not self._checked:  # before the first model is built (not at open: a verb reads its data first)
+            check_against_weights(cfg, self.path / "model.safetensors", str(self.path / "config.json"))
+            self._checked.append(True)
+        return cfg.replace(extra=dict(cfg.extra))
+
+    def require(self, *holds: str, verb: str = "this command") -> "ModelFolder":
+        """The folder itself when it holds one of `holds`; else one line saying what it holds instead."""
+        if self.holds not in holds:
+            raise BertforgeError(f"{_named(self.flag, self.path)}: holds a {self.kind} model; {verb} needs "
+                                 f"{' or '.join(holds)}")
+        return self
+
 
 def _holds(folder: Path, config: dict[str, Any]) -> str:
-    model_type = config.get("model_type")
-    if model_type == BILSTM_MODEL_TYPE:
+    family = FAMILIES.get(config.get("model_type"))
+    if config.get("model_type") == BILSTM_MODEL_TYPE:
         return "bilstm"
-    if model_type in SEQ2SEQ_FAMILIES:  # a fine-tuned one too (its task record is `task`): it still generates
+    if family is not None and family.stack == ENCODER_DECODER:  # a fine-tuned one too: it still generates
         return "encoder-decoder"
-    if model_type in FAMILIES and FAMILIES[model_type].decoder:
+    if family is not None and family.stack == DECODER:
         return "decoder"
     if isinstance(config.get("bertforge_task"), dict):
         return "task"
     return "sentence-encoder" if (folder / "modules.json").is_file() else "encoder"
 
 
-def inspect_folder(path: str | Path, flag: str = "--model") -> ModelFolder:
-    """What the model folder (or exported .onnx file) at `path` holds; one line naming `flag` if it is none."""
-    graph = onnx_file(path)
-    folder = model_folder(path)
-    if not (folder / "config.json").is_file() and (folder / "best" / "config.json").is_file():
-        folder = folder / "best"
-    if (folder / "config.json").is_file():
-        config = read_json(folder / "config.json")
-    elif (folder / "modules.json").is_file():  # sentence-transformers modules whose Transformer sits in a sub-folder
-        config = {}
-    else:
-        raise BertforgeError(f"{flag} {folder}: not a model directory (no config.json)")
-    return ModelFolder(path=folder, holds=_holds(folder, config), config=config, graph=graph,
-                       int8=(folder / INT8_WEIGHTS).is_file() or bool(config.get(QUANT_FIELD)))
+def open_model_folder(name: "str | Path | ModelFolder", flag: str = "--model",
+                      revision: str | None = None) -> ModelFolder:
+    """`ModelFolder.open`: what every verb calls with the model string the user typed."""
+    return ModelFolder.open(name, flag, revision)

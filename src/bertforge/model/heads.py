@@ -18,7 +18,9 @@ from torch import nn
 from bertforge.model.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.families import ENCODER
 from bertforge.model import Encoder, XLNetEncoder, activation
+from bertforge.model.folder import ModelFolder
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -57,10 +59,9 @@ class LMTransform(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.embedding_size, bias=cfg.head_bias)
-        # RoBERTa's lm_head and ELECTRA's generator hard-code erf GELU; BERT / ALBERT / DistilBERT / ModernBERT
-        # use hidden_act (ModernBERT's classifier_activation, which bertforge keeps equal to it).
-        self.act = activation("gelu" if cfg.model_type in ("roberta", "electra", "longformer")
-                              else cfg.hidden_act)
+        # the family's (RoBERTa's lm_head and ELECTRA's generator hard-code erf GELU), else hidden_act (ModernBERT's
+        # classifier_activation, which bertforge keeps equal to it)
+        self.act = activation(cfg.family.mlm_head_act or cfg.hidden_act)
         self.LayerNorm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -218,7 +219,7 @@ class MaskedLM(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        if cfg.model_type != "big_bird":  # *ForMaskedLM checkpoints carry no pooler (BigBird's does)
+        if not cfg.family.masked_lm_pooler:  # *ForMaskedLM checkpoints carry no pooler (BigBird's do)
             cfg = cfg.replace(use_pooler=False)
         self.config = cfg
         self.bert = Encoder(cfg)
@@ -231,18 +232,22 @@ class MaskedLM(nn.Module):
         return self.cls.predictions(hidden, positions)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> "MaskedLM":
-        cfg = ModelConfig.from_file(path)
-        if cfg.model_type == "xlnet":
-            raise BertforgeError(f"{path}: an XLNet checkpoint is a permutation language model (XLNetLMHeadModel), "
-                                 "not a masked LM: it predicts a position from its query stream, never a [MASK] "
-                                 "token; fill-mask needs a bert, roberta, albert, distilbert or electra MLM")
+    def from_pretrained(cls, path: "str | Path | ModelFolder") -> "MaskedLM":
+        folder = ModelFolder.open(path)
+        cfg = folder.config_for(ENCODER, verb="a masked LM")
+        if "mlm" not in cfg.family.head_classes:
+            with_mlm = [name for name, fam in cfg.families().items() if "mlm" in fam.head_classes]
+            raise BertforgeError(f"{folder.path}: a {cfg.family.hf_prefix} checkpoint (model_type {cfg.model_type}) "
+                                 f"has no masked LM head, so it is not a masked LM"
+                                 + (": it predicts a position from its query stream, never a [MASK] token"
+                                    if cfg.family.two_stream else "")
+                                 + f"; fill-mask needs a {', '.join(with_mlm)} MLM")
         model = cls(cfg)
-        load_pretrained(model, path, require=("cls.predictions.",))
+        load_pretrained(model, folder.path, require=("cls.predictions.",))
         return model.eval()
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        save_pretrained(self, path, self.config, architecture=ARCHITECTURES[("mlm", self.config.model_type)],
+        save_pretrained(self, path, self.config, architecture=self.config.family.head_classes["mlm"],
                         tokenizer=tokenizer)
 
 
@@ -266,8 +271,11 @@ class PreTrainingModel(nn.Module):
         return mlm, rel
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        kind = "pretraining" if self.cls.seq_relationship is not None else "mlm"
-        save_pretrained(self, path, self.config, architecture=ARCHITECTURES[(kind, self.config.model_type)],
+        heads = self.config.family.head_classes
+        # a sentence-relation head is saved as the family's *ForPreTraining where transformers has one (BERT,
+        # ALBERT); RoBERTa's and ELECTRA's have none: their masked LM class (which ignores the extra head)
+        with_relation = self.cls.seq_relationship is not None and "pretraining" in heads
+        save_pretrained(self, path, self.config, architecture=heads["pretraining" if with_relation else "mlm"],
                         tokenizer=tokenizer)
 
 
@@ -285,7 +293,8 @@ class ReplacedTokenDetector(nn.Module):
         return self.discriminator_predictions(hidden)
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        save_pretrained(self, path, self.config, architecture="ElectraForPreTraining", tokenizer=tokenizer)
+        save_pretrained(self, path, self.config, architecture=self.config.family.head_classes["rtd"],
+                        tokenizer=tokenizer)
 
 
 class XLNetLM(nn.Module):
@@ -306,22 +315,12 @@ class XLNetLM(nn.Module):
         return self.lm_loss(hidden.last_hidden_state)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> "XLNetLM":
-        model = cls(ModelConfig.from_file(path))
-        load_pretrained(model, path, require=("lm_loss.",))
+    def from_pretrained(cls, path: "str | Path | ModelFolder") -> "XLNetLM":
+        folder = ModelFolder.open(path)
+        model = cls(folder.config_for(ENCODER, verb="an XLNet language model"))
+        load_pretrained(model, folder.path, require=("lm_loss.",))
         return model.eval()
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        save_pretrained(self, path, self.config, architecture="XLNetLMHeadModel", tokenizer=tokenizer)
-
-
-# The transformers class that loads each wrapper, per family.
-ARCHITECTURES = {
-    ("mlm", "bert"): "BertForMaskedLM", ("mlm", "roberta"): "RobertaForMaskedLM",
-    ("mlm", "albert"): "AlbertForMaskedLM", ("mlm", "distilbert"): "DistilBertForMaskedLM",
-    ("mlm", "electra"): "ElectraForMaskedLM", ("mlm", "modernbert"): "ModernBertForMaskedLM",
-    ("mlm", "longformer"): "LongformerForMaskedLM", ("mlm", "big_bird"): "BigBirdForMaskedLM",
-    ("pretraining", "bert"): "BertForPreTraining", ("pretraining", "albert"): "AlbertForPreTraining",
-    ("ltr", "bert"): "BertLMHeadModel", ("ltr", "roberta"): "RobertaForCausalLM",
-    ("ltr", "electra"): "ElectraForCausalLM",
-}
+        save_pretrained(self, path, self.config, architecture=self.config.family.head_classes["lm"],
+                        tokenizer=tokenizer)

@@ -16,16 +16,13 @@ import warnings
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 from torch.ao.quantization import (PerChannelMinMaxObserver, QConfig, default_dynamic_quant_observer,
                                    per_channel_dynamic_qconfig, quantize_dynamic)
 
-from bertforge.model.checkpoint import INT8_WEIGHTS
+from bertforge.model.checkpoint import INT8_WEIGHTS, read_tensors, write_tensors
 from bertforge.errors import BertforgeError
-from bertforge.io.read import read_json
-from bertforge.io.write import atomic_write
 
 QUANT_FIELD = "bertforge_quantization"  # config.json: how the folder was quantised (also: "load me as int8")
 _SCALE = ".weight_scale"
@@ -47,16 +44,6 @@ class Int8Linear(DynamicLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, False).to(x.dtype)
-
-
-def int8_scheme(directory: str | Path) -> int:
-    """The int8 recipe a quantised folder was written with (`INT8_SCHEME`; 1 before the field existed)."""
-    field = read_json(Path(directory) / "config.json").get(QUANT_FIELD)
-    scheme = field.get("scheme", 1) if isinstance(field, dict) else 1
-    if scheme not in (1, 2):
-        raise BertforgeError(f"{directory}/config.json: {QUANT_FIELD}.scheme {scheme!r} is not one this bertforge "
-                             "knows (1, 2); quantise the fp32 model again")
-    return scheme
 
 
 def quantize_linears(model: nn.Module, keep_fp32: set[int], scheme: int = INT8_SCHEME) -> None:
@@ -116,7 +103,7 @@ def save_int8(model: nn.Module, directory: str | Path) -> Path:
     """Write `model`'s int8 state to directory/model.int8.safetensors (atomically)."""
     tensors = int8_state(model)
     path = Path(directory) / INT8_WEIGHTS
-    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt", "bertforge": "int8"}))
+    write_tensors(path, tensors, bertforge="int8")
     return path
 
 
@@ -125,7 +112,7 @@ def load_int8(model: nn.Module, directory: str | Path) -> None:
     path = Path(directory) / INT8_WEIGHTS
     if not path.is_file():
         raise BertforgeError(f"{path}: missing (a quantised folder keeps its weights there)")
-    state = load_file(str(path))
+    state = read_tensors(path)
     qmods = _quantised(model)
     for name, m in qmods.items():
         try:

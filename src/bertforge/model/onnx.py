@@ -1,8 +1,9 @@
 """Exported ONNX graphs run through onnxruntime, called like the PyTorch models they came from.
 
 `bertforge export` writes DIR/model.onnx (and DIR/model.int8.onnx with --int8) next to the model's config.json
-and tokenizer. `onnx_file(path)` says whether a --model argument names such a graph: the folder (its fp32
-model.onnx, when the folder holds no PyTorch weights) or a .onnx file inside it (e.g. model.int8.onnx).
+and tokenizer; opening a model folder (`model.folder.ModelFolder.open`) says whether a --model argument names such a
+graph: the folder (its fp32 model.onnx, when the folder holds no PyTorch weights) or a .onnx file inside it (e.g.
+model.int8.onnx).
 `OnnxModel` runs it: `model(input_ids, attention_mask, token_type_ids)` returns the graph's outputs by name as
 torch tensors (`out["logits"]`, `out.last_hidden_state`), so `predict`, `evaluate` and `embed` use it unchanged.
 `for_export(encoder)` is the copy of an encoder that `export` traces: the same weights, its attention in the op
@@ -20,33 +21,9 @@ import torch
 from torch import nn
 
 from bertforge.model.attention import OnnxSelfAttention, SelfAttention
-from bertforge.model.checkpoint import INT8_WEIGHTS
 from bertforge.model.encoder import Encoder
 from bertforge.errors import BertforgeError
 
-ONNX_FP32 = "model.onnx"
-ONNX_INT8 = "model.int8.onnx"
-TORCH_WEIGHTS = ("model.safetensors", INT8_WEIGHTS, "pytorch_model.bin")
-
-
-def onnx_file(path: str | Path) -> Path | None:
-    """The ONNX graph a --model argument names, or None for a PyTorch model folder."""
-    p = Path(path)
-    if p.suffix == ".onnx":
-        if not p.is_file():
-            raise BertforgeError(f"--model {p}: no such file")
-        if not (p.parent / "config.json").is_file():
-            raise BertforgeError(f"--model {p}: no config.json beside it (use the folder `bertforge export` wrote)")
-        return p
-    if (p / ONNX_FP32).is_file() and not any((p / w).is_file() for w in TORCH_WEIGHTS):
-        return p / ONNX_FP32
-    return None
-
-
-def model_folder(path: str | Path) -> Path:
-    """The folder holding config.json and the tokenizer: `path` itself, or the folder of a .onnx file."""
-    p = Path(path)
-    return p.parent if p.suffix == ".onnx" else p
 
 
 class Outputs(dict):
@@ -119,7 +96,7 @@ def fusable(encoder: Encoder) -> bool:
     """Whether onnxruntime's BERT fusions apply: post-norm layers with full softmax attention, learned absolute
     positions, bidirectional, fp32 (BERT, RoBERTa, DistilBERT, ALBERT, ELECTRA; not ModernBERT, sparse, causal)."""
     cfg = encoder.config
-    return (not cfg.family.sparse and not cfg.causal and cfg.norm_position == "post" and cfg.heads_per_layer is None
+    return (not cfg.family.sparse_attention and not cfg.causal and cfg.norm_position == "post" and cfg.heads_per_layer is None
             and cfg.position_embedding_type == "absolute"
             and all(type(layer.attention.self) is SelfAttention for layer in encoder.encoder.layer)
             and all(p.dtype == torch.float32 for p in encoder.parameters()))

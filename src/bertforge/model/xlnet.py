@@ -1,7 +1,7 @@
 """XLNet (Yang et al. 2019): a Transformer-XL encoder with two-stream attention, for permutation language modelling.
 
 Module and parameter names are transformers' `modeling_xlnet.py` (`word_embedding`, `mask_emb`,
-`layer.N.rel_attn.q`, ...), so an `XLNetLMHeadModel` checkpoint maps by one prefix (see bertforge.checkpoint).
+`layer.N.rel_attn.q`, ...), so an `XLNetLMHeadModel` checkpoint maps by one prefix (see bertforge.model.checkpoint).
 What differs from BERT's encoder:
 
   - No position table. Each layer scores query i against key j with three terms (Dai et al. 2019, Yang et al.):
@@ -29,6 +29,8 @@ from torch import nn
 from bertforge.model.checkpoint import load_pretrained, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.families import ENCODER
+from bertforge.model.folder import ModelFolder
 from bertforge.model.attention import ATTN_IMPLEMENTATIONS, attend
 from bertforge.model.dropout import Dropout
 from bertforge.model.encoder import activation
@@ -144,8 +146,9 @@ class XLNetEncoder(nn.Module):
 
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
-        if cfg.model_type != "xlnet":
-            raise BertforgeError(f"XLNetEncoder needs an xlnet config, got model_type {cfg.model_type!r}")
+        if not cfg.family.two_stream:
+            raise BertforgeError(f"XLNetEncoder needs a two-stream (XLNet) config, got model_type "
+                                 f"{cfg.model_type!r}")
         self.config = cfg
         self.word_embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.mask_emb = nn.Parameter(torch.empty(1, 1, cfg.hidden_size))
@@ -224,9 +227,10 @@ class XLNetEncoder(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, attn_implementation: str = "sdpa") -> "XLNetEncoder":
-        model = cls(ModelConfig.from_file(path), attn_implementation)
-        load_pretrained(model, path)
+    def from_pretrained(cls, path: "str | Path | ModelFolder", attn_implementation: str = "sdpa") -> "XLNetEncoder":
+        folder = ModelFolder.open(path)
+        model = cls(folder.config_for(ENCODER, verb="an XLNet encoder"), attn_implementation)
+        load_pretrained(model, folder.path)
         return model.eval()
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:

@@ -26,42 +26,44 @@ from bertforge.pretrain.recipes import LEFT_TO_RIGHT
 from bertforge.pretrain.options import PretrainOptions
 from bertforge.device import default_precision
 from bertforge.pretrain.prepare import prepare_data, prepare_tokenizer
+from bertforge.pretrain.recipes import DEFAULT as DEFAULT_RECIPE
 from bertforge.pretrain.recipes import resolve
 from bertforge.pretrain.run import pretrain
 
+BASE = DEFAULT_RECIPE  # the recipe (BERT's) that most arms change one knob of
 # name -> (recipe, overrides, description). Pairs to read: nsp/sop/sso/no-nsp; static/dynamic; dynamic/electra;
 # dynamic (token) / span / span+sbo; dynamic/wso; nsp/structbert; dynamic/xlnet.
 ARMS: dict[str, dict[str, Any]] = {
-    "nsp": dict(recipe="bert", over={}, describe="MLM + NSP, segment pairs, static masks (BERT)"),
-    "sop": dict(recipe="bert", over=dict(objective="mlm+sop"), describe="MLM + SOP, segment pairs, static masks"),
-    "no-nsp": dict(recipe="bert", over=dict(objective="mlm"), describe="MLM only, segment pairs, static masks"),
-    "static": dict(recipe="bert", over=dict(objective="mlm", input_format="full-sentences", dynamic=False),
+    "nsp": dict(recipe=BASE, over={}, describe="MLM + NSP, segment pairs, static masks (BERT)"),
+    "sop": dict(recipe=BASE, over=dict(objective="mlm+sop"), describe="MLM + SOP, segment pairs, static masks"),
+    "no-nsp": dict(recipe=BASE, over=dict(objective="mlm"), describe="MLM only, segment pairs, static masks"),
+    "static": dict(recipe=BASE, over=dict(objective="mlm", input_format="full-sentences", dynamic=False),
                    describe="MLM, full sentences, static masks (x5)"),
-    "dynamic": dict(recipe="bert", over=dict(objective="mlm", input_format="full-sentences", dynamic=True),
+    "dynamic": dict(recipe=BASE, over=dict(objective="mlm", input_format="full-sentences", dynamic=True),
                     describe="MLM, full sentences, dynamic masks (RoBERTa-style, WordPiece)"),
-    "span": dict(recipe="bert", over=dict(objective="mlm", input_format="full-sentences", dynamic=True,
+    "span": dict(recipe=BASE, over=dict(objective="mlm", input_format="full-sentences", dynamic=True,
                                           masking="span"), describe="MLM with span masking, dynamic"),
     "span+sbo": dict(recipe="spanbert", over={}, describe="span masking + span-boundary objective (SpanBERT)"),
     "electra": dict(recipe="electra", over={}, describe="replaced-token detection, 1/4-size generator"),
     "electra-flops": dict(recipe="electra", over={},
                           describe="replaced-token detection, trained for the FLOPs of another arm (a table's)"),
     # BERT's Table 5 and RoBERTa's Tables 1-2 (the input formats), SpanBERT's masking units, ALBERT's sharing.
-    "ltr": dict(recipe="bert", over=dict(objective="ltr", input_format="full-sentences"),
+    "ltr": dict(recipe=BASE, over=dict(objective="ltr", input_format="full-sentences"),
                 describe="left-to-right LM on the same encoder, left-only attention (BERT's LTR & No NSP)"),
-    "nsp-dynamic": dict(recipe="bert", over=dict(dynamic=True), describe="MLM + NSP, segment pairs, dynamic masks"),
-    "sentence-pair": dict(recipe="bert", over=dict(input_format="sentence-pair", dynamic=True),
+    "nsp-dynamic": dict(recipe=BASE, over=dict(dynamic=True), describe="MLM + NSP, segment pairs, dynamic masks"),
+    "sentence-pair": dict(recipe=BASE, over=dict(input_format="sentence-pair", dynamic=True),
                           describe="MLM + NSP, single-sentence pairs, dynamic masks"),
-    "doc-sentences": dict(recipe="bert", over=dict(objective="mlm", input_format="doc-sentences", dynamic=True),
+    "doc-sentences": dict(recipe=BASE, over=dict(objective="mlm", input_format="doc-sentences", dynamic=True),
                           describe="MLM, sentences from one document per row, dynamic masks"),
-    "whole-word": dict(recipe="bert", over=dict(objective="mlm", input_format="full-sentences", dynamic=True,
+    "whole-word": dict(recipe=BASE, over=dict(objective="mlm", input_format="full-sentences", dynamic=True,
                                                 masking="whole_word"), describe="MLM with whole-word masking, dynamic"),
     "albert": dict(recipe="albert", over={}, describe="the ALBERT recipe: MLM + SOP, E=128, all layers shared"),
     "albert-unshared": dict(recipe="albert", over=dict(share_layers="none"),
                             describe="ALBERT with no cross-layer sharing"),
     # StructBERT (Wang et al. 2020): each structural objective alone, then both (its recipe).
-    "sso": dict(recipe="bert", over=dict(objective="mlm+sso"),
+    "sso": dict(recipe=BASE, over=dict(objective="mlm+sso"),
                 describe="MLM + sentence structure (next / previous / random), segment pairs, static masks"),
-    "wso": dict(recipe="bert", over=dict(objective="mlm+wso", input_format="full-sentences", dynamic=True),
+    "wso": dict(recipe=BASE, over=dict(objective="mlm+wso", input_format="full-sentences", dynamic=True),
                 describe="MLM + word structure (5% of trigrams shuffled), full sentences, dynamic"),
     "structbert": dict(recipe="structbert", over={},
                        describe="MLM + WSO + SSO, segment pairs, static masks (StructBERT)"),
@@ -99,12 +101,12 @@ def prepare_shared(corpus: list[str] | None, out: Path, seq_len: int = 128, batc
     if corpus is None:
         from bertforge.pretrain.default_corpus import default_corpus
         corpus = [str(default_corpus())]
-    base = PretrainOptions(recipe=resolve("bert"), out=out, corpus=corpus, vocab_size=vocab_size or 8192,
+    base = PretrainOptions(recipe=resolve(BASE), out=out, corpus=corpus, vocab_size=vocab_size or 8192,
                            seq_len=seq_len)
     tok = prepare_tokenizer(base, corpus, is_main=True)
     data_dir = prepare_data(base, corpus, tok, is_main=True)
     held = ShardedCorpus(data_dir, split="heldout", heldout_fraction=base.heldout_fraction)
-    common_recipe = resolve("bert", objective="mlm", input_format="full-sentences")
+    common_recipe = resolve(BASE, objective="mlm", input_format="full-sentences")
     batches = heldout_batches(held, common_recipe, seq_len, batch_size, n_batches=20)
     most_frequent = most_frequent_token(held)  # counted over every shard: train + held-out
     return Shared(out, corpus, data_dir, base.heldout_fraction, batches, most_frequent)

@@ -16,7 +16,7 @@ import sysconfig
 import warnings
 from pathlib import Path
 
-from bertforge.model.checkpoint import atomic_write_text
+from bertforge.io.write import atomic_write_text
 
 # Test suites and vendored third-party code are skipped: mostly code, little prose.
 _SKIP_PARTS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__", "lib2to3", "turtledemo"}

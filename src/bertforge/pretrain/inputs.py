@@ -10,7 +10,8 @@ import torch
 from bertforge.config import ModelConfig
 from bertforge.data import LMCollator, Masker, PermutationSampler, PretrainingDataset, WordShuffle
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.recipes import LEFT_TO_RIGHT
+from bertforge.families import DECODER
+from bertforge.pretrain.recipes import LEFT_TO_RIGHT, PLM
 from bertforge.pretrain.recipes import Recipe
 
 PAIR_FORMATS = ("segment-pair", "sentence-pair")
@@ -48,7 +49,7 @@ def make_dataset(corpus, recipe: Recipe, seq_len: int, seed: int, static: bool |
 def make_masker(corpus, recipe: Recipe):
     """What corrupts each example: MLM masking, + trigram shuffling (StructBERT's word-structural objective), or
     XLNet's factorisation orders instead of masks."""
-    if recipe.objective == "plm":
+    if recipe.objective == PLM:
         return PermutationSampler(corpus.vocab_size, corpus.special_ids, k=recipe.plm_k)
     masker = Masker(corpus.vocab_size, corpus.mask_id, corpus.special_ids, mlm_probability=recipe.mask_prob,
                     mode=recipe.masking)
@@ -72,18 +73,18 @@ def collator_for(ds: PretrainingDataset, recipe: Recipe, one_segment: bool = Fal
 
 
 def single_segment(cfg: ModelConfig, recipe: Recipe) -> bool:
-    """Pair inputs fed to a RoBERTa encoder (type_vocab_size 1) use one segment id for both segments, as RoBERTa
-    itself does; the [SEP] between them still marks the boundary. ModernBERT has no token types at all."""
-    return (recipe.input_format in PAIR_FORMATS and cfg.type_vocab_size < 2
-            and cfg.model_type in ("roberta", "modernbert", "longformer"))
+    """Pair inputs fed to an encoder whose family makes a pair one segment (RoBERTa: type_vocab_size 1) use one
+    segment id for both segments, as RoBERTa itself does; the [SEP] between them still marks the boundary.
+    ModernBERT has no token types at all."""
+    return recipe.input_format in PAIR_FORMATS and cfg.type_vocab_size < 2 and cfg.family.single_segment
 
 
 def check_model_fits_recipe(cfg: ModelConfig, recipe: Recipe, source: str) -> None:
     """One clear line, before any training, for a model that cannot take the recipe's batches."""
-    if (recipe.objective == "plm") != (cfg.model_type == "xlnet"):
+    if (recipe.objective == PLM) != cfg.family.two_stream:
         raise BertforgeError(f"{source}: a {cfg.model_type} model cannot train --objective {recipe.objective} "
-                             f"(XLNet models train the permutation LM, plm, and only they do)")
-    if (recipe.objective == "clm") != cfg.is_decoder:
+                             f"(XLNet models train the permutation LM, {PLM}, and only they do)")
+    if (recipe.objective == "clm") != (cfg.stack == DECODER):
         raise BertforgeError(f"{source}: a {cfg.model_type} model cannot train --objective {recipe.objective} "
                              f"(a decoder trains the causal LM of --recipe gpt, an encoder the others)")
     if recipe.sentence_task is not None and not cfg.use_pooler:

@@ -20,13 +20,13 @@ from pathlib import Path
 import torch
 
 from bertforge.model.checkpoint import load_pretrained, read_state_dict
-from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.families import ENCODER, FAMILIES
 from bertforge.model.heads import MaskedLM
-from bertforge.model import Encoder
-from bertforge.tokenization import Tokenizer
+from bertforge.model import Encoder, ModelFolder
 
-SOURCES = ("bert", "roberta", "longformer")
+# the families whose layers a long-attention family's are (`Family.long_variant`)
+SOURCES = tuple(name for name, fam in FAMILIES.items() if fam.long_variant)
 
 
 def tiled_positions(old: torch.Tensor, old_offset: int, new_offset: int, length: int) -> torch.Tensor:
@@ -38,11 +38,11 @@ def tiled_positions(old: torch.Tensor, old_offset: int, new_offset: int, length:
     return torch.cat([head, learned.repeat(reps, 1)[:length]])
 
 
-def longify(model: str | Path, max_length: int, out: str | Path, attention_window: int = 512) -> dict:
+def longify(model: "str | Path | ModelFolder", max_length: int, out: str | Path, attention_window: int = 512) -> dict:
     """Write a Longformer checkpoint for sequences of up to `max_length` tokens made from the bert / roberta
     checkpoint `model` (see the module docstring). Returns a summary (for the CLI)."""
-    model = Path(model)
-    cfg = ModelConfig.from_file(model)
+    folder = ModelFolder.open(model)
+    model, cfg = folder.path, folder.config_for(ENCODER, verb="an encoder")
     if cfg.model_type not in SOURCES:
         raise BertforgeError(f"{model}: a {cfg.model_type} checkpoint cannot be longified (longify reads "
                              f"{', '.join(SOURCES)} checkpoints, whose layers Longformer's are)")
@@ -54,19 +54,17 @@ def longify(model: str | Path, max_length: int, out: str | Path, attention_windo
     if max_length < held:  # longify lengthens; a shorter table would throw learned positions away
         raise BertforgeError(f"--max-length {max_length} is shorter than the {held} positions {model} already has; "
                              f"longify makes a model for longer inputs (use --max-length {held} or more)")
-    tok = Tokenizer.from_pretrained(model)
-    state, _ = read_state_dict(model)
-    has_head = any(k.startswith(("cls.predictions.", "lm_head.")) for k in state)
+    tok = folder.tokenizer()
+    tensors = read_state_dict(model)
+    has_head = any(k.startswith(("cls.predictions.", "lm_head.")) for k in tensors[0])
     old = MaskedLM(cfg) if has_head else Encoder(cfg)
-    load_pretrained(old, model)
+    load_pretrained(old, model, tensors=tensors)
     enc_old = old.bert if has_head else old
     new_offset = cfg.pad_token_id + 1  # Longformer counts positions as RoBERTa does
+    long_family = FAMILIES[cfg.family.long_variant]
     extra = {k: v for k, v in cfg.extra.items() if k not in ("architectures",)}
-    for key, value in (("bos_token_id", tok.cls_token_id), ("eos_token_id", tok.sep_token_id),
-                       ("sep_token_id", tok.sep_token_id)):
-        if value is not None:
-            extra[key] = value
-    new_cfg = cfg.replace(model_type="longformer", max_position_embeddings=new_offset + max_length,
+    extra.update(long_family.token_ids(tok))
+    new_cfg = cfg.replace(model_type=long_family.model_type, max_position_embeddings=new_offset + max_length,
                           attention_window=attention_window, extra=extra)
     new = MaskedLM(new_cfg) if has_head else Encoder(new_cfg)
     enc_new = new.bert if has_head else new
@@ -84,6 +82,6 @@ def longify(model: str | Path, max_length: int, out: str | Path, attention_windo
                 getattr(attn, local + "_global").load_state_dict(getattr(attn, local).state_dict())
     tok.model_max_length = max_length
     new.save_pretrained(out, tokenizer=tok)
-    return {"out": str(out), "source": cfg.model_type, "architecture": "LongformerForMaskedLM" if has_head
-            else "LongformerModel", "max_length": max_length, "attention_window": attention_window,
+    return {"out": str(out), "source": cfg.model_type, "architecture": long_family.head_classes["mlm"] if has_head
+            else long_family.base_architecture, "max_length": max_length, "attention_window": attention_window,
             "positions": f"{cfg.max_position_embeddings - cfg.position_offset} -> {max_length}"}

@@ -1,6 +1,6 @@
 """Pretraining objectives: models whose `forward(**batch)` returns {"loss", scalar metrics}.
 
-Each objective subclasses (or holds) a `bertforge.heads` wrapper, so its parameters keep the canonical BERT names
+Each objective subclasses (or holds) a `bertforge.model.heads` wrapper, so its parameters keep the canonical BERT names
 (`bert.*`, `cls.*`) and `save_pretrained` writes a directory Hugging Face loads with no missing keys:
 
   MLMObjective(cfg, relation=None|"nsp"|"sop")  MLM (+ NSP / SOP)      -> BertForPreTraining / AlbertForPreTraining
@@ -28,13 +28,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.config import ModelConfig
-from bertforge.model.heads import (ARCHITECTURES, MaskedLM, PreTrainingModel, ReplacedTokenDetector,
-                                   SentenceRelationHead, XLNetLM, masked_lm_loss, vocab_loss)
+from bertforge.errors import BertforgeError
+from bertforge.families import FAMILIES
+from bertforge.families.electra import RTD_OBJECTIVE
+from bertforge.families.family import SLIDING_WINDOW
+from bertforge.model.heads import (MaskedLM, PreTrainingModel, ReplacedTokenDetector, SentenceRelationHead, XLNetLM,
+                                   masked_lm_loss, vocab_loss)
 from bertforge.model import DecoderLM, activation, permutation_mask, target_mapping_of
 from bertforge.model.sparse.layout import task_global_mask
 from bertforge.pretrain.recipes import OBJECTIVES, SENTENCE_OBJECTIVES
 
 IGNORE = -100
+PLM = "plm"  # XLNet's permutation language modelling
 RELATIONS = (None, "nsp", "sop")
 
 
@@ -58,7 +63,8 @@ class MLMObjective(PreTrainingModel):
 
     def encode(self, input_ids, attention_mask=None, token_type_ids=None):
         # Longformer: [CLS] attends globally (as the fine-tuning models set it), so it sees the whole document
-        glob = task_global_mask(input_ids, "mlm", 0) if self.config.family.sparse == "longformer" else None
+        glob = (task_global_mask(input_ids, "mlm", 0) if self.config.family.sparse_attention == SLIDING_WINDOW
+                else None)
         return self.bert(input_ids, attention_mask, token_type_ids, global_attention_mask=glob)
 
     def forward(self, input_ids: torch.Tensor, mlm_labels: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -82,15 +88,6 @@ class MLMObjective(PreTrainingModel):
         """Vocabulary logits at `positions` (fill-mask / evaluation)."""
         hidden = self.encode(input_ids, attention_mask, token_type_ids).last_hidden_state
         return self.cls.predictions(hidden, positions)
-
-    def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        from bertforge.model.checkpoint import save_pretrained
-        kind = "pretraining" if self.relation is not None else "mlm"
-        if (kind, self.config.model_type) not in ARCHITECTURES:
-            kind = "mlm"  # RoBERTa / ELECTRA have no *ForPreTraining with a sentence head in transformers
-        save_pretrained(self, path, self.config, architecture=ARCHITECTURES[(kind, self.config.model_type)],
-                        tokenizer=tokenizer)
-
 
 class SpanBoundaryHead(nn.Module):
     """SpanBERT's span-boundary objective: predict each span token from the two tokens just outside the span
@@ -149,15 +146,26 @@ class SpanBERTObjective(MLMObjective):
 
 
 def generator_config(disc: ModelConfig, divisor: int = 4) -> ModelConfig:
-    """ELECTRA's generator: hidden, intermediate and heads divided by `divisor`, same embedding size
-    (so the embeddings can be shared; an `embeddings_project` maps E to the smaller hidden size)."""
+    """ELECTRA's generator, in the discriminator's family: hidden, intermediate and heads divided by `divisor`, same
+    embedding size (so the embeddings can be shared; an `embeddings_project` maps E to the smaller hidden size)."""
     hidden = max(disc.hidden_size // divisor, 16)
     heads = max(disc.num_attention_heads // divisor, 1)
     while hidden % heads:
         heads -= 1
-    return disc.replace(model_type="electra", hidden_size=hidden, num_attention_heads=heads,
+    return disc.replace(hidden_size=hidden, num_attention_heads=heads,
                         intermediate_size=max(disc.intermediate_size // divisor, hidden),
                         embedding_size=disc.embedding_size, use_pooler=False, extra={})
+
+
+def rtd_config(cfg: ModelConfig) -> ModelConfig:
+    """`cfg` in a family whose checkpoints hold a replaced-token detector: its own (ELECTRA's), or else the first
+    such family (ELECTRA's layout, which names the generator's tensors `generator_*`), without a pooler."""
+    if "rtd" in cfg.family.head_classes:
+        return cfg
+    rtd = next((name for name, fam in FAMILIES.items() if "rtd" in fam.head_classes), None)
+    if rtd is None:
+        raise BertforgeError(f"--objective {RTD_OBJECTIVE}: no family has a replaced-token detection layout")
+    return cfg.replace(model_type=rtd, use_pooler=False)
 
 
 class ELECTRAObjective(nn.Module):
@@ -171,7 +179,7 @@ class ELECTRAObjective(nn.Module):
 
     def __init__(self, cfg: ModelConfig, generator_divisor: int = 4, rtd_weight: float = 50.0):
         super().__init__()
-        self.config = cfg if cfg.model_type == "electra" else cfg.replace(model_type="electra", use_pooler=False)
+        self.config = rtd_config(cfg)
         self.rtd_weight = rtd_weight
         self.discriminator = ReplacedTokenDetector(self.config)
         self.generator = MaskedLM(generator_config(self.config, generator_divisor))
@@ -335,7 +343,7 @@ class LeftToRightObjective(MaskedLM):
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
         from bertforge.model.checkpoint import save_pretrained
-        save_pretrained(self, path, self.config, architecture=ARCHITECTURES[("ltr", self.config.model_type)],
+        save_pretrained(self, path, self.config, architecture=self.config.family.head_classes["ltr"],
                         tokenizer=tokenizer)
 
 
@@ -361,11 +369,11 @@ def build_objective(name: str, cfg: ModelConfig, keep_pooler: bool = False) -> n
         return MLMObjective(cfg, "sop")
     if name == "span+sbo":
         return SpanBERTObjective(cfg)
-    if name == "electra":
+    if name == RTD_OBJECTIVE:
         return ELECTRAObjective(cfg)
     if name in ("mlm+wso", "mlm+sso", "structbert"):
         return StructBERTObjective(cfg, word=name != "mlm+sso", sentence=name != "mlm+wso")
-    if name == "plm":
+    if name == PLM:
         return PermutationLMObjective(cfg)
     if name == "clm":
         return CausalLMObjective(cfg)

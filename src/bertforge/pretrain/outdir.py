@@ -1,6 +1,6 @@
 """The output directory of a pretraining run, claimed before anything in it is read or written.
 
-`claim_out` (rank 0 of a distributed job; the others learn the outcome) takes `bertforge.rundir.claim_output_dir`:
+`claim_out` (rank 0 of a distributed job; the others learn the outcome) takes `bertforge.io.rundir.claim_output_dir`:
 one run per folder (a second is refused while the first holds it; a killed run's lock dies with it), no silent
 replacement of an earlier run (`--resume` or `--overwrite`), stale temporary files removed, and in
 OUT/run_options.json the options the checkpoints depend on plus fingerprints of the data they were made from. A

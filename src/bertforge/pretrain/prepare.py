@@ -16,8 +16,9 @@ from bertforge.data import ShardedCorpus, find_files, prepare_corpus
 from bertforge.data.corpus import corpus_bytes, iter_texts
 from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write_text
+from bertforge.model.folder import ModelFolder
 from bertforge.pretrain.default_corpus import default_corpus
-from bertforge.pretrain.recipes import LEFT_TO_RIGHT
+from bertforge.pretrain.recipes import LEFT_TO_RIGHT, PLM, SEQ2SEQ_OBJECTIVES
 from bertforge.pretrain.options import DEFAULT_VOCAB, DEFAULT_VOCAB_EMBEDDED, PREPARE_HELDOUT, PretrainOptions
 from bertforge.tokenization import Tokenizer
 from bertforge.training.distributed import barrier
@@ -63,9 +64,10 @@ def prepare_tokenizer(opts: PretrainOptions, corpus_paths: list[str], is_main: b
     """The tokenizer: --init-from's, --tokenizer, a previously trained OUT/tokenizer, or one trained now."""
     out_tok = opts.out / "tokenizer"
     src = opts.init_from if opts.init_from is not None else opts.tokenizer
-    if src is not None:
-        tok = Tokenizer.from_pretrained(src)
-        masks = opts.recipe.objective not in (*LEFT_TO_RIGHT, "plm", "span-corruption", "denoising")
+    if src is not None:  # a model folder's tokenizer (checked against its vocabulary), or a tokenizer folder
+        tok = (ModelFolder.open(src, "--init-from").tokenizer() if opts.init_from is not None
+               else Tokenizer.from_pretrained(src))
+        masks = opts.recipe.objective not in (*LEFT_TO_RIGHT, PLM, *SEQ2SEQ_OBJECTIVES)
         if masks and tok.mask_token_id is None:  # e.g. a GPT-2 model folder: no [MASK] to corrupt inputs with
             flag = "--init-from" if opts.init_from is not None else "--tokenizer"
             raise BertforgeError(f"{flag} {src}: a {tok.kind} tokenizer without a mask token cannot feed the "

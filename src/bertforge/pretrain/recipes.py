@@ -2,8 +2,10 @@
 
 A `Recipe` fixes the objective, masking, input format, static vs dynamic masks, tokenizer kind and model family;
 model size, sequence length, batch size and duration are separate. `resolve(name, **overrides)` applies flags.
-Family settings (activation, dropout, positions, ...) come from `bertforge.families.FAMILIES`, shapes and default
-learning rates from `bertforge.config.SIZES`; a recipe only names the knobs that are ablation arms.
+Each recipe is declared, as its paper's settings, by the family file it builds (`Family.recipes`); `RECIPES`
+collects them. Family settings (activation, dropout, positions, ...) come from `bertforge.families.FAMILIES`,
+shapes and default learning rates from `bertforge.config.SIZES`; a recipe only names the knobs that are ablation
+arms.
 
 The names each knob takes (objectives, maskings, input formats, sizes) are defined here and import no torch: the
 command line's parser offers them as choices, and `bertforge pretrain --help` should not wait for torch.
@@ -15,18 +17,19 @@ from dataclasses import dataclass
 
 from bertforge.config.sizes import SIZES
 from bertforge.config import CAUSAL_ENCODERS, ModelConfig, compose
-from bertforge.families import FAMILIES
-from bertforge.families import SEQ2SEQ_FAMILIES
+from bertforge.families import DECODER, DEFAULT_RECIPE, ENCODER_DECODER, FAMILIES
 from bertforge.errors import BertforgeError
+from bertforge.families.electra import RTD_OBJECTIVE
 from bertforge.training.config import SCHEDULES
 
 # objectives.build_objective builds each of these; pretrain.seq2seq trains the encoder-decoders' own
-OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", "electra", "mlm+wso", "mlm+sso", "structbert", "plm",
+PLM = "plm"  # XLNet's permutation language modelling
+OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", RTD_OBJECTIVE, "mlm+wso", "mlm+sso", "structbert", PLM,
               "clm", "ltr")
 LEFT_TO_RIGHT = ("clm", "ltr")  # unmasked packed rows, next-token targets
 SENTENCE_OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm+sso", "structbert")
-# objective -> the noise of data.seq2seq; the recipe's mask_prob is the noise share, its span_mean the span length
-SEQ2SEQ_OBJECTIVES = {"span-corruption": "t5", "denoising": "bart"}
+# the encoder-decoders' objectives (pretrain.seq2seq maps each to its noise in data.seq2seq)
+SEQ2SEQ_OBJECTIVES = ("span-corruption", "denoising")
 MASKINGS = ("token", "whole_word", "span")
 INPUT_FORMATS = ("segment-pair", "sentence-pair", "full-sentences", "doc-sentences")
 SIZE_NAMES = tuple(f"bert-{size}" for size in SIZES)  # --size names the BERT shape: bert-tiny ... bert-large
@@ -66,13 +69,15 @@ class Recipe:
         if self.input_format not in INPUT_FORMATS:
             raise BertforgeError(f"--input-format: unknown {self.input_format!r} "
                                  f"(choose from {', '.join(INPUT_FORMATS)})")
-        if (self.objective in SEQ2SEQ_OBJECTIVES) != (self.model_type in SEQ2SEQ_FAMILIES):
+        fam = FAMILIES[self.model_type]
+        if (self.objective in SEQ2SEQ_OBJECTIVES) != (fam.stack == ENCODER_DECODER):
             raise BertforgeError(f"--objective {self.objective} with a {self.model_type} model: the denoising "
                                  f"objectives ({', '.join(SEQ2SEQ_OBJECTIVES)}) train the encoder-decoders "
-                                 f"(--recipe t5, bart), and only they do")
-        if self.model_type in SEQ2SEQ_FAMILIES:
-            # the example shape is the noise's (data.seq2seq): t5 packs across documents, bart keeps to one
-            want = {"t5": "span-corruption", "bart": "denoising"}[self.model_type]
+                                 f"(--recipe {', '.join(_recipes_of(ENCODER_DECODER))}), and only they do")
+        if fam.stack == ENCODER_DECODER:
+            # the example shape is the noise's (data.seq2seq): span corruption packs across documents, BART's
+            # infilling keeps to one; a family trains the objective of its own recipe
+            want = fam.recipes[0]["objective"]
             if self.objective != want:
                 raise BertforgeError(f"--objective {self.objective}: a {self.model_type} model trains {want}")
             if self.span_mean < 1.0:
@@ -87,20 +92,23 @@ class Recipe:
                                  f"segments of one document; got {self.input_format})")
         if self.objective == "span+sbo" and self.masking != "span":
             raise BertforgeError("--objective span+sbo needs --masking span (the SBO head predicts span tokens)")
-        if self.objective in SENTENCE_OBJECTIVES and self.model_type not in ("bert", "albert"):
+        if self.objective in SENTENCE_OBJECTIVES and "pretraining" not in fam.head_classes:
+            with_pooler = [name for name, f in FAMILIES.items() if "pretraining" in f.head_classes]
             raise BertforgeError(f"--objective {self.objective}: a {self.model_type} model has no pooler for "
-                                 f"the sentence head; use a bert or albert recipe")
-        if (self.objective == "plm") != (self.model_type == "xlnet"):
+                                 f"the sentence head; use a {' or '.join(with_pooler)} recipe")
+        if (self.objective == PLM) != fam.two_stream:
             raise BertforgeError(f"--objective {self.objective} with a {self.model_type} model: permutation LM "
-                                 f"(plm) is what an XLNet model trains, and all it trains; use --recipe xlnet")
-        if self.objective == "plm" and self.masking != "token":
+                                 f"({PLM}) is what an XLNet model trains, and all it trains; use --recipe "
+                                 f"{', '.join(name for name, r in RECIPES.items() if r.objective == PLM)}")
+        if self.objective == PLM and self.masking != "token":
             raise BertforgeError(f"--masking {self.masking} does not apply to --objective plm (XLNet predicts the "
                                  f"last 1/K of a factorisation order, set by --plm-k)")
         if self.plm_k < 1:
             raise BertforgeError(f"--plm-k must be at least 1, got {self.plm_k}")
-        if (self.objective == "clm") != FAMILIES[self.model_type].decoder:
+        if (self.objective == "clm") != (fam.stack == DECODER):
             raise BertforgeError(f"--objective {self.objective} with a {self.model_type} model: the causal LM "
-                                 f"objective (clm) and the decoder (--recipe gpt) go together")
+                                 f"objective (clm) and the decoder (--recipe {', '.join(_recipes_of(DECODER))}) go "
+                                 "together")
         if self.objective == "ltr" and self.model_type not in CAUSAL_ENCODERS:
             raise BertforgeError(f"--objective ltr (a left-to-right encoder) needs a {', '.join(CAUSAL_ENCODERS)} "
                                  f"model, not {self.model_type}")
@@ -118,12 +126,12 @@ class Recipe:
         """Model config: the size's shape x the recipe's family, the tokenizer's vocabulary and padding id, this
         recipe's ablation knobs, and positions enough for seq_len (encoders: at least the 512 of the published
         models, for fine-tuning on longer inputs; a decoder's context is what it trained on, as GPT-2's is)."""
-        if self.model_type in SEQ2SEQ_FAMILIES:
+        if FAMILIES[self.model_type].stack == ENCODER_DECODER:
             raise BertforgeError(f"--recipe {self.name}: an encoder-decoder's config is pretrain.seq2seq.model_config")
         knobs = {k: v for k, v in (("embedding_size", self.embedding_size), ("share_layers", self.share_layers))
                  if v is not None}
         cfg = compose(self.model_type, shape_name(size), vocab_size=vocab_size, pad_token_id=pad_token_id, **knobs)
-        if cfg.is_decoder:
+        if cfg.stack == DECODER:
             return cfg.replace(max_position_embeddings=seq_len)
         return cfg.replace(max_position_embeddings=max(512, seq_len) + cfg.position_offset)
 
@@ -150,50 +158,15 @@ def size_of(cfg: ModelConfig) -> str:
     return f"bert-{by_cost[-1][0]}"
 
 
-RECIPES: dict[str, Recipe] = {
-    # Devlin et al. 2019: MLM + NSP on segment pairs, masks fixed at preparation time (dupe_factor copies).
-    "bert": Recipe("bert", "mlm+nsp", "token", dynamic=False, input_format="segment-pair",
-                   tokenizer_kind="wordpiece", model_type="bert", dupe_factor=5),
-    # Liu et al. 2019: no NSP, dynamic masking, contiguous full sentences, byte-level BPE.
-    "roberta": Recipe("roberta", "mlm", "token", dynamic=True, input_format="full-sentences",
-                      tokenizer_kind="bpe", model_type="roberta"),
-    # Lan et al. 2020: sentence-order prediction, factorised embeddings (E=128), all layers shared, unigram.
-    "albert": Recipe("albert", "mlm+sop", "token", dynamic=False, input_format="segment-pair",
-                     tokenizer_kind="unigram", model_type="albert", dupe_factor=5),
-    # Joshi et al. 2020: span masking + span-boundary objective, single segments, no NSP.
-    "spanbert": Recipe("spanbert", "span+sbo", "span", dynamic=True, input_format="full-sentences",
-                       tokenizer_kind="wordpiece", model_type="bert"),
-    # Clark et al. 2020: replaced-token detection with a 1/4-size generator; twice BERT's learning rate
-    # (2e-4 for ELECTRA-Base/Large vs BERT's 1e-4, Table 6).
-    "electra": Recipe("electra", "electra", "token", dynamic=True, input_format="full-sentences",
-                      tokenizer_kind="wordpiece", model_type="electra", lr_scale=2.0),
-    # Wang et al. 2020: BERT's setup with NSP replaced by the three-way sentence-structural task and the
-    # word-structural one (5% of trigrams shuffled) added to MLM.
-    "structbert": Recipe("structbert", "structbert", "token", dynamic=False, input_format="segment-pair",
-                         tokenizer_kind="wordpiece", model_type="bert", dupe_factor=5),
-    # Yang et al. 2019: permutation LM with two-stream relative attention, the last 1/6 of each order predicted,
-    # dynamic orders over contiguous text, SentencePiece (Unigram).
-    "xlnet": Recipe("xlnet", "plm", "token", dynamic=True, input_format="full-sentences",
-                    tokenizer_kind="unigram", model_type="xlnet"),
-    # Radford et al. 2019: a left-to-right LM on contiguous text packed to the context length, documents separated
-    # by <|endoftext|>, byte-level BPE. (masking and dynamic are unused: nothing is masked.)
-    "gpt": Recipe("gpt", "clm", "token", dynamic=True, input_format="full-sentences", tokenizer_kind="gpt2",
-                  model_type="gpt2"),
-    # Warner et al. 2024 (ModernBERT): MLM only, no NSP, 30% masking, dynamic masks, rows packed with contiguous
-    # text so no row carries padding (ModernBERT unpads; full-sentences rows are full by construction), BPE, the
-    # modernbert family (pre-norm, RoPE, GeGLU, no biases, local/global attention), the warm-up / stable /
-    # 1-sqrt-decay schedule. Pre-norm stays stable at rates that make post-LN BERT collapse (see `lr_scale`).
-    "modern": Recipe("modern", "mlm", "token", dynamic=True, input_format="full-sentences", tokenizer_kind="bpe",
-                     model_type="modernbert", mask_prob=0.3, lr_scale=2.0, schedule="wsd"),
-    # Raffel et al. 2020: span corruption (15% noise in spans of mean length 3, each span one sentinel; the target
-    # is the sentinels and the spans), text packed across documents, SentencePiece Unigram with 100 sentinels.
-    "t5": Recipe("t5", "span-corruption", "token", dynamic=True, input_format="full-sentences", tokenizer_kind="t5",
-                 model_type="t5", mask_prob=0.15, span_mean=3.0),
-    # Lewis et al. 2020: text infilling (30% of the tokens in Poisson(3) spans, each span one <mask>) after
-    # sentence permutation, the target the original text; GPT-2's byte-level BPE with RoBERTa's specials.
-    "bart": Recipe("bart", "denoising", "token", dynamic=True, input_format="doc-sentences", tokenizer_kind="bpe",
-                   model_type="bart", mask_prob=0.3, span_mean=3.0),
-}
+# Every family file's recipes (its papers' settings, `Family.recipes`), by name; the family is the file's.
+RECIPES: dict[str, Recipe] = {recipe["name"]: Recipe(**recipe, model_type=fam.model_type)
+                              for fam in FAMILIES.values() for recipe in fam.recipes}
+DEFAULT = DEFAULT_RECIPE  # the recipe `bertforge pretrain` runs without --recipe
+
+
+def _recipes_of(stack: str) -> list[str]:
+    """The recipes that build a family of `stack`."""
+    return [name for name, r in RECIPES.items() if FAMILIES[r.model_type].stack == stack]
 
 
 def resolve(name: str, **overrides) -> Recipe:

@@ -24,9 +24,11 @@ import torch
 from torch import nn
 
 from bertforge.model.checkpoint import load_pretrained
-from bertforge.config import ModelConfig
 from bertforge.data import ShardedCorpus
 from bertforge.errors import BertforgeError
+from bertforge.families import DECODER, ENCODER
+from bertforge.families.electra import RTD_OBJECTIVE
+from bertforge.model.folder import ModelFolder
 from bertforge.io.write import atomic_write_text
 from bertforge.pretrain.inputs import check_model_fits_recipe
 from bertforge.pretrain.metrics import stuck_at_baseline
@@ -38,7 +40,8 @@ from bertforge.pretrain.report import curves_line, print_summary, setup_line, st
 from bertforge.pretrain import seq2seq as s2s
 from bertforge.pretrain.scoring import kind_for
 from bertforge.io.rundir import is_locked
-from bertforge.training import ResumableLoader, TrainConfig, Trainer, distributed_context, resolve_device
+from bertforge.device import resolve_device
+from bertforge.training import ResumableLoader, TrainConfig, Trainer, distributed_context
 from bertforge.training.distributed import init_distributed, is_distributed
 
 
@@ -49,10 +52,11 @@ def build_model(opts: PretrainOptions, tok) -> nn.Module:
         return s2s.build_seq2seq(opts.recipe, opts.size, tok, opts.seq_len, opts.init_from)
     if opts.init_from is not None:
         src = opts.init_from
-        cfg = ModelConfig.from_file(src / "discriminator" if (src / "discriminator").is_dir() else src)
-        cfg = cfg.replace(extra={})
-        if opts.recipe.objective == "electra" and cfg.model_type != "electra":
-            raise BertforgeError(f"--init-from {src}: a {cfg.model_type} checkpoint cannot continue as ELECTRA")
+        folder = ModelFolder.open(src / "discriminator" if (src / "discriminator").is_dir() else src, "--init-from")
+        cfg = folder.config_for(ENCODER, DECODER, verb="an encoder or decoder").replace(extra={})
+        if opts.recipe.objective == RTD_OBJECTIVE and "rtd" not in cfg.family.head_classes:
+            raise BertforgeError(f"--init-from {src}: a {cfg.model_type} checkpoint cannot continue as ELECTRA "
+                                 "(replaced-token detection)")
         if opts.seq_len > cfg.max_position_embeddings - cfg.position_offset and not cfg.family.relative_positions:
             raise BertforgeError(f"--seq-len {opts.seq_len} exceeds {src}'s max_position_embeddings")
         check_model_fits_recipe(cfg, opts.recipe, f"--init-from {src}")
@@ -61,11 +65,11 @@ def build_model(opts: PretrainOptions, tok) -> nn.Module:
         return model
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     cfg = opts.recipe.model_config(opts.size, tok.vocab_size, pad, opts.seq_len)
-    if cfg.is_decoder:  # generation starts after (and stops at) the separator the documents were packed with
-        cfg = cfg.replace(bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id)
-    if cfg.model_type == "modernbert":  # ModernBERT's config.json names its special tokens (the rest do not)
-        cfg = cfg.replace(extra={"cls_token_id": tok.cls_token_id, "sep_token_id": tok.sep_token_id,
-                                 "bos_token_id": tok.cls_token_id, "eos_token_id": tok.sep_token_id})
+    ids = cfg.family.token_ids(tok)  # the special-token ids the family's config.json records
+    if cfg.stack == DECODER:  # the decoder's own fields: where generation starts and stops
+        cfg = cfg.replace(**ids)
+    elif ids:
+        cfg = cfg.replace(extra=ids)
     check_model_fits_recipe(cfg, opts.recipe, f"--recipe {opts.recipe.name}")
     return build_objective(opts.recipe.objective, cfg)
 
@@ -98,11 +102,11 @@ def _check_options(opts: PretrainOptions) -> None:
     opts.out = Path(opts.out)
     if opts.init_from is not None:
         opts.init_from = Path(opts.init_from)
-        if not (opts.init_from / "config.json").is_file():
-            raise BertforgeError(f"--init-from {opts.init_from}: not a checkpoint directory (no config.json)")
+        folder = ModelFolder.open(opts.init_from, "--init-from")
         # a model that cannot take the recipe's batches (XLNet vs MLM, no pooler for NSP) is refused before any work
         if not s2s.is_seq2seq(opts.recipe):
-            check_model_fits_recipe(ModelConfig.from_file(opts.init_from), opts.recipe, f"--init-from {opts.init_from}")
+            check_model_fits_recipe(folder.config_for(ENCODER, DECODER, verb="an encoder or decoder"), opts.recipe,
+                                    f"--init-from {opts.init_from}")
     if opts.max_steps is None and opts.time_budget is None:
         raise BertforgeError("give --max-steps or --time-budget")
     if opts.data is not None and is_locked(opts.data):

@@ -18,7 +18,8 @@ from bertforge.pretrain import seq2seq as s2s
 from bertforge.pretrain.inputs import collator_for, heldout_batches, make_dataset, single_segment
 from bertforge.pretrain.lm_eval import NgramBaselines, lm_metrics, samples
 from bertforge.pretrain.metrics import evaluate, most_frequent_token
-from bertforge.pretrain.recipes import LEFT_TO_RIGHT
+from bertforge.families import DECODER
+from bertforge.pretrain.recipes import LEFT_TO_RIGHT, PLM
 from bertforge.pretrain.options import PretrainOptions
 from bertforge.pretrain.prompts import fill_mask, fill_mask_prompts
 
@@ -69,7 +70,7 @@ class MaskedKind(PretrainKind):
         return evaluate(model, self.batches, self.most_frequent, self._device(model), self.opts.precision)
 
     def examples(self, model: nn.Module, held_corpus) -> dict[str, list]:
-        if self.opts.recipe.objective == "plm":  # XLNet has no [MASK] to fill (fill-mask refuses its checkpoints)
+        if self.opts.recipe.objective == PLM:  # XLNet has no [MASK] to fill (fill-mask refuses its checkpoints)
             return {"fill_mask": []}
         prompts = fill_mask_prompts(held_corpus, self.tok, self.opts.fill_mask_examples)
         fills = fill_mask(model, self.tok, [p for p, _ in prompts]) if prompts else []
@@ -93,7 +94,7 @@ class LeftToRightKind(PretrainKind):
         return {**lm_metrics(model, self.batches, self._device(model), self.opts.precision), **self.baselines}
 
     def examples(self, model: nn.Module, held_corpus) -> dict[str, list]:
-        if not self.model_config.is_decoder:  # --recipe ltr on an encoder: nothing to sample from
+        if self.model_config.stack != DECODER:  # --recipe ltr on an encoder: nothing to sample from
             return {"fill_mask": []}
         return {"fill_mask": [], "samples": samples(model, self.tok, held_corpus, self.opts.fill_mask_examples,
                                                     seed=self.opts.seed)}
@@ -120,6 +121,6 @@ def kind_for(opts: PretrainOptions, model: nn.Module, tok: Any) -> PretrainKind:
     """The kind of `model` under `opts.recipe`."""
     if s2s.is_seq2seq(opts.recipe):
         return DenoisingKind(opts, model, tok)
-    if model.config.is_decoder or opts.recipe.objective in LEFT_TO_RIGHT:
+    if model.config.stack == DECODER or opts.recipe.objective in LEFT_TO_RIGHT:
         return LeftToRightKind(opts, model, tok)
     return MaskedKind(opts, model, tok)

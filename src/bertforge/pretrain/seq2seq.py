@@ -17,14 +17,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertforge.families import SEQ2SEQ_FAMILIES
+from bertforge.families import FAMILIES
 from bertforge.config.seq2seq import Seq2SeqConfig, compose_seq2seq
 from bertforge.data.masking import IGNORE_INDEX
-from bertforge.data.seq2seq import Seq2SeqCollator, Seq2SeqPretrainingDataset, make_noise
+from bertforge.data.seq2seq import INFILLING, SPAN_CORRUPTION, Seq2SeqCollator, Seq2SeqPretrainingDataset, make_noise
 from bertforge.errors import BertforgeError
-from bertforge.model import Seq2SeqLM
+from bertforge.model import ModelFolder, Seq2SeqLM
 from bertforge.pretrain.recipes import SEQ2SEQ_OBJECTIVES
 
+# objective -> the noise of data.seq2seq; the recipe's mask_prob is the noise share, its span_mean the span length
+NOISES = dict(zip(SEQ2SEQ_OBJECTIVES, (SPAN_CORRUPTION, INFILLING)))
 HELDOUT_SEED = 12345  # as pretrain.inputs: the same held-out noise for every evaluation
 
 
@@ -51,21 +53,24 @@ def noise_ids(tok) -> dict[str, Any]:
 
 def check_tokenizer(recipe, tok, source: str) -> None:
     """One line for a tokenizer the recipe cannot use (no sentinels for T5, no <mask> for BART)."""
-    if recipe.objective == "span-corruption" and not tok.sentinel_ids:
+    noise = NOISES[recipe.objective]
+    if noise == SPAN_CORRUPTION and not tok.sentinel_ids:
         raise BertforgeError(f"{source}: a {tok.kind} tokenizer has no sentinel tokens (<extra_id_0>, ...); "
-                             "--recipe t5 trains its own (kind t5)")
-    if recipe.objective == "denoising" and tok.mask_token_id is None:
+                             f"--recipe {recipe.name} trains its own (kind {recipe.tokenizer_kind})")
+    if noise == INFILLING and tok.mask_token_id is None:
         raise BertforgeError(f"{source}: a {tok.kind} tokenizer has no <mask> token for BART's infilling")
 
 
 def model_config(recipe, size: str, tok, seq_len: int) -> Seq2SeqConfig:
     """--size's shape in the recipe's family, with the tokenizer's vocabulary and special ids."""
-    fam = SEQ2SEQ_FAMILIES[recipe.model_type]
+    fam = FAMILIES[recipe.model_type]
     ids = dict(vocab_size=tok.vocab_size, pad_token_id=tok.pad_token_id, eos_token_id=tok.sep_token_id,
                # T5's decoder starts from <pad>, BART's from </s> (transformers' rule)
-               decoder_start_token_id=tok.pad_token_id if recipe.model_type == "t5" else tok.sep_token_id)
-    if recipe.model_type == "bart":
-        ids.update(bos_token_id=tok.cls_token_id, forced_eos_token_id=tok.sep_token_id)
+               decoder_start_token_id=tok.sep_token_id if fam.decoder_starts_with == "eos" else tok.pad_token_id)
+    if fam.prompt_starts_with_bos:
+        ids.update(bos_token_id=tok.cls_token_id)
+    if fam.forces_eos:
+        ids.update(forced_eos_token_id=tok.sep_token_id)
     return compose_seq2seq(recipe.model_type, size.removeprefix("bert-"),  # --size names the BERT shape
                            max_position_embeddings=max(fam.max_position_embeddings, seq_len), **ids)
 
@@ -74,11 +79,12 @@ def build_seq2seq(recipe, size: str, tok, seq_len: int, init_from: Path | None =
     check_tokenizer(recipe, tok, "--tokenizer" if init_from is None else f"--init-from {init_from}")
     if init_from is None:
         return Seq2SeqObjective(model_config(recipe, size, tok, seq_len))
-    cfg = Seq2SeqConfig.from_file(init_from)
-    if cfg.model_type != recipe.model_type:
-        raise BertforgeError(f"--init-from {init_from}: a {cfg.model_type} checkpoint cannot continue "
-                             f"--recipe {recipe.name} (a {recipe.model_type} model)")
-    return Seq2SeqObjective.from_pretrained(init_from).train()
+    folder = ModelFolder.open(init_from, "--init-from")
+    cfg = folder.model_config
+    if cfg is None or cfg.model_type != recipe.model_type:
+        raise BertforgeError(f"--init-from {init_from}: a {getattr(cfg, 'model_type', folder.kind)} checkpoint cannot "
+                             f"continue --recipe {recipe.name} (a {recipe.model_type} model)")
+    return Seq2SeqObjective.from_pretrained(folder).train()
 
 
 def load_seq2seq(model: nn.Module, directory: Path) -> None:
@@ -89,7 +95,7 @@ def load_seq2seq(model: nn.Module, directory: Path) -> None:
 
 def data(corpus, recipe, tok, seq_len: int, seed: int) -> tuple[Seq2SeqPretrainingDataset, Seq2SeqCollator]:
     """The training examples and the collator that noises them (dynamically: a new noise every epoch)."""
-    noise = SEQ2SEQ_OBJECTIVES[recipe.objective]
+    noise = NOISES[recipe.objective]
     ds = Seq2SeqPretrainingDataset(corpus, noise, seq_len, seed)
     collate = Seq2SeqCollator(make_noise(noise, noise_ids(tok), recipe.mask_prob, recipe.span_mean),
                               corpus.pad_id, seed, max_source=seq_len)

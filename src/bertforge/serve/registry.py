@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from bertforge.device import check_precision, move_model, resolve_device
 from bertforge.errors import BertforgeError
-from bertforge.model.folder import inspect_folder
+from bertforge.model.folder import ModelFolder
 from bertforge.tokenization import Tokenizer
 
 EMBED, SIMILARITY, TOKENIZE, CLASSIFY, FILL_MASK, RERANK = \
@@ -110,18 +110,16 @@ def parse_model_spec(spec: str) -> tuple[str, Path]:
 
 def load_model(name: str, path: Path, precision: str = "fp32", device: str | torch.device = "cpu") -> ServedModel:
     """Load the folder at `path` onto `device` and work out what it serves."""
-    if not path.is_dir():
-        raise BertforgeError(f"--model {name}={path}: model directory not found")
+    folder = ModelFolder.open(path, f"--model {name}=")
     device = resolve_device(device)
-    folder = inspect_folder(path, f"--model {name}=")
     config = folder.config
     if folder.task is not None:
-        model = _task_model(name, path, config, device)
+        model = _task_model(name, folder, device)
     else:
-        model = _encoder_model(name, path, precision, device)
+        model = _encoder_model(name, folder, precision, device)
         if any(a.endswith(_MLM_ARCHITECTURES) for a in config.get("architectures") or ()):
-            _add_fill_mask(model, device)
-    model.created = int((path / "config.json" if config else path).stat().st_mtime)
+            _add_fill_mask(model, folder, device)
+    model.created = int((folder.path / "config.json" if config else folder.path).stat().st_mtime)
     return model
 
 
@@ -143,10 +141,10 @@ def load_models(specs: Sequence[str], precision: str = "fp32",
 
 
 # ---- sentence encoders ---------------------------------------------------------------------------------------------
-def _encoder_model(name: str, path: Path, precision: str, device: torch.device) -> ServedModel:
+def _encoder_model(name: str, folder: ModelFolder, precision: str, device: torch.device) -> ServedModel:
     from bertforge.embed import SentenceEncoder
 
-    encoder = move_model(SentenceEncoder.from_pretrained(path), device, f"--model {name}")
+    encoder = move_model(SentenceEncoder.from_pretrained(folder), device, f"--model {name}")
 
     def embed(texts: list[str]) -> list[np.ndarray]:
         # raw vectors; each request normalises (or not) its own rows afterwards (see `normalize_rows`)
@@ -154,7 +152,7 @@ def _encoder_model(name: str, path: Path, precision: str, device: torch.device) 
                                  progress=False)
         return list(vectors)
 
-    served = ServedModel(name, path, encoder.tokenizer, encoder.max_seq_length, encoder.dim,
+    served = ServedModel(name, folder.path, encoder.tokenizer, encoder.max_seq_length, encoder.dim,
                          normalizes=encoder.normalizes)
     served.ops[EMBED] = Operation(EMBED, embed)
     return served
@@ -169,11 +167,11 @@ def normalize_rows(vectors: Sequence[np.ndarray], normalize: bool) -> np.ndarray
 
 
 # ---- masked LM -------------------------------------------------------------------------------------------------------
-def _add_fill_mask(served: ServedModel, device: torch.device) -> None:
+def _add_fill_mask(served: ServedModel, folder: ModelFolder, device: torch.device) -> None:
     from bertforge.analysis.fill_mask import fill_mask
     from bertforge.model.heads import MaskedLM
 
-    mlm = move_model(MaskedLM.from_pretrained(served.path), device, f"--model {served.name}")
+    mlm = move_model(MaskedLM.from_pretrained(folder), device, f"--model {served.name}")
 
     def run(items: list[tuple[str, int]]) -> list[list[list[dict[str, Any]]]]:
         return [[[c.__dict__ for c in cands] for cands in fill_mask(mlm, served.tokenizer, text, top_k)]
@@ -183,19 +181,20 @@ def _add_fill_mask(served: ServedModel, device: torch.device) -> None:
 
 
 # ---- fine-tuned task models -----------------------------------------------------------------------------------------
-def _task_model(name: str, path: Path, config: dict[str, Any], device: torch.device) -> ServedModel:
+def _task_model(name: str, folder: ModelFolder, device: torch.device) -> ServedModel:
     from bertforge.tasks.examples import TextExample
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
     from bertforge.tasks.models import load_task_model
 
-    saved, labels = saved_task(path)
+    path = folder.path
+    saved, labels = saved_task(folder)
     if saved["kind"] not in ("classify", "regress"):
         raise BertforgeError(f"--model {name}={path}: a {saved['kind']!r} model cannot be served "
                              "(serve handles classify and regress task models)")
     kind = kind_from_saved(path, saved, labels)
-    tokenizer = Tokenizer.from_pretrained(path)
-    model, _, _ = load_task_model(path)
+    tokenizer = folder.tokenizer()
+    model, _, _ = load_task_model(folder)
     model = move_model(model, device, f"--model {name}")
 
     def classify(pairs: list[tuple[str, str | None]]) -> list[dict[str, Any]]:

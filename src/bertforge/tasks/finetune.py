@@ -10,7 +10,7 @@ the best checkpoint by the main metric), trainer checkpoints live in OUT/checkpo
 keeps its own folder OUT/run-K (same layout) while OUT gets the best run's model. Task specifics (reading,
 encoding, scoring) live in `bertforge.tasks.kinds`; the input data is read and checked before any model is loaded.
 
-OUT is claimed for the whole job (`bertforge.rundir`, once even with --runs): a second job on it is refused, a
+OUT is claimed for the whole job (`bertforge.io.rundir`, once even with --runs): a second job on it is refused, a
 folder holding an earlier run is refused unless `resume` or `overwrite`, the options and data fingerprint are
 recorded in OUT/run_options.json and a resume that changes what the checkpoints depend on is refused, naming the
 option; a job that fails before writing anything leaves no folder behind.
@@ -33,12 +33,12 @@ from torch import nn
 
 from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write_text
-from bertforge.io.read import read_json
 from bertforge.io.rundir import claim_output_dir
 from bertforge.io.tables import is_saved_dataset, is_splits, source_name
 from bertforge.tasks.batching import TRAIN_KEYS, make_collate, row_length, unpad  # noqa: F401 (re-exported)
 from bertforge.tasks.config import TASK_KINDS, TASKS, FinetuneConfig  # noqa: F401 (re-exported)
-from bertforge.model.folder import inspect_folder
+from bertforge.families import Family
+from bertforge.model.folder import ModelFolder
 from bertforge.tasks.folders import install_model, remove_stale_temp_dirs, saved_task
 from bertforge.tasks.kinds import TaskKind, kind_for
 
@@ -190,14 +190,12 @@ def run_options(cfg: FinetuneConfig, model_dir: Path, train_file: Any,
     return options, fingerprint
 
 
-def default_lr(task: str, model_dir: Path) -> float:
-    """The peak learning rate when --lr is not given: the BERT paper's 3e-5 for the encoders' tasks and BART
-    (fairseq's BART fine-tuning rate); 1e-4 for T5, whose usual AdamW fine-tuning rates run 1e-4..3e-4 (its paper
-    used Adafactor at 1e-3) and which barely moves at 3e-5."""
-    config = Path(model_dir) / "config.json"
-    if task == "seq2seq" and config.is_file() and read_json(config).get("model_type") == "t5":
-        return 1e-4
-    return 3e-5
+def default_lr(folder: ModelFolder) -> float:
+    """The peak learning rate when --lr is not given: the family's (`Family.finetune_lr`): the BERT paper's 3e-5
+    for the encoders' tasks and BART (fairseq's BART fine-tuning rate); 1e-4 for T5, whose usual AdamW fine-tuning
+    rates run 1e-4..3e-4 (its paper used Adafactor at 1e-3) and which barely moves at 3e-5."""
+    cfg = folder.model_config
+    return cfg.family.finetune_lr if cfg is not None else Family.finetune_lr
 
 
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> FinetuneResult:
@@ -206,40 +204,38 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> FinetuneResult:
     With several runs the model at OUT is the run with the best main metric (the BERT paper's choice among
     restarts); the reported summary is still the median and spread over all runs. OUT must be new or empty
     unless `cfg.resume` (continue it) or `overwrite` (delete the earlier run first); see the module docstring."""
-    model_dir = inspect_folder(cfg.model).path
+    folder = ModelFolder.open(cfg.model)
     if cfg.lr is None:
-        cfg = dataclasses.replace(cfg, lr=default_lr(cfg.task, model_dir))
+        cfg = dataclasses.replace(cfg, lr=default_lr(folder))
     cfg = dataclasses.replace(cfg, precision=cfg.training_precision)
     kind = kind_for(cfg)
-    check_model_fits(cfg, kind, model_dir)
+    check_model_fits(cfg, kind, folder)
     files = resolve_files(cfg, kind)
-    options, fingerprint = run_options(cfg, model_dir, *files)
+    options, fingerprint = run_options(cfg, folder.path, *files)
     with claim_output_dir(cfg.out, resume=cfg.resume, overwrite=overwrite, options=options,
                           fingerprint=fingerprint, may_change=MAY_CHANGE, what="--out"):
-        return _finetune_claimed(cfg, model_dir, kind, files)
+        return _finetune_claimed(cfg, folder, kind, files)
 
 
-def check_model_fits(cfg: FinetuneConfig, kind: TaskKind, model_dir: Path) -> None:
+def check_model_fits(cfg: FinetuneConfig, kind: TaskKind, folder: ModelFolder) -> None:
     """Before any work: an input length the model's position table cannot hold (an IndexError at the first long
     text otherwise), and a model fine-tuned for a task of another kind (a head of the wrong shape otherwise)."""
-    from bertforge.families import FAMILIES
     from bertforge.config import ModelConfig
     from bertforge.tasks.config import default_max_len
 
-    config = read_json(model_dir / "config.json")
-    mcfg = None  # encoder-decoders (their own Seq2SeqConfig) and the BiLSTM student have no position table here
-    if config.get("model_type") in FAMILIES:
-        mcfg = ModelConfig.from_hf_dict(config, str(model_dir / "config.json"))
+    model_dir = folder.path
+    # encoder-decoders (their own Seq2SeqConfig) and the BiLSTM student have no position table here
+    mcfg = folder.model_config if isinstance(folder.model_config, ModelConfig) else None
     positions = mcfg.max_position_embeddings - mcfg.position_offset if mcfg else 0
-    learned = mcfg is not None and mcfg.position_embedding_type == "absolute" and mcfg.model_type != "xlnet"
+    learned = mcfg is not None and mcfg.learned_positions
     if learned and cfg.max_seq_len != default_max_len(kind.name) and kind.max_len > positions:
         raise BertforgeError(f"--max-seq-len {kind.max_len} is longer than the {positions} positions of {model_dir}; "
                              f"use --max-seq-len {positions} or less")
-    task = config.get("bertforge_task")
-    if isinstance(task, dict) and task.get("kind") not in (None, kind.name):
+    task = folder.task
+    if task is not None and task.get("kind") not in (None, kind.name):
         words = {"classify": "classification", "regress": "regression", "tag": "tagging", "qa": "question answering",
                  "choice": "multiple-choice", "seq2seq": "sequence-to-sequence"}
-        n = len(config.get("id2label") or {})
+        n = len(folder.labels or [])
         held = "a regression" if task.get("kind") == "regress" else f"{n} labels" if n else words.get(task.get("kind"))
         raise BertforgeError(f"{model_dir} was fine-tuned for {task.get('name')} ({held}); {cfg.task} is a "
                              f"{words.get(kind.name, kind.name)} task, so its head does not fit: fine-tune the "
@@ -250,13 +246,11 @@ def _budget(cfg: FinetuneConfig) -> dict[str, Any]:
     return {"epochs": None if cfg.max_steps else cfg.epochs, "max_steps": cfg.max_steps}
 
 
-def _finetune_claimed(cfg: FinetuneConfig, model_dir: Path, kind: TaskKind,
+def _finetune_claimed(cfg: FinetuneConfig, folder: ModelFolder, kind: TaskKind,
                       files: tuple[Path | None, Path | None]) -> FinetuneResult:
     """The job, once OUT is ours."""
-    from bertforge.tokenization import Tokenizer
-
     train, evaluation = read_examples(cfg, kind, files=files)  # every data problem surfaces before the model
-    tokenizer = Tokenizer.from_pretrained(model_dir)
+    tokenizer = folder.tokenizer()
     data = encode_data(cfg, kind, train, evaluation, tokenizer)
     if data.evaluate is None:
         log.warning("no evaluation file: the last checkpoint is kept as the model")
@@ -270,7 +264,7 @@ def _finetune_claimed(cfg: FinetuneConfig, model_dir: Path, kind: TaskKind,
             if record.get("budget", _budget(cfg)) == _budget(cfg):
                 runs.append(record)
                 continue  # else a longer --epochs/--max-steps: the trainer continues from its last checkpoint
-        runs.append(train_one(cfg, model_dir, tokenizer, data, run_dir, cfg.seed + r))
+        runs.append(train_one(cfg, folder, tokenizer, data, run_dir, cfg.seed + r))
         atomic_write_text(done, json.dumps(runs[-1], indent=2) + "\n")
     values = [run["best"][data.main_metric] for run in runs if data.main_metric in run["best"]]
     summary = summarize(values) if values else {}
@@ -294,7 +288,7 @@ def train_loader(cfg: FinetuneConfig, rows: list, collate_fn: Callable, seed: in
                            group_by_length=lengths)
 
 
-def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, run_dir: Path,
+def train_one(cfg: FinetuneConfig, folder: ModelFolder, tokenizer, data: TaskData, run_dir: Path,
               seed: int) -> dict[str, Any]:
     """One fine-tuning run into `run_dir` (its model ends in run_dir itself); returns its record."""
     from bertforge.training import Trainer, TrainConfig, set_seed
@@ -303,7 +297,7 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
     remove_stale_temp_dirs(run_dir)  # e.g. .tmp-best-PID of a killed run (OUT is claimed: its writer is gone)
     set_seed(seed)  # the head's initialisation depends on the seed too
     freeze = {"features": cfg.features, "head": cfg.head} if cfg.freeze else None
-    model, missing = kind.build(model_dir, freeze)
+    model, missing = kind.build(folder, freeze)
     before = {k: v.clone() for k, v in model.bert.state_dict().items()} if cfg.freeze else None
     loader = train_loader(cfg, data.train_rows, kind.collate(tokenizer.pad_token_id), seed)
     per_epoch = len(loader)
@@ -348,24 +342,22 @@ def train_one(cfg: FinetuneConfig, model_dir: Path, tokenizer, data: TaskData, r
 # ---- evaluate a fine-tuned model ---------------------------------------------------------------------------------
 def evaluate_model(model_path: str | Path, cfg: FinetuneConfig, split: str = "dev") -> dict[str, float]:
     """Metrics of a fine-tuned directory on the task's `split` (dev, or test where a folder has one)."""
-    from bertforge.model.onnx import onnx_file
-    from bertforge.tokenization import Tokenizer
-    from bertforge.training import resolve_device
+    from bertforge.device import resolve_device
     from bertforge.device import autocast, check_precision, compile_module, move_model
 
     device = resolve_device(cfg.device)  # a missing GPU or an impossible precision: before any reading
     precision = cfg.precision or "fp32"  # evaluation is exact unless asked otherwise
     check_precision(precision, device, allowed=("fp32", "bf16", "fp16"))
-    path = inspect_folder(model_path).path
-    task, labels = saved_task(path)
+    folder = ModelFolder.open(model_path)
+    task, labels = saved_task(folder)
     if task.get("kind") != cfg.kind:
-        raise BertforgeError(f"{path} was fine-tuned for {task.get('name')} ({task.get('kind')}), "
+        raise BertforgeError(f"{folder.path} was fine-tuned for {task.get('name')} ({task.get('kind')}), "
                              f"not a {cfg.kind} task like {cfg.task}")
     kind = kind_for(cfg, task, labels)
-    check_model_fits(cfg, kind, path)  # an --max-seq-len beyond the positions
+    check_model_fits(cfg, kind, folder)  # an --max-seq-len beyond the positions
     _, evaluation = read_examples(cfg, kind, split, need_train=False)  # checked before the model is loaded
-    data = encode_data(cfg, kind, [], evaluation, Tokenizer.from_pretrained(path))
-    model = kind.load(onnx_file(model_path) or path)
+    data = encode_data(cfg, kind, [], evaluation, folder.tokenizer())
+    model = kind.load(folder)
     compile_module(move_model(model, device, f"--model {cfg.model}"), cfg.compile)
     with autocast(device, precision):
         return data.evaluate(model)  # type: ignore[misc]

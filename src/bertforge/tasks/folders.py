@@ -1,7 +1,7 @@
 """Fine-tuned model folders: the model in an OUT folder, its task read without loading weights, installing a model.
 
 A finished `bertforge finetune --out OUT` leaves the model in OUT itself (as transformers' Trainer users expect:
-`AutoModelFor...from_pretrained(OUT)` works); what any folder holds is `bertforge.model.folder.inspect_folder`'s
+`AutoModelFor...from_pretrained(OUT)` works); what any folder holds is `bertforge.model.folder.ModelFolder.open`'s
 to say (it also finds the OUT/best folders that older versions wrote).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write, write_errors
-from bertforge.io.read import read_json
+from bertforge.model.folder import ModelFolder
 from bertforge.tasks.config import TASK_KINDS
 
 # the files of a saved model (save_task_model: weights, config, tokenizer) and the Trainer's best_metrics.json
@@ -22,21 +22,21 @@ MODEL_FILES = ("model.safetensors", "tokenizer.json", "tokenizer_config.json", "
                "vocab.txt", "best_metrics.json", "config.json")  # config.json last: a model is complete with it
 
 
-def saved_task(path: Path) -> tuple[dict[str, Any], list[str] | None]:
-    """(bertforge_task, label names) from a fine-tuned model's config.json, without loading its weights."""
-    config = read_json(path / "config.json")
-    task = config.get("bertforge_task")
-    if not isinstance(task, dict) or task.get("kind") not in set(TASK_KINDS.values()):
-        raise BertforgeError(f"{path / 'config.json'}: not a bertforge fine-tuned model (no bertforge_task field); "
-                             "fine-tune it first with `bertforge finetune`")
-    id2label = config.get("id2label") or {}
-    return task, [id2label[str(i)] for i in range(len(id2label))] or None
+def saved_task(folder: "str | Path | ModelFolder") -> tuple[dict[str, Any], list[str] | None]:
+    """(bertforge_task, label names) of a fine-tuned model's folder (opened, or a path to open), without loading
+    its weights; one line for a folder that holds none."""
+    folder = ModelFolder.open(folder)
+    task = folder.task
+    if task is None or task.get("kind") not in set(TASK_KINDS.values()):
+        raise BertforgeError(f"{folder.path / 'config.json'}: not a bertforge fine-tuned model (no bertforge_task "
+                             "field); fine-tune it first with `bertforge finetune`")
+    return task, folder.labels
 
 
 def install_model(src: Path, dst: Path, move: bool) -> None:
     """Make `dst` hold the model saved in `src` (moved, or copied), replacing the model files `dst` had.
 
-    Each file lands by an atomic rename (a copy goes through fileio.atomic_write: a killed copy leaves only a
+    Each file lands by an atomic rename (a copy goes through io.write.atomic_write: a killed copy leaves only a
     .NAME.PID.*.tmp that the next claim of the folder removes); config.json comes last, so a folder with a
     config.json is complete."""
     dst.mkdir(parents=True, exist_ok=True)

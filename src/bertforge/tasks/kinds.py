@@ -11,7 +11,7 @@
 `tasks.finetune` and `tasks.predict` are one loop over these methods, without branching on the kind. A kind's
 state is what a fine-tuned model stores in config.json (`info()`: label list, columns, SQuAD settings and the
 tuned no-answer threshold); `kind_for(cfg, saved, labels)` rebuilds it for a saved model. The base class and its
-defaults (batching, saving, loading) are in `tasks.task_kind`; the encoder-decoder kind is `tasks.seq2seq`.
+defaults (batching, saving, loading) are in `tasks.kind_base`; the encoder-decoder kind is `tasks.seq2seq`.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from bertforge.tasks.batching import qa_logits, unpad
 from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
 from bertforge.tasks.inputs import input_columns
 from bertforge.tasks.conll import read_conll, read_tagged_table, tag_list, warn_long_sentences
-from bertforge.tasks.task_kind import DEV_STEMS, Encoded, TaskKind  # noqa: F401 (re-exported)
+from bertforge.tasks.kind_base import DEV_STEMS, Encoded, TaskKind  # noqa: F401 (re-exported)
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.seq2seq import Seq2SeqKind
 from bertforge.tasks.swag import read_swag

@@ -9,13 +9,13 @@
 | `FeatureModel` | frozen encoder, layer mix (`mix`), optional `lstm`, `classifier` | (bertforge only) |
 
 The pooled output is BERT's tanh([CLS]) pooler. A model without one (DistilBERT, ELECTRA, or a checkpoint whose file has
-no pooler weights) pools by the mean of the last layer over real tokens instead. A RoBERTa `SequenceClassifier` has
-no pooler but HF's `RobertaClassificationHead` (`classifier.dense` -> tanh -> `classifier.out_proj` on <s>), so it
-loads in `RobertaForSequenceClassification`. HF's DistilBERT / ELECTRA sequence-classification and multiple-choice
-heads differ from ours, and so do all of ModernBERT's task heads (a dense-act-norm block before the classifier), so
-those models are saved as `architectures=["Bertforge<Class>"]` (e.g. `BertforgeSequenceClassifier`): load them with
-bertforge, never with a transformers class (which would drop our head and use a random one). Token classification
-and QA heads are a plain linear layer in the other families and round-trip.
+no pooler weights) pools by the mean of the last layer over real tokens instead. A family whose sequence classifier
+reads the first token (`Family.sequence_head`: RoBERTa's) has no pooler but HF's `RobertaClassificationHead`
+(`classifier.dense` -> tanh -> `classifier.out_proj` on <s>), so it loads in `RobertaForSequenceClassification`.
+The task heads whose transformers class has another layout (`Family.hf_task_heads` leaves them out: DistilBERT's and
+ELECTRA's sequence-classification and multiple-choice heads, all of ModernBERT's, whose classifier has a
+dense-act-norm block first) are saved as `architectures=["Bertforge<Class>"]` (e.g. `BertforgeSequenceClassifier`):
+load them with bertforge, never with a transformers class (which would drop our head and use a random one).
 
 Every `forward(**batch)` returns a dict with `logits` and, when `labels` are given, `loss` (the shared Trainer's
 contract). Task metadata (label names, task, pooling, QA null threshold) travels in config.json.
@@ -30,31 +30,28 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.model.checkpoint import load_pretrained, read_state_dict, save_pretrained
-from bertforge.families import FAMILIES
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.families import ENCODER
+from bertforge.families.family import FIRST_TOKEN, SLIDING_WINDOW, TASK_HEADS
 from bertforge.model.heads import mean_pool, task_output
-from bertforge.model import INT8_WEIGHTS, Encoder, for_inference, is_quantised, load_int8
-from bertforge.model.int8 import int8_scheme
+from bertforge.model import Encoder, load_weights
 from bertforge.model.dropout import Dropout
 from bertforge.model.sparse.layout import task_global_mask
 from bertforge.model.bilstm import load_bilstm
-from bertforge.model.folder import inspect_folder
+from bertforge.model.folder import ModelFolder
 from bertforge.model.onnx import OnnxModel
+from bertforge.tasks.folders import saved_task
 
-HEAD_KINDS = ("classify", "regress", "tag", "qa", "choice")
-HF_PREFIX = {name: family.hf_prefix for name, family in FAMILIES.items()}  # "Bert", "Roberta", ...
-HF_SUFFIX = {"classify": "ForSequenceClassification", "regress": "ForSequenceClassification",
-             "tag": "ForTokenClassification", "qa": "ForQuestionAnswering", "choice": "ForMultipleChoice"}
-ROBERTA_HEAD = ("roberta", "longformer")  # sequence classifiers with RobertaClassificationHead's layout
+HEAD_KINDS = TASK_HEADS
 FEATURE_MODES = ("last", "second_last", "sum_last4", "concat_last4", "weighted")
 HEADS = ("linear", "bilstm")
 
 
 def encoder_config(cfg: ModelConfig, kind: str) -> ModelConfig:
-    """`cfg` as HF builds the encoder for `kind`: no pooler (add_pooling_layer=False) for tagging, QA and RoBERTa
-    sequence classification, whose heads do not read it."""
-    no_pooler = kind in ("tag", "qa") or (kind in ("classify", "regress") and cfg.model_type in ROBERTA_HEAD)
+    """`cfg` as HF builds the encoder for `kind`: no pooler (add_pooling_layer=False) for tagging, QA and a
+    first-token sequence classifier (RoBERTa's), whose heads do not read it."""
+    no_pooler = kind in ("tag", "qa") or (kind in ("classify", "regress") and cfg.family.sequence_head == FIRST_TOKEN)
     return cfg.replace(use_pooler=False) if no_pooler and cfg.use_pooler else cfg
 
 
@@ -78,7 +75,7 @@ class _TaskModel(nn.Module):
         # Longformer: the global tokens transformers' Longformer task classes set when given none ([CLS]; the
         # question for QA; the endings for multiple choice; none for tagging: `sparse.task_global_mask`)
         glob = (task_global_mask(input_ids, self.kind, self.config.extra.get("sep_token_id", 2))
-                if self.config.family.sparse == "longformer" else None)
+                if self.config.family.sparse_attention == SLIDING_WINDOW else None)
         return self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                          global_attention_mask=glob)
 
@@ -91,12 +88,7 @@ class _TaskModel(nn.Module):
     @property
     def architecture(self) -> str:
         """The HF class name when HF's class has exactly our layout, else a bertforge-only name (see the docstring)."""
-        # (BigBird's classification head is dense-act(gelu_new)-out_proj, not our pooler + linear)
-        if self.config.model_type in ("distilbert", "electra", "big_bird") and self.kind not in ("tag", "qa"):
-            return "Bertforge" + type(self).__name__
-        if self.config.model_type == "modernbert":  # every ModernBertFor<Task> puts a dense-act-norm head first
-            return "Bertforge" + type(self).__name__
-        return HF_PREFIX[self.config.model_type] + HF_SUFFIX[self.kind]
+        return self.config.family.task_architecture(self.kind, type(self).__name__)
 
     def _init_head(self, *modules: nn.Module) -> None:
         for m in modules:
@@ -120,7 +112,8 @@ class RobertaClassificationHead(nn.Module):
 class SequenceClassifier(_TaskModel):
     """Sentence (pair) classification, or regression with `num_labels=1` and MSE loss.
 
-    RoBERTa uses HF's `RobertaClassificationHead` (its encoder is built without a pooler, as HF builds it).
+    A first-token family (RoBERTa's) uses HF's `RobertaClassificationHead` (its encoder is built without a pooler,
+    as HF builds it).
     """
 
     kind = "classify"
@@ -131,7 +124,7 @@ class SequenceClassifier(_TaskModel):
             raise BertforgeError(f"regression needs num_labels=1, got {num_labels}")
         self.kind = "regress" if regression else "classify"
         self.num_labels = num_labels
-        self.roberta_head = cfg.model_type in ROBERTA_HEAD
+        self.roberta_head = cfg.family.sequence_head == FIRST_TOKEN
         if self.roberta_head:
             self.classifier: nn.Module = RobertaClassificationHead(cfg.hidden_size, num_labels, self.dropout)
             self._init_head(self.classifier.dense, self.classifier.out_proj)
@@ -336,22 +329,23 @@ def save_task_model(model: nn.Module, path: str | Path, labels: list[str] | None
                            extra_config=extra)
 
 
-def init_from_pretrained(path: str | Path, kind: str, num_labels: int = 2,
+def init_from_pretrained(path: "str | Path | ModelFolder", kind: str, num_labels: int = 2,
                          freeze: dict[str, Any] | None = None) -> tuple[nn.Module, list[str]]:
     """A task model whose encoder comes from the checkpoint at `path` (heads freshly initialised unless present).
 
     A checkpoint without pooler weights gets no pooler (mean pooling) rather than a random one: a random tanh
     pooler would make the classifier's input noise at the start of fine-tuning. Returns (model, missing names).
     """
-    cfg = ModelConfig.from_file(path)
-    state: dict[str, torch.Tensor] = {}
+    folder = ModelFolder.open(path)
+    cfg = folder.config_for(ENCODER, verb="an encoder to fine-tune")
+    tensors = read_state_dict(folder.path)
+    state = tensors[0]
     if cfg.use_pooler and kind in ("classify", "regress", "choice") and not freeze:
-        state, _ = read_state_dict(path)
         if not any(k.endswith("pooler.dense.weight") or k.endswith("albert.pooler.weight") for k in state):
             cfg = cfg.replace(use_pooler=False)
     cfg = cfg.replace(extra=dict(cfg.extra))
     model = build_model(cfg, kind, num_labels, freeze)
-    missing = load_pretrained(model, path)
+    missing = load_pretrained(model, folder.path, tensors=tensors)
     if isinstance(model, SequenceClassifier) and model.roberta_head and "classifier.dense.weight" in missing:
         # start the head's dense layer from the pretrained pooler when there is one: the same maths as BERT's
         for end in ("weight", "bias"):
@@ -363,35 +357,23 @@ def init_from_pretrained(path: str | Path, kind: str, num_labels: int = 2,
     return model, missing
 
 
-def load_task_model(path: str | Path) -> tuple[nn.Module, dict[str, Any], list[str] | None]:
-    """Load a fine-tuned directory written by `save_task_model`: (model in eval mode, task info, label names)."""
-    folder = inspect_folder(path)
-    onnx, path = folder.graph, folder.path
+def load_task_model(path: "str | Path | ModelFolder") -> tuple[nn.Module, dict[str, Any], list[str] | None]:
+    """Load a fine-tuned directory written by `save_task_model` (or an opened model folder): (model in eval mode,
+    task info, label names). An exported ONNX graph runs in onnxruntime, int8 weights as they were saved."""
+    folder = ModelFolder.open(path)
     if folder.holds == "bilstm":  # a distilled BiLSTM student (bertforge distill task --student bilstm)
-        return load_bilstm(path)
-    cfg = ModelConfig.from_file(path)
-    task = folder.task
-    if task is None or task.get("kind") not in HEAD_KINDS:
-        raise BertforgeError(f"{Path(path) / 'config.json'}: not a bertforge fine-tuned model (no bertforge_task "
-                             "field); fine-tune it first with `bertforge finetune`")
-    labels = None
-    if "id2label" in cfg.extra:
-        id2label = cfg.extra["id2label"]
-        labels = [id2label[str(i)] for i in range(len(id2label))]
+        return load_bilstm(folder)
+    task, labels = saved_task(folder)
+    if folder.graph is not None:  # `bertforge export`: the graph in onnxruntime, called like the model
+        return OnnxModel(folder.graph).eval(), task, labels
     freeze = None
     if task.get("features"):
         freeze = {"features": task["features"], "head": task["head"], "lstm_hidden": task.get("lstm_hidden") or 256}
-    if onnx is not None:  # `bertforge export`: the graph in onnxruntime, called like the model
-        return OnnxModel(onnx).eval(), task, labels
-    model = build_model(cfg, task["kind"], len(labels) if labels else 2, freeze)
-    if (path / INT8_WEIGHTS).is_file():  # `bertforge quantize`: int8 weights and scales as they were saved
-        model.bert = for_inference(model.bert, "int8", int8_scheme(path))
-        load_int8(model, path)
-        return model.eval(), task, labels
-    missing = load_pretrained(model, path)
+    model = build_model(folder.config_for(ENCODER, verb="a task model"), task["kind"], len(labels) if labels else 2,
+                        freeze)
+    model, missing = load_weights(model, folder)
     head_missing = [m for m in missing if not m.startswith("bert.")]
     if head_missing:
-        raise BertforgeError(f"{path}: the task head is missing from the checkpoint ({', '.join(head_missing[:3])})")
-    if is_quantised(path):  # quantised by an older bertforge: fp32 weights on disk, int8 derived at load
-        model.bert = for_inference(model.bert, "int8")
+        raise BertforgeError(f"{folder.path}: the task head is missing from the checkpoint "
+                             f"({', '.join(head_missing[:3])})")
     return model.eval(), task, labels

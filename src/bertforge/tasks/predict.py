@@ -14,32 +14,31 @@ from typing import Any
 from bertforge.io.write import atomic_write_text, write_errors
 
 
-def predict(model_dir: str | Path, inputs: Any, batch_size: int = 64, device: str = "auto",
+def predict(model_dir: Any, inputs: Any, batch_size: int = 64, device: str = "auto",
             progress: bool = True, precision: str = "fp32", compile: bool = False, text_col: str | None = None,
             text_pair_col: str | None = None, split: str | None = None,
             config: str | None = None) -> list[dict[str, Any]]:
     """Predictions for every example of `inputs`, in input order, on `device` (fp32, or bf16 / fp16 autocast;
-    torch.compile'd with `compile`). `inputs`: a file, a saved or hub dataset (its `split`; a hub dataset's
-    `config`), or data in memory (`bertforge.io.tables.open_table`); `text_col` / `text_pair_col` name its text
-    columns (default: the model's own where the input has them, else the usual names)."""
+    torch.compile'd with `compile`). `model_dir`: a model folder or an opened `ModelFolder`. `inputs`: a file, a
+    saved or hub dataset (its `split`; a hub dataset's `config`), or data in memory
+    (`bertforge.io.tables.open_table`); `text_col` / `text_pair_col` name its text columns (default: the model's
+    own where the input has them, else the usual names)."""
     from bertforge.io.tables import single_source
-    from bertforge.model.folder import inspect_folder
+    from bertforge.model.folder import ModelFolder
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
-    from bertforge.model.onnx import onnx_file
-    from bertforge.tokenization import Tokenizer
-    from bertforge.training import resolve_device
+    from bertforge.device import resolve_device
     from bertforge.device import autocast, check_precision, compile_module, move_model
 
     run_on = resolve_device(device)  # a missing GPU or an impossible precision: before any reading
     check_precision(precision, run_on, allowed=("fp32", "bf16", "fp16"))
-    path = inspect_folder(model_dir).path
-    kind = kind_from_saved(path, *saved_task(path), text_col=text_col, text_pair_col=text_pair_col)
+    folder = ModelFolder.open(model_dir)
+    kind = kind_from_saved(folder.path, *saved_task(folder), text_col=text_col, text_pair_col=text_pair_col)
     source = single_source(inputs, split, config)
     examples = kind.read_inputs(source)
     kind.check(examples, source, labelled=False)  # before the model is loaded
-    enc = kind.encode(examples, Tokenizer.from_pretrained(path))
-    model = kind.load(onnx_file(model_dir) or path)
+    enc = kind.encode(examples, folder.tokenizer())
+    model = kind.load(folder)
     compile_module(move_model(model, run_on, f"--model {model_dir}"), compile)
     with autocast(run_on, precision):
         return kind.predict(model, enc, batch_size, progress)

@@ -25,9 +25,10 @@ from tqdm.auto import tqdm
 from bertforge.errors import BertforgeError
 from bertforge.io.tables import open_table, pick_columns
 from bertforge.io.write import atomic_write_text
+from bertforge.model.folder import ModelFolder
 from bertforge.tasks.config import FinetuneConfig
 from bertforge.tasks.examples import TextExample
-from bertforge.tasks.task_kind import Encoded, TaskKind
+from bertforge.tasks.kind_base import Encoded, TaskKind
 from bertforge.tasks.table import table_examples
 
 METRICS = ("bleu", "rouge1", "rouge2", "rougeL")
@@ -111,7 +112,7 @@ class Seq2SeqKind(TaskKind):
         return collate
 
     # ---- model ---------------------------------------------------------------------------------------------------
-    def build(self, model_dir: Path, freeze: dict[str, Any] | None = None) -> tuple[nn.Module, list[str]]:
+    def build(self, model_dir: "Path | ModelFolder", freeze: dict[str, Any] | None = None) -> tuple[nn.Module, list[str]]:
         from bertforge.model import Seq2SeqLM
 
         return Seq2SeqLM.from_pretrained(model_dir).train(), []
@@ -129,12 +130,13 @@ class Seq2SeqKind(TaskKind):
 
         model.load_state_dict(Seq2SeqLM.from_pretrained(directory).state_dict())
 
-    def load(self, path: Path) -> nn.Module:
+    def load(self, path: "Path | ModelFolder") -> nn.Module:
         from bertforge.model import Seq2SeqLM
 
-        if Path(path).suffix == ".onnx":
-            raise BertforgeError(f"{path}: encoder-decoders are not exported to ONNX; give the model folder")
-        return Seq2SeqLM.from_pretrained(path)
+        folder = ModelFolder.open(path)
+        if folder.graph is not None:
+            raise BertforgeError(f"{folder.graph}: encoder-decoders are not exported to ONNX; give the model folder")
+        return Seq2SeqLM.from_pretrained(folder)
 
     # ---- generation and scores -----------------------------------------------------------------------------------
     def generate(self, model: nn.Module, enc: Encoded, batch_size: int, progress: bool, desc: str) -> list[str]:

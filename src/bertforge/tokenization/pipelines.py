@@ -1,12 +1,10 @@
 """The tokenizer pipelines of the reference models (normaliser, pre-tokenizer, post-processor, decoder) and their
 special tokens, per kind; `bertforge.tokenization.Tokenizer` trains, loads and saves with them.
 
-Kinds: "wordpiece" (BERT), "bpe" (RoBERTa's byte-level BPE; BART's is the same), "unigram" (ALBERT), "gpt2" (GPT-2's
-byte-level BPE, one special token) and "t5": a Unigram model with T5's layout, <pad> = 0, </s> = 1, <unk> = 2, the
-pieces, then 100 sentinels <extra_id_99> ... <extra_id_0> (so <extra_id_0> has the highest id, as in T5's
-vocabulary); "</s>" ends every text and there is no [CLS] (its role is played by </s>, as <|endoftext|> plays every
-role for GPT-2). T5's text is cased and not normalised: transformers' T5Tokenizer rebuilds the pipeline without a
-normaliser unless given a SentencePiece character map, and a saved tokenizer must encode alike in both libraries.
+A kind is a `TokenizerLayout` (`bertforge.families.family`): the plain kinds are "wordpiece" (BERT), "bpe"
+(RoBERTa's byte-level BPE; BART's is the same) and "unigram" (ALBERT); a family whose tokenizer is a layout of its
+own declares it in its file, and the kind is named after the family: GPT-2's byte-level BPE with its one special
+token, T5's Unigram with its sentinels (`families/gpt2.py`, `families/t5.py` say what each holds).
 """
 from __future__ import annotations
 
@@ -15,24 +13,38 @@ from typing import Any
 from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, processors
 from tokenizers import Tokenizer as Backend
 
-TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram", "gpt2", "t5")
+from bertforge.families import FAMILIES, TokenizerLayout
+
 _MODEL_KIND = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
 ROLES = ("pad", "unk", "cls", "sep", "mask")
+# special_tokens_map.json: every role's token, and (not BERT's) bos / eos as cls / sep
+_ROLE_ENTRIES = tuple((f"{role}_token", role) for role in ROLES)
+_BOS_EOS = (("bos_token", "cls"), ("eos_token", "sep"))
 
-# Special tokens per kind, in id order (they get ids 0..4 when training).
-SPECIAL_TOKENS: dict[str, dict[str, str]] = {
-    "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
-    "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
-    "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
-    "gpt2": {"pad": "<|endoftext|>", "unk": "<|endoftext|>", "cls": "<|endoftext|>", "sep": "<|endoftext|>",
-             "mask": None},
-    # in this order so that the ids are T5's: <pad> 0, </s> 1, <unk> 2
-    "t5": {"pad": "<pad>", "sep": "</s>", "unk": "<unk>", "cls": "</s>", "mask": None},
+# The plain kinds; special tokens in id order (they get ids 0..4 when training).
+PLAIN_LAYOUTS: dict[str, TokenizerLayout] = {
+    "wordpiece": TokenizerLayout(
+        model="wordpiece", specials={"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+        frame="cls-sep", hf_class="BertTokenizerFast", special_map=_ROLE_ENTRIES,
+        config={"tokenize_chinese_chars": True, "strip_accents": None}),
+    "bpe": TokenizerLayout(
+        model="bpe", specials={"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
+        frame="double-sep", hf_class="RobertaTokenizerFast", special_map=_ROLE_ENTRIES + _BOS_EOS,
+        config={"add_prefix_space": False, "trim_offsets": True, "errors": "replace"}, cased=True,
+        mask_lstrip=True),
+    "unigram": TokenizerLayout(
+        model="unigram", specials={"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+        frame="cls-sep", hf_class="AlbertTokenizerFast", special_map=_ROLE_ENTRIES + _BOS_EOS,
+        config={"add_prefix_space": True, "trim_offsets": True,
+                "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}, keep_accents=True),
 }
-HF_TOKENIZER_CLASS = {"wordpiece": "BertTokenizerFast", "bpe": "RobertaTokenizerFast", "unigram": "AlbertTokenizerFast",
-                      "gpt2": "GPT2TokenizerFast", "t5": "T5Tokenizer"}
-ENDOFTEXT = "<|endoftext|>"
-N_SENTINELS = 100  # T5's extra_ids
+# Every kind: the plain ones, then the families' own (named after the family).
+LAYOUTS: dict[str, TokenizerLayout] = {
+    **PLAIN_LAYOUTS, **{name: fam.tokenizer for name, fam in FAMILIES.items() if fam.tokenizer is not None}}
+TOKENIZER_KINDS = tuple(LAYOUTS)
+SPECIAL_TOKENS: dict[str, dict[str, str | None]] = {kind: layout.specials for kind, layout in LAYOUTS.items()}
+HF_TOKENIZER_CLASS = {kind: layout.hf_class for kind, layout in LAYOUTS.items()}
+N_SENTINELS = max(layout.sentinels for layout in LAYOUTS.values())  # the most sentinels a kind has (T5's 100)
 
 
 def sentinel(k: int) -> str:
@@ -69,24 +81,24 @@ def _albert_pipeline(backend: Backend, lowercase: bool) -> None:
     backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
 
 
-def _set_post_processor(backend: Backend, kind: str, specials: dict[str, str]) -> None:
+def _set_post_processor(backend: Backend, layout: TokenizerLayout, specials: dict[str, str]) -> None:
     cls, sep = specials["cls"], specials["sep"]
     cls_id, sep_id = backend.token_to_id(cls), backend.token_to_id(sep)
-    if kind == "bpe":  # <s> A </s></s> B </s>, all type ids 0
+    if layout.frame == "double-sep":  # <s> A </s></s> B </s>, all type ids 0
         backend.post_processor = processors.RobertaProcessing((sep, sep_id), (cls, cls_id),
                                                               trim_offsets=True, add_prefix_space=False)
-    elif kind == "gpt2":  # GPT-2 adds nothing around a text
+    elif layout.frame == "none":  # nothing added around a text (GPT-2)
         backend.post_processor = processors.ByteLevel(trim_offsets=False)
-    elif kind == "t5":  # A </s> (B </s>), all type ids 0
+    elif layout.frame == "eos":  # A </s> (B </s>), all type ids 0 (T5)
         backend.post_processor = processors.TemplateProcessing(
             single=f"$A:0 {sep}:0", pair=f"$A:0 {sep}:0 $B:0 {sep}:0", special_tokens=[(sep, sep_id)])
-    else:
+    else:  # [CLS] A [SEP] (B [SEP]), type ids 0 then 1
         backend.post_processor = processors.TemplateProcessing(
             single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
             special_tokens=[(cls, cls_id), (sep, sep_id)])
 
 
-def _t5_pipeline(backend: Backend) -> None:
+def _unnormalised_metaspace_pipeline(backend: Backend) -> None:
     # transformers' T5Tokenizer pipeline (it rebuilds this one on load)
     backend.normalizer = None
     metaspace = dict(replacement="▁", prepend_scheme="always", split=True)
@@ -94,15 +106,15 @@ def _t5_pipeline(backend: Backend) -> None:
     backend.decoder = decoders.Metaspace(**metaspace)
 
 
-def _sentinel_tokens() -> list[AddedToken]:
-    """T5's sentinels in id order: <extra_id_99> first, <extra_id_0> last."""
-    return [AddedToken(sentinel(k), special=True, normalized=False) for k in reversed(range(N_SENTINELS))]
+def _sentinel_tokens(n: int) -> list[AddedToken]:
+    """T5's sentinels in id order: <extra_id_{n-1}> first, <extra_id_0> last."""
+    return [AddedToken(sentinel(k), special=True, normalized=False) for k in reversed(range(n))]
 
 
-def _special_added_tokens(kind: str) -> list[AddedToken]:
+def _special_added_tokens(layout: TokenizerLayout) -> list[AddedToken]:
     # RoBERTa's <mask> swallows the space before it, so "a <mask> b" masks the word " b"-style tokens correctly.
-    unique = dict.fromkeys(t for t in SPECIAL_TOKENS[kind].values() if t is not None)  # GPT-2's one, once
-    return [AddedToken(tok, special=True, normalized=False, lstrip=(kind == "bpe" and tok == "<mask>"))
+    unique = dict.fromkeys(t for t in layout.specials.values() if t is not None)  # GPT-2's one, once
+    return [AddedToken(tok, special=True, normalized=False, lstrip=layout.mask_lstrip and tok == layout.specials["mask"])
             for tok in unique]
 
 

@@ -2,16 +2,17 @@
 
 All the work is done by the `tokenizers` library; this module only
   * builds the pipelines the reference models use (normaliser, pre-tokenizer, model, post-processor, decoder),
-  * trains them from texts, deterministically (bertforge.tokenizer_train; corpora are read by the caller, e.g.
+  * trains them from texts, deterministically (`tokenization/train.py`; corpora are read by the caller, e.g.
     with bertforge.data.corpus.iter_texts),
   * loads them from a tokenizer.json or a BERT vocab.txt and saves them in the Hugging Face layout,
   * wraps batch encoding in the small API the rest of bertforge uses (see docs/architecture.md).
 
 The pipelines are the ones transformers' BertTokenizerFast / RobertaTokenizerFast / AlbertTokenizerFast /
-GPT2TokenizerFast build, so a saved directory loads in `transformers.AutoTokenizer` and encodes identically. The
-"gpt2" kind is RoBERTa's byte-level BPE with GPT-2's conventions: one special token, <|endoftext|> (document
-separator, bos and eos), nothing added around a text, and no mask token (`mask_token` is None). The "t5" kind is
-T5's Unigram layout with 100 sentinels (bertforge.tokenizer_pipelines); its cls and sep are both </s>.
+GPT2TokenizerFast / T5Tokenizer build, so a saved directory loads in `transformers.AutoTokenizer` and encodes
+identically. A kind is a layout (`tokenization/pipelines.py`): the plain ones, and the families' own, named after
+the family: GPT-2's byte-level BPE with one special token, <|endoftext|> (document separator, bos and eos), nothing
+added around a text and no mask token (`mask_token` is None); T5's Unigram with 100 sentinels, whose cls and sep
+are both </s>.
 """
 from __future__ import annotations
 
@@ -26,13 +27,15 @@ from tokenizers import AddedToken, pre_tokenizers, trainers
 from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, Unigram, WordPiece
 
+from bertforge.config.hf import read_config_json
 from bertforge.errors import BertforgeError
 from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write_text
-from bertforge.tokenization.pipelines import (ENDOFTEXT, HF_TOKENIZER_CLASS, TOKENIZER_KINDS, N_SENTINELS, ROLES, SPECIAL_TOKENS,
+from bertforge.tokenization.pipelines import (LAYOUTS, N_SENTINELS, ROLES, SPECIAL_TOKENS, TOKENIZER_KINDS,
                                               _albert_pipeline, _bert_pipeline, _json_lowercases, _MODEL_KIND,
                                               _roberta_pipeline, _sentinel_tokens, _set_post_processor,
-                                              _special_added_tokens, _t5_pipeline, _token_str, sentinel)
+                                              _special_added_tokens, _token_str, _unnormalised_metaspace_pipeline,
+                                              sentinel)
 from bertforge.tokenization.train import canonical_unigram, checked_texts, train_wordpiece
 
 # ----------------------------------------------------------------------------------------------- Tokenizer
@@ -45,10 +48,13 @@ class Tokenizer:
         model_type = type(backend.model).__name__
         vocab = backend.get_vocab(with_added_tokens=True)
         kind = kind or _MODEL_KIND.get(model_type)
-        if kind == "bpe" and ENDOFTEXT in vocab and SPECIAL_TOKENS["bpe"]["cls"] not in vocab:
-            kind = "gpt2"  # GPT-2's files: byte-level BPE whose only special token is <|endoftext|>
-        if kind == "unigram" and sentinel(0) in vocab and SPECIAL_TOKENS["unigram"]["cls"] not in vocab:
-            kind = "t5"  # T5's files: Unigram with sentinels and no [CLS]
+        for name, layout in LAYOUTS.items():
+            # a family's own layout of this model, told apart by a token of its own and no [CLS] / <s> of the plain
+            # kind (GPT-2's <|endoftext|>, T5's sentinels)
+            if (layout.marker is not None and kind == layout.model and layout.marker in vocab
+                    and SPECIAL_TOKENS[kind]["cls"] not in vocab):
+                kind = name
+                break
         if kind not in TOKENIZER_KINDS:
             raise BertforgeError(f"unsupported tokenizer model {model_type!r} (expected WordPiece, BPE or Unigram)")
         self.kind = kind
@@ -99,25 +105,27 @@ class Tokenizer:
         `lowercase` applies to WordPiece and Unigram; byte-level BPE and T5 are always cased, as RoBERTa and T5
         are. T5's `vocab_size` counts its 100 sentinels.
         `min_frequency` applies to WordPiece and BPE (the Unigram trainer has none). `workers` > 1 counts the
-        words of a large WordPiece corpus in that many processes (see bertforge.tokenizer_train.word_counts).
+        words of a large WordPiece corpus in that many processes (see `tokenization.train.word_counts`).
         """
         if kind not in TOKENIZER_KINDS:
             raise BertforgeError(f"unknown tokenizer kind {kind!r} (choose from {', '.join(TOKENIZER_KINDS)})")
         if isinstance(texts, (str, bytes, os.PathLike)):
             raise TypeError("Tokenizer.train takes an iterable of texts, not a single string or path")
-        specials = _special_added_tokens(kind)
-        if vocab_size <= len(specials) + (N_SENTINELS if kind == "t5" else 0):
+        layout = LAYOUTS[kind]
+        specials = _special_added_tokens(layout)
+        if vocab_size <= len(specials) + layout.sentinels:
             raise BertforgeError(f"vocab_size {vocab_size} is too small (the {len(specials)} special tokens alone)")
         seen = [0]
         texts = checked_texts(texts, seen)
-        if kind == "wordpiece":
-            backend = Backend(WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+        lowercase = lowercase and not layout.cased
+        unk = layout.specials["unk"]
+        if layout.model == "wordpiece":
+            backend = Backend(WordPiece(unk_token=unk, max_input_chars_per_word=100))
             _bert_pipeline(backend, lowercase)
             # limit_alphabet=1000: as tokenizers' BertWordPieceTokenizer; rare characters become [UNK].
             train_wordpiece(backend, texts, vocab_size, min_frequency, specials, limit_alphabet=1000,
                             show_progress=show_progress, workers=workers)
-        elif kind in ("bpe", "gpt2"):  # the tokenizers trainer is deterministic here (see bertforge.tokenizer_train)
-            lowercase = False
+        elif layout.model == "bpe":  # the tokenizers trainer is deterministic here (see tokenization/train.py)
             backend = Backend(BPE())
             _roberta_pipeline(backend)
             trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
@@ -125,33 +133,33 @@ class Tokenizer:
                                           show_progress=show_progress)
             backend.train_from_iterator(texts, trainer=trainer)
         else:
-            t5 = kind == "t5"
-            lowercase = lowercase and not t5
             backend = Backend(Unigram())
-            if t5:
-                _t5_pipeline(backend)
-            else:
+            if layout.normalise:
                 _albert_pipeline(backend, lowercase)
-            trainer = trainers.UnigramTrainer(vocab_size=vocab_size - (N_SENTINELS if t5 else 0),
-                                              special_tokens=specials, unk_token="<unk>", show_progress=show_progress)
+            else:
+                _unnormalised_metaspace_pipeline(backend)
+            trainer = trainers.UnigramTrainer(vocab_size=vocab_size - layout.sentinels, special_tokens=specials,
+                                              unk_token=unk, show_progress=show_progress)
             backend.train_from_iterator(texts, trainer=trainer)
             backend = canonical_unigram(backend, len(specials))
-            if t5:  # after the pieces, as in T5's vocabulary
-                backend.add_special_tokens(_sentinel_tokens())
+            if layout.sentinels:  # after the pieces, as in T5's vocabulary
+                backend.add_special_tokens(_sentinel_tokens(layout.sentinels))
         if not seen[0]:
             raise BertforgeError("no text to train the tokenizer on")
-        _set_post_processor(backend, kind, SPECIAL_TOKENS[kind])
-        return cls(backend, kind, SPECIAL_TOKENS[kind], do_lower_case=lowercase, model_max_length=model_max_length)
+        _set_post_processor(backend, layout, layout.specials)
+        return cls(backend, kind, layout.specials, do_lower_case=lowercase, model_max_length=model_max_length)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike) -> "Tokenizer":
+    def from_pretrained(cls, path: str | os.PathLike, vocab_size: int | None = None) -> "Tokenizer":
         """Load from a directory (tokenizer.json, else vocab.txt + tokenizer_config.json) or a tokenizer.json file.
 
-        In a model folder the tokenizer's ids must fit the model's embedding (config.json's vocab_size): another
-        model's tokenizer copied in would otherwise fail later, as an IndexError inside the embedding."""
+        In a model folder the tokenizer's ids must fit the model's embedding (`vocab_size`, else config.json's):
+        another model's tokenizer copied in would otherwise fail later, as an IndexError inside the embedding."""
         tok = cls._from_files(Path(path))
         config = Path(path) / "config.json" if Path(path).is_dir() else Path(path).parent / "config.json"
-        vocab = read_json(config).get("vocab_size") if config.is_file() else None
+        vocab = vocab_size
+        if vocab is None and config.is_file():
+            vocab = read_config_json(config).get("vocab_size")
         if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0:
             top = max(tok.backend.get_vocab(with_added_tokens=True).values(), default=-1)
             if top >= vocab:
@@ -210,7 +218,7 @@ class Tokenizer:
         _bert_pipeline(backend, lowercase=bool(lower), strip_accents=config.get("strip_accents"),
                        chinese=config.get("tokenize_chinese_chars", True))
         backend.add_special_tokens([AddedToken(specials[r], special=True, normalized=False) for r in ROLES])
-        _set_post_processor(backend, "wordpiece", specials)
+        _set_post_processor(backend, LAYOUTS["wordpiece"], specials)
         return cls(backend, "wordpiece", specials, do_lower_case=bool(lower), model_max_length=max_len)
 
     def save_pretrained(self, directory: str | os.PathLike) -> list[Path]:
@@ -227,32 +235,21 @@ class Tokenizer:
             return {"content": tok, "lstrip": t.lstrip, "rstrip": t.rstrip, "normalized": t.normalized,
                     "single_word": t.single_word, "special": True}
 
-        special_map: dict[str, Any] = {f"{role}_token": token_entry(s[role]) for role in ROLES if s[role] is not None}
-        if self.kind == "gpt2":  # GPT-2's files name bos, eos and unk; no cls / sep / mask
-            special_map = {"bos_token": s["cls"], "eos_token": s["sep"], "unk_token": s["unk"], "pad_token": s["pad"]}
-        elif self.kind == "t5":  # T5's files name eos, unk, pad and the sentinels
-            special_map = {"eos_token": s["sep"], "unk_token": s["unk"], "pad_token": s["pad"],
-                           "additional_special_tokens": [sentinel(k) for k in range(N_SENTINELS)]}
-        elif self.kind != "wordpiece":
-            special_map.update(bos_token=token_entry(s["cls"]), eos_token=token_entry(s["sep"]))
-        config: dict[str, Any] = {"tokenizer_class": HF_TOKENIZER_CLASS[self.kind], "do_lower_case": self.do_lower_case,
+        layout = self.layout
+        special_map: dict[str, Any] = {entry: token_entry(s[role]) for entry, role in layout.special_map
+                                       if s[role] is not None}
+        if layout.sentinels:
+            special_map["additional_special_tokens"] = [sentinel(k) for k in range(layout.sentinels)]
+        config: dict[str, Any] = {"tokenizer_class": layout.hf_class, "do_lower_case": self.do_lower_case,
                                   "model_max_length": self.model_max_length, **special_map}
-        if self.kind == "wordpiece":
-            config.update(tokenize_chinese_chars=True, strip_accents=None)
-        elif self.kind == "bpe":
-            config.update(add_prefix_space=False, trim_offsets=True, errors="replace")
-        elif self.kind == "gpt2":
-            config.update(add_prefix_space=False, errors="replace")
-        elif self.kind == "t5":
-            config.update(extra_ids=N_SENTINELS)
-        else:
-            config.update(keep_accents=not self.do_lower_case, add_prefix_space=True, trim_offsets=True,
-                          model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+        if layout.keep_accents:
+            config["keep_accents"] = not self.do_lower_case
+        config.update(layout.config)
         written = []
         files = {"tokenizer.json": self.backend.to_str(pretty=True),
                  "tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
                  "special_tokens_map.json": json.dumps(special_map, indent=2, ensure_ascii=False) + "\n"}
-        if self.kind == "wordpiece":
+        if layout.model == "wordpiece":
             files["vocab.txt"] = "".join(tok + "\n" for tok in self._id_ordered_vocab())
         for name, text in files.items():
             atomic_write_text(directory / name, text)
@@ -269,6 +266,11 @@ class Tokenizer:
         return ordered
 
     # ------------------------------------------------------------------ properties
+
+    @property
+    def layout(self):
+        """What this kind is: its special tokens, how it frames a text, its files (`families.TokenizerLayout`)."""
+        return LAYOUTS[self.kind]
 
     @property
     def vocab_size(self) -> int:
@@ -374,17 +376,18 @@ class Tokenizer:
 
     def build_inputs(self, ids_a: list[int], ids_b: list[int] | None = None) -> tuple[list[int], list[int]]:
         """Add the special tokens around id lists, as the post-processor does: (input_ids, token_type_ids)."""
-        if self.kind == "gpt2":  # as GPT-2's post-processor: nothing added
+        frame = self.layout.frame
+        if frame == "none":  # as GPT-2's post-processor: nothing added
             ids = [*ids_a, *(ids_b or [])]
             return ids, [0] * len(ids)
         cls, sep = self.cls_token_id, self.sep_token_id
-        if self.kind == "t5":  # as T5's post-processor: A </s> (B </s>)
+        if frame == "eos":  # as T5's post-processor: A </s> (B </s>)
             ids = [*ids_a, sep, *([*ids_b, sep] if ids_b is not None else [])]
             return ids, [0] * len(ids)
         ids = [cls, *ids_a, sep]
         if ids_b is None:
             return ids, [0] * len(ids)
-        if self.kind == "bpe":  # <s> A </s></s> B </s>, RoBERTa has no segment embeddings
+        if frame == "double-sep":  # <s> A </s></s> B </s>, RoBERTa has no segment embeddings
             ids += [sep, *ids_b, sep]
             return ids, [0] * len(ids)
         second = [*ids_b, sep]

@@ -9,7 +9,6 @@ import importlib
 from typing import Any
 
 _HOMES = {
-    "bertforge.device": ("resolve_device", "to_device"),
     "bertforge.training.config": ("TrainConfig", "parse_duration", "SCHEDULES"),
     "bertforge.training.distributed": ("distributed_context",),
     "bertforge.training.loader": ("ResumableLoader", "count_tokens"),

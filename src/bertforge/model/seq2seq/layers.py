@@ -12,6 +12,7 @@ from torch import nn
 
 from bertforge.config.seq2seq import Seq2SeqConfig
 from bertforge.errors import BertforgeError
+from bertforge.families.family import FAN_IN_INIT, NORMAL_INIT
 from bertforge.model.attention import ATTN_IMPLEMENTATIONS, attend
 from bertforge.model.dropout import Dropout
 from bertforge.model.encoder import activation
@@ -90,7 +91,7 @@ class Seq2SeqAttention(nn.Module):
         self.n_heads, self.head_dim, self.causal = n_heads, cfg.head_dim_for(n_heads), causal
         inner, bias = n_heads * self.head_dim, cfg.family.bias
         self.dropout_p, self.eager = cfg.attention_dropout, attn_implementation == "eager"
-        self.scale = None if cfg.family.attention_scale else 1.0  # T5: no 1/sqrt(d) (its init absorbs it)
+        self.scale = None if cfg.family.scaled_attention else 1.0  # T5: no 1/sqrt(d) (its init absorbs it)
         self.q = nn.Linear(cfg.d_model, inner, bias=bias)
         self.k = nn.Linear(cfg.d_model, inner, bias=bias)
         self.v = nn.Linear(cfg.d_model, inner, bias=bias)
@@ -147,7 +148,7 @@ class Seq2SeqLayer(nn.Module):
     def __init__(self, cfg: Seq2SeqConfig, n_heads: int, ffn_width: int, cross: bool,
                  attn_implementation: str = "sdpa"):
         super().__init__()
-        self.pre_norm = cfg.family.pre_norm
+        self.pre_norm = cfg.family.norm_position == "pre"
         self.self_attn = Seq2SeqAttention(cfg, n_heads, causal=cross, attn_implementation=attn_implementation)
         self.self_attn_norm = make_norm(cfg)
         if cross:
@@ -171,7 +172,7 @@ class Seq2SeqLayer(nn.Module):
         return self.residual(x, self.ffn_norm, self.ffn)
 
 
-def init_t5(module: nn.Module, cfg: Seq2SeqConfig) -> None:
+def init_fan_in(module: nn.Module, cfg: Seq2SeqConfig) -> None:
     """Mesh TensorFlow's initialisation as transformers' T5 does it: each matrix's std is 1/sqrt(fan-in), the
     query's also 1/sqrt(d_kv) (the scaling T5's attention leaves out), the embedding's 1."""
     f, d = cfg.initializer_factor, cfg.d_model
@@ -193,7 +194,7 @@ def init_t5(module: nn.Module, cfg: Seq2SeqConfig) -> None:
         nn.init.normal_(module.weight, 0.0, f)
 
 
-def init_bart(module: nn.Module, cfg: Seq2SeqConfig) -> None:
+def init_normal(module: nn.Module, cfg: Seq2SeqConfig) -> None:
     """BART's: every matrix and embedding N(0, init_std), biases 0, the padding row 0, LayerNorms 1 / 0."""
     std = cfg.initializer_range
     if isinstance(module, nn.Linear):
@@ -208,3 +209,6 @@ def init_bart(module: nn.Module, cfg: Seq2SeqConfig) -> None:
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
         nn.init.zeros_(module.bias)
+
+
+INITS = {FAN_IN_INIT: init_fan_in, NORMAL_INIT: init_normal}  # by Family.init

@@ -10,30 +10,29 @@
 T5 adds a bucketed relative position bias to the scores (computed once per stack, shared by its layers), BART
 learned absolute positions. Which one is a `Seq2SeqConfig` (`config.seq2seq`), not a class.
 
-Inside, both families share one module tree (`shared`, `encoder.layers.N.self_attn.q`, `.ffn.wi`, ...); `hf_key`
-maps each name to transformers' T5ForConditionalGeneration / BartForConditionalGeneration name, so a directory
-saved here loads there unchanged, and back. Generation (`bertforge.generation`) drives the model through
+Inside, both families share one module tree (`shared`, `encoder.layers.N.self_attn.q`, `.ffn.wi`, ...); the
+checkpoint engine (`model.checkpoint`, over each family's rules) maps each name to transformers'
+T5ForConditionalGeneration / BartForConditionalGeneration name, so a directory saved here loads there unchanged,
+and back. Generation (`bertforge.generation`) drives the model through
 `prefill` (the encoder once, the decoder on its start token) and `step` (one token against a `Seq2SeqCache`).
 """
 from __future__ import annotations
 
-import json
 import math
-import re
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from torch import nn
 
-from bertforge.model.checkpoint import read_state_dict
+from bertforge.model.checkpoint import load_pretrained, read_state_dict, save_pretrained
 from bertforge.config.seq2seq import Seq2SeqConfig
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write, atomic_write_text
+from bertforge.families import ENCODER_DECODER
 from bertforge.model.cache import KVCache, Seq2SeqCache
 from bertforge.model.dropout import Dropout
-from bertforge.model.seq2seq.layers import Seq2SeqLayer, RelativePositionBias, init_bart, init_t5, make_norm
+from bertforge.model.folder import ModelFolder
+from bertforge.model.seq2seq.layers import INITS, Seq2SeqLayer, RelativePositionBias, make_norm
 
 
 def _key_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -61,7 +60,7 @@ class Stack(nn.Module):
             self.layernorm_embedding = make_norm(cfg)
         self.layers = nn.ModuleList([Seq2SeqLayer(cfg, n_heads, width, cross, attn_implementation)
                                      for _ in range(getattr(cfg, f"{side}_layers"))])
-        if fam.pre_norm:
+        if fam.norm_position == "pre":
             self.final_norm = make_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
 
@@ -100,18 +99,19 @@ class Seq2SeqLM(nn.Module):
     def __init__(self, cfg: Seq2SeqConfig, attn_implementation: str = "sdpa"):
         super().__init__()
         self.config = cfg
-        bart = cfg.model_type == "bart"
-        self.shared = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_token_id if bart else None)
+        fam = cfg.family
+        self.shared = nn.Embedding(cfg.vocab_size, cfg.d_model,
+                                   padding_idx=cfg.pad_token_id if fam.embedding_padding_idx else None)
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
         self.encoder = Stack(cfg, cross=False, attn_implementation=attn_implementation)
         self.decoder = Stack(cfg, cross=True, attn_implementation=attn_implementation)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        if bart:
+        if fam.final_logits_bias:
             self.register_buffer("final_logits_bias", torch.zeros(1, cfg.vocab_size))
-        self.apply(lambda m: (init_bart if bart else init_t5)(m, cfg))
+        self.apply(lambda m: INITS[fam.init](m, cfg))
         self.lm_head.weight = self.shared.weight  # tied: one matrix (saved once, as `shared`), unless untie_output
         # T5 rescales before the tied projection (Mesh TensorFlow); T5 v1.1's files say not to.
-        self.output_scale = cfg.d_model ** -0.5 if cfg.model_type == "t5" and cfg.scale_decoder_outputs else 1.0
+        self.output_scale = cfg.d_model ** -0.5 if fam.rescales_output and cfg.scale_decoder_outputs else 1.0
 
     # ---- the forward pass --------------------------------------------------------------------------------------
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
@@ -199,7 +199,7 @@ class Seq2SeqLM(nn.Module):
     def prompt_ids(self, tokenizer, text: str) -> list[int]:
         """A source as the model reads it: the text's tokens and eos (T5: "text </s>"; BART: "<s> text </s>")."""
         ids = tokenizer.encode_ids([text])[0]
-        bos = self.config.bos_token_id if self.config.model_type == "bart" else None
+        bos = self.config.bos_token_id if self.config.family.prompt_starts_with_bos else None
         return ([] if bos is None else [bos]) + ids + [self.config.eos_token_id]
 
     def num_parameters(self) -> int:
@@ -217,53 +217,15 @@ class Seq2SeqLM(nn.Module):
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path: str | Path, attn_implementation: str = "sdpa") -> "Seq2SeqLM":
-        path = Path(path)
-        cfg = Seq2SeqConfig.from_file(path)
-        model = cls(cfg, attn_implementation)
-        state, source = read_state_dict(path)
+    def from_pretrained(cls, path: "str | Path | ModelFolder", attn_implementation: str = "sdpa") -> "Seq2SeqLM":
+        folder = ModelFolder.open(path)
+        model = cls(folder.config_for(ENCODER_DECODER, verb="an encoder-decoder"), attn_implementation)
+        state, source = read_state_dict(folder.path)
         if "lm_head.weight" in state:
             model.untie_output()
-        own = model.state_dict()
-        with torch.no_grad():
-            for name, tensor in own.items():
-                if name == "lm_head.weight" and model.tied:
-                    continue  # it is shared.weight
-                key = hf_key(name, cfg)
-                if key not in state:
-                    if name == "final_logits_bias":  # transformers tolerates its absence (zeros)
-                        continue
-                    raise BertforgeError(f"{source}: tensor {key!r} is missing")
-                if tuple(state[key].shape) != tuple(tensor.shape):
-                    raise BertforgeError(f"{source}: tensor {key!r} has shape {tuple(state[key].shape)}, the config "
-                                         f"expects {tuple(tensor.shape)}")
-                tensor.copy_(state[key].to(tensor.dtype))
+        load_pretrained(model, folder.path, tensors=(state, source))
         return model.eval()
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> Path:
         """config.json + model.safetensors (+ the tokenizer's files) in transformers' layout."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        tensors = {hf_key(name, self.config): t.detach().cpu().contiguous()
-                   for name, t in self.state_dict().items() if name != "lm_head.weight" or not self.tied}
-        atomic_write(path / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
-        atomic_write_text(path / "config.json", json.dumps(self.config.to_hf_dict(), indent=2, sort_keys=True) + "\n")
-        if tokenizer is not None:
-            tokenizer.save_pretrained(path)
-        return path
-
-
-# ---- transformers' names: each family's rules are in its file (bertforge.families.t5 / .bart) ----------------
-_COMPILED: dict[str, list[tuple[re.Pattern, str]]] = {}
-
-
-def hf_key(name: str, cfg: Seq2SeqConfig) -> str:
-    """bertforge's parameter name -> transformers' (T5: the first matching rule; BART: every rule in turn)."""
-    fam = cfg.family
-    rules = _COMPILED.setdefault(fam.model_type, [(re.compile(p), r) for p, r in fam.weight_rules])
-    for pattern, repl in rules:
-        new = pattern.sub(repl, name, count=1)
-        if fam.first_rule_only and new != name:
-            return new
-        name = new
-    return name
+        return save_pretrained(self, path, self.config, tokenizer=tokenizer)

@@ -18,6 +18,7 @@ from torch import nn
 from bertforge.config import ModelConfig
 from bertforge.config.long import block_sparse_min_length
 from bertforge.errors import BertforgeError
+from bertforge.families.family import BLOCK_SPARSE, SLIDING_WINDOW
 
 
 @dataclass
@@ -65,26 +66,26 @@ def prepare(cfg: ModelConfig, input_ids: torch.Tensor, attention_mask: torch.Ten
     padding. BigBird block-sparse: the batch is padded to a multiple of `block_size` (said once; outputs are cut
     back by `SparseLayout.unpad`); a batch of at most (5 + 2 r) blocks runs full attention as in transformers, and
     so does attention_type "original_full": then the layout is None and the layers get the ordinary mask."""
-    sparse, (B, T) = cfg.family.sparse, input_ids.shape
+    sparse, (B, T) = cfg.family.sparse_attention, input_ids.shape
     if global_attention_mask is not None:
-        if sparse != "longformer":
+        if sparse != SLIDING_WINDOW:
             raise BertforgeError(f"global_attention_mask is a Longformer input; a {cfg.model_type} model has no "
                                  "global tokens of choice")
         if tuple(global_attention_mask.shape) != (B, T):
             raise BertforgeError(f"global_attention_mask has shape {tuple(global_attention_mask.shape)}, the input "
                                  f"ids {(B, T)}")
-    if sparse == "big_bird" and (cfg.attention_type != "block_sparse" or T <= block_sparse_min_length(cfg)):
+    if sparse == BLOCK_SPARSE and (cfg.attention_type != "block_sparse" or T <= block_sparse_min_length(cfg)):
         return input_ids, token_type_ids, position_ids, None  # full attention: the ordinary mask rule
     if attention_mask is not None and attention_mask.dim() != 2:
         raise BertforgeError(f"a {cfg.model_type} model takes a [batch, length] attention_mask, not a query x key "
                              "one (its sparse attention pattern is fixed)")
     keep = (attention_mask.bool() if attention_mask is not None
             else torch.ones(B, T, dtype=torch.bool, device=input_ids.device))
-    if sparse == "big_bird":
+    if sparse == BLOCK_SPARSE:
         pad = (-T) % cfg.block_size
         if pad:
-            if ("big_bird", T % cfg.block_size) not in _SAID:
-                _SAID.add(("big_bird", T % cfg.block_size))
+            if (sparse, T % cfg.block_size) not in _SAID:
+                _SAID.add((sparse, T % cfg.block_size))
                 warnings.warn(f"input length {T} is not a multiple of BigBird's block_size {cfg.block_size}: padded "
                               f"to {T + pad} inside the model (outputs are cut back to {T})", stacklevel=3)
             input_ids = F.pad(input_ids, (0, pad), value=cfg.pad_token_id)

@@ -1,6 +1,6 @@
 """Sparse long attention as an attention choice of the one encoder: Longformer's sliding window + global tokens.
 
-`Encoder.forward` calls `sparse.prepare` when the config's family is sparse (`Family.sparse`); it returns a
+`Encoder.forward` calls `sparse.prepare` when the config's family is sparse (`Family.sparse_attention`); it returns a
 `SparseLayout`, which travels down the layers in place of the boolean mask, and every layer's self-attention
 (`LongformerSelfAttention` here, `block_sparse.BigBirdSelfAttention`) reads it. The maths goes through
 `attention.attend` like every other attention, on blocks with the batch folded, so nothing T x T is built:
@@ -23,6 +23,7 @@ from torch import nn
 
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
+from bertforge.families.family import BLOCK_SPARSE, SLIDING_WINDOW
 from bertforge.model.attention import SelfAttention, attend
 from bertforge.model.sparse.bigbird import BigBirdSelfAttention
 from bertforge.model.sparse.layout import SparseLayout, SparseProjection, gather_rows
@@ -91,8 +92,8 @@ class LongformerSelfAttention(SparseProjection, SelfAttention):
 def sparse_self_attention(cfg: ModelConfig, attn_implementation: str, n_heads: int | None,
                           index: int) -> SelfAttention | None:
     """The self-attention of layer `index` of a sparse family, or None for full attention."""
-    if cfg.family.sparse == "longformer":
+    if cfg.family.sparse_attention == SLIDING_WINDOW:
         return LongformerSelfAttention(cfg, attn_implementation, n_heads, index)
-    if cfg.family.sparse == "big_bird":
+    if cfg.family.sparse_attention == BLOCK_SPARSE:
         return BigBirdSelfAttention(cfg, attn_implementation, n_heads, index)
     return None

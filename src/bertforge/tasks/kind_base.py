@@ -14,6 +14,7 @@ from torch import nn
 
 from bertforge.errors import BertforgeError
 from bertforge.io.tables import SPLITS, find_split, is_splits, source_name, split_aliases
+from bertforge.model.folder import ModelFolder
 from bertforge.tasks import squad as S
 from bertforge.tasks.batching import forward_rows, make_collate
 from bertforge.tasks.config import FinetuneConfig, default_max_len
@@ -97,8 +98,10 @@ class TaskKind:
     def num_labels(self) -> int:
         return len(self.labels) if self.labels else 1
 
-    def build(self, model_dir: Path, freeze: dict[str, Any] | None = None) -> tuple[nn.Module, list[str]]:
-        """The task model (tasks.models class for `name`) whose encoder comes from `model_dir`; (model, missing)."""
+    def build(self, model_dir: "Path | ModelFolder", freeze: dict[str, Any] | None = None
+              ) -> tuple[nn.Module, list[str]]:
+        """The task model (tasks.models class for `name`) whose encoder comes from `model_dir` (a path or an opened
+        model folder); (model, missing)."""
         from bertforge.tasks.models import init_from_pretrained
 
         return init_from_pretrained(model_dir, self.name, self.num_labels, freeze)
@@ -123,8 +126,8 @@ class TaskKind:
 
         load_pretrained(model, directory)
 
-    def load(self, path: Path) -> nn.Module:
-        """A fine-tuned model for `evaluate` (an exported .onnx file runs in onnxruntime)."""
+    def load(self, path: "Path | ModelFolder") -> nn.Module:
+        """A fine-tuned model for `evaluate` (an exported graph runs in onnxruntime)."""
         from bertforge.tasks.models import load_task_model
 
         return load_task_model(path)[0]

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Iterator
 
 from bertforge.commands.needs import check_needs
-from bertforge.commands.options import apply_config_file
+from bertforge.commands.options import add_revision_args, apply_config_file, resolve_model_args
 from bertforge.errors import BertforgeError
 from bertforge.io.write import is_write_failure, write_failure_reason
 from bertforge.io.rundir import check_not_an_input, protect_inputs
@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    add_revision_args(parser)
     return parser
 
 
@@ -145,6 +146,7 @@ def _run(argv: list[str] | None) -> int:
     verb = args.command
     try:
         check_needs(args)  # a missing optional library: one line naming its extra, before anything is read
+        resolve_model_args(args)  # Hugging Face Hub ids -> local folders (downloaded, or the cache offline)
         inputs = verb_inputs(parser, args)
         with one_line_warnings(verb), protect_inputs(inputs):
             for dest in OUTPUT_DESTS:  # before any work: no verb clears or writes what it reads

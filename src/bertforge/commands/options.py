@@ -3,6 +3,9 @@
 `--report-to` / `--logging-dir` (experiment trackers) and `--config FILE` (a run's options from a JSON or YAML
 file, e.g. an earlier run's run_options.json). `--device` / `--precision` / `--compile` are declared by
 `bertforge.device.add_device_args`; `device_of` resolves `--device` for the verbs that place a model themselves.
+Every verb that names a model (`--model`, `--teacher`, `--init-from`, ...) takes `--revision` (`add_revision_args`,
+called for all verbs by `cli`), and `resolve_model_args` turns the model names it was given into local folders
+(`io.hub`: a Hugging Face Hub id at the revision, from the cache when offline) before any work.
 
 `--config` is applied by `cli` before argparse parses the command line (`apply_config_file`): the file's keys become
 the verb's parser defaults, so a flag given on the command line still wins. Keys are the option names that
@@ -22,6 +25,8 @@ from bertforge.commands.needs import Need
 from bertforge.errors import BertforgeError
 
 CONFIG_DEST = "config_file"
+# The options that name a model to load (a folder or a Hugging Face Hub id); serve's take `NAME=` in front.
+MODEL_DESTS = ("model", "teacher", "student_init", "init_from", "rerank", "tokenizer")
 
 
 def add_progress_arg(p: argparse.ArgumentParser, default: bool = True) -> None:
@@ -59,6 +64,53 @@ def device_of(args: argparse.Namespace):
         if getattr(args, "precision", None):
             check_precision(args.precision, args._device)
     return args._device
+
+
+def _verb_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """`parser` and every (sub-)sub-command parser under it."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases share a parser
+                found += _verb_parsers(sub)
+    return found
+
+
+def add_revision_args(parser: argparse.ArgumentParser) -> None:
+    """--revision on every verb that names a model: the branch, tag or commit of the Hugging Face Hub ids given."""
+    for verb in _verb_parsers(parser):
+        if any(a.dest in MODEL_DESTS for a in verb._actions):
+            verb.add_argument("--revision", metavar="REV",
+                              help="the branch, tag or commit of a model given as a Hugging Face Hub id (default: "
+                                   "main; offline: from the local cache)")
+
+
+def resolve_model_args(args: argparse.Namespace) -> None:
+    """Each model option's value as a local path: a folder stays as given, a Hugging Face Hub id becomes its
+    snapshot folder (at --revision), `serve --model ID` becomes `ID=FOLDER` so it is served under its id. One line
+    for a name that is neither, before any work."""
+    from bertforge.io.hub import resolve_model_path
+
+    revision, used = getattr(args, "revision", None), False
+    for dest in MODEL_DESTS:
+        value = getattr(args, dest, None)
+        flag = "--" + dest.replace("_", "-")
+        if isinstance(value, list):  # serve: [NAME=]FOLDER-OR-ID, repeated
+            resolved = []
+            for spec in value:
+                name, sep, model = spec.rpartition("=")
+                path = resolve_model_path(model, revision if not Path(model).exists() else None,
+                                          f"{flag} {name}=" if sep else flag)
+                used |= str(path) != model
+                resolved.append(f"{name or model}={path}" if str(path) != model else spec)
+            setattr(args, dest, resolved)
+        elif isinstance(value, str) and value:
+            path = resolve_model_path(value, revision if not Path(value).exists() else None, flag)
+            used |= str(path) != value
+            setattr(args, dest, str(path))
+    if revision is not None and not used:
+        raise BertforgeError(f"--revision {revision}: no model was given as a Hugging Face Hub id (a revision "
+                             "names a version of one)")
 
 
 def add_tracking_args(p: argparse.ArgumentParser) -> None:

@@ -55,8 +55,8 @@ class CrossEncoder(SequenceClassifier):
         return (logits.squeeze(-1) if self.num_labels == 1 else logits).numpy()
 
     @classmethod
-    def from_pretrained(cls, path: "str | Path | ModelFolder") -> "CrossEncoder":
-        folder = ModelFolder.open(path)
+    def from_pretrained(cls, path: "str | Path | ModelFolder", revision: str | None = None) -> "CrossEncoder":
+        folder = ModelFolder.open(path, revision=revision)
         cfg = folder.config_for(ENCODER, verb="a cross-encoder")
         num_labels = int(cfg.extra.get("num_labels") or len(folder.labels or []) or 1)
         model = cls(cfg, folder.tokenizer(), num_labels)

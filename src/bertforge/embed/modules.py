@@ -332,13 +332,13 @@ class SentenceEncoder(nn.Sequential):
 
     @classmethod
     def from_pretrained(cls, path: "str | Path | ModelFolder", pooling: str | Sequence[str] | None = None,
-                        normalize: bool | None = None) -> "SentenceEncoder":
+                        normalize: bool | None = None, revision: str | None = None) -> "SentenceEncoder":
         """Load a sentence-transformers folder (modules.json) or a plain HF encoder dir (mean pooling); `path` may
-        be an opened model folder.
+        be an opened model folder, or a Hugging Face Hub id (at `revision`; from the cache when offline).
 
         `pooling` replaces the folder's pooling modes; `normalize` adds or removes a final Normalize.
         """
-        folder = ModelFolder.open(path)
+        folder = ModelFolder.open(path, revision=revision)
         onnx, path = folder.graph, folder.path  # an exported folder (or one of its .onnx files) runs in onnxruntime
         if (path / "modules.json").is_file():
             modules = []

@@ -187,8 +187,9 @@ class DecoderLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     @classmethod
-    def from_pretrained(cls, path: "str | Path | ModelFolder", attn_implementation: str = "sdpa") -> "DecoderLM":
-        folder = ModelFolder.open(path)
+    def from_pretrained(cls, path: "str | Path | ModelFolder", attn_implementation: str = "sdpa",
+                        revision: str | None = None) -> "DecoderLM":
+        folder = ModelFolder.open(path, revision=revision)
         model = cls(folder.config_for(DECODER, verb="a decoder (GPT-2 layout)"), attn_implementation)
         load_pretrained(model, folder.path)
         return model.eval()

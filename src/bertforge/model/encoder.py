@@ -379,10 +379,11 @@ class Encoder(nn.Module):
         return any(isinstance(m, FusedSelfAttention) for m in self.modules())
 
     @classmethod
-    def from_pretrained(cls, path: "str | Path | ModelFolder", attn_implementation: str = "sdpa") -> "Encoder":
+    def from_pretrained(cls, path: "str | Path | ModelFolder", attn_implementation: str = "sdpa",
+                        revision: str | None = None) -> "Encoder":
         """The encoder saved in `path` (or an opened model folder); a folder written by `bertforge quantize` loads
         as its int8 inference copy."""
-        folder = ModelFolder.open(path)
+        folder = ModelFolder.open(path, revision=revision)
         model, _ = load_weights(cls(folder.config_for(ENCODER, verb="an encoder"), attn_implementation), folder)
         return model.eval()
 

@@ -1,5 +1,6 @@
 """Opening a model folder, in one place. What the user typed (`--model`, `--teacher`, a model to serve) becomes a
-local path in `resolve_model_path`, the one hook where a name is turned into a folder before anything is read;
+local path in `resolve_model_path` (`io.hub`: a folder, or a Hugging Face Hub id at a revision, downloaded or taken
+from the cache when offline), the one place where a name becomes a folder before anything is read;
 `ModelFolder.open` then reads config.json once and decides what the folder holds:
 
     holds              the folder has                                        built by
@@ -26,6 +27,8 @@ from typing import Any
 
 from bertforge.config.hf import check_against_weights, config_from_dict, read_config_json
 from bertforge.errors import BertforgeError
+from bertforge.io.hub import named as _named
+from bertforge.io.hub import resolve_model_path
 from bertforge.families import DECODER, ENCODER_DECODER, FAMILIES
 from bertforge.model.checkpoint import INT8_WEIGHTS
 from bertforge.model.int8 import INT8_SCHEME, QUANT_FIELD
@@ -35,24 +38,6 @@ BILSTM_MODEL_TYPE = "bertforge-bilstm"  # config.json's model_type of a distille
 ONNX_FP32 = "model.onnx"                # `bertforge export`'s graphs
 ONNX_INT8 = "model.int8.onnx"
 TORCH_WEIGHTS = ("model.safetensors", INT8_WEIGHTS, "pytorch_model.bin")
-
-
-def resolve_model_path(name: str | Path, revision: str | None = None, flag: str = "--model") -> Path:
-    """The local folder (or .onnx file) a model name stands for, before anything in it is read. Today a name is a
-    path that exists; this is where other kinds of name (a hub id at a revision) are to be resolved."""
-    path = Path(name)
-    if revision is not None:
-        raise BertforgeError(f"{_named(flag, path)}: a revision needs a model hub id; this bertforge reads local "
-                             "folders")
-    if not path.exists():
-        raise BertforgeError(f"{_named(flag, path)}: model directory not found")
-    return path
-
-
-def _named(flag: str, path: Path) -> str:
-    """How a message names what the user gave: "--model DIR" (or "--model NAME=DIR" for `serve`, "DIR" for a
-    positional argument)."""
-    return f"{flag}{path}" if flag.endswith("=") or not flag else f"{flag} {path}"
 
 
 def onnx_file(path: str | Path, flag: str = "--model") -> Path | None:

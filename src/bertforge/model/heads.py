@@ -232,8 +232,8 @@ class MaskedLM(nn.Module):
         return self.cls.predictions(hidden, positions)
 
     @classmethod
-    def from_pretrained(cls, path: "str | Path | ModelFolder") -> "MaskedLM":
-        folder = ModelFolder.open(path)
+    def from_pretrained(cls, path: "str | Path | ModelFolder", revision: str | None = None) -> "MaskedLM":
+        folder = ModelFolder.open(path, revision=revision)
         cfg = folder.config_for(ENCODER, verb="a masked LM")
         if "mlm" not in cfg.family.head_classes:
             with_mlm = [name for name, fam in cfg.families().items() if "mlm" in fam.head_classes]
@@ -315,8 +315,8 @@ class XLNetLM(nn.Module):
         return self.lm_loss(hidden.last_hidden_state)
 
     @classmethod
-    def from_pretrained(cls, path: "str | Path | ModelFolder") -> "XLNetLM":
-        folder = ModelFolder.open(path)
+    def from_pretrained(cls, path: "str | Path | ModelFolder", revision: str | None = None) -> "XLNetLM":
+        folder = ModelFolder.open(path, revision=revision)
         model = cls(folder.config_for(ENCODER, verb="an XLNet language model"))
         load_pretrained(model, folder.path, require=("lm_loss.",))
         return model.eval()

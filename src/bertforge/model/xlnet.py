@@ -227,8 +227,9 @@ class XLNetEncoder(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     @classmethod
-    def from_pretrained(cls, path: "str | Path | ModelFolder", attn_implementation: str = "sdpa") -> "XLNetEncoder":
-        folder = ModelFolder.open(path)
+    def from_pretrained(cls, path: "str | Path | ModelFolder", attn_implementation: str = "sdpa",
+                        revision: str | None = None) -> "XLNetEncoder":
+        folder = ModelFolder.open(path, revision=revision)
         model = cls(folder.config_for(ENCODER, verb="an XLNet encoder"), attn_implementation)
         load_pretrained(model, folder.path)
         return model.eval()

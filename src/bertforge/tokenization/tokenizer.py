@@ -29,6 +29,7 @@ from tokenizers.models import BPE, Unigram, WordPiece
 
 from bertforge.config.hf import read_config_json
 from bertforge.errors import BertforgeError
+from bertforge.io.hub import looks_like_model_id, resolve_model_path
 from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write_text
 from bertforge.tokenization.pipelines import (LAYOUTS, N_SENTINELS, ROLES, SPECIAL_TOKENS, TOKENIZER_KINDS,
@@ -150,13 +151,18 @@ class Tokenizer:
         return cls(backend, kind, layout.specials, do_lower_case=lowercase, model_max_length=model_max_length)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, vocab_size: int | None = None) -> "Tokenizer":
-        """Load from a directory (tokenizer.json, else vocab.txt + tokenizer_config.json) or a tokenizer.json file.
+    def from_pretrained(cls, path: str | os.PathLike, vocab_size: int | None = None,
+                        revision: str | None = None) -> "Tokenizer":
+        """Load from a directory (tokenizer.json, else vocab.txt + tokenizer_config.json), a tokenizer.json file, or
+        a Hugging Face Hub model id (at `revision`; from the cache when offline).
 
         In a model folder the tokenizer's ids must fit the model's embedding (`vocab_size`, else config.json's):
         another model's tokenizer copied in would otherwise fail later, as an IndexError inside the embedding."""
-        tok = cls._from_files(Path(path))
-        config = Path(path) / "config.json" if Path(path).is_dir() else Path(path).parent / "config.json"
+        if revision is not None or (isinstance(path, str) and not os.path.lexists(path) and looks_like_model_id(path)):
+            path = resolve_model_path(path, revision, flag="")
+        path = Path(path)
+        tok = cls._from_files(path)
+        config = path / "config.json" if path.is_dir() else path.parent / "config.json"
         vocab = vocab_size
         if vocab is None and config.is_file():
             vocab = read_config_json(config).get("vocab_size")

@@ -217,8 +217,9 @@ class Seq2SeqLM(nn.Module):
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path: "str | Path | ModelFolder", attn_implementation: str = "sdpa") -> "Seq2SeqLM":
-        folder = ModelFolder.open(path)
+    def from_pretrained(cls, path: "str | Path | ModelFolder", attn_implementation: str = "sdpa",
+                        revision: str | None = None) -> "Seq2SeqLM":
+        folder = ModelFolder.open(path, revision=revision)
         model = cls(folder.config_for(ENCODER_DECODER, verb="an encoder-decoder"), attn_implementation)
         state, source = read_state_dict(folder.path)
         if "lm_head.weight" in state:

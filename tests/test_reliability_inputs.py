@@ -225,19 +225,21 @@ def test_out_through_a_symlink_to_the_input_is_refused(model, tmp_path):
 def test_overwrite_deletes_only_files_bertforge_wrote(model, corpus, tmp_path):
     t = tmp_path / "tok"
     ok(cli("tokenizer", "train", "--corpus", corpus, "--out", t, "--vocab-size", "120"))
-    written = json.loads((t / MANIFEST_FILE).read_text())["written"]
-    assert written == sorted(p.name for p in t.iterdir() if p.name != MANIFEST_FILE)  # exactly its own files
+    written = json.loads((t / MANIFEST_FILE).read_text())["files"]
+    assert sorted(written) == sorted(p.name for p in t.iterdir() if p.name != MANIFEST_FILE)  # exactly its own files
+    assert all(written[n] == {"size": (t / n).stat().st_size, "sha256": hashlib.sha256((t / n).read_bytes()).hexdigest()}
+               for n in written)
     (t / "thesis.txt").write_text("years of work\n")  # the user adds files afterwards
     (t / "src").mkdir()
     (t / "src" / "a.py").write_text("print('mine')\n")
     mine = {"thesis.txt": snapshot(t)["thesis.txt"], "src/a.py": snapshot(t)["src/a.py"]}
     proc = ok(cli("tokenizer", "train", "--corpus", corpus, "--out", t, "--kind", "bpe", "--vocab-size", "300",
                   "--overwrite"))
-    assert "kept src/, thesis.txt (not written by bertforge)" in proc.stderr
+    assert "kept src/, thesis.txt (not written by bertforge, or changed since)" in proc.stderr
     assert {k: snapshot(t)[k] for k in mine} == mine
     assert json.loads((t / "tokenizer.json").read_text())["model"]["type"] == "BPE"
     assert not (t / "vocab.txt").exists()  # the WordPiece run's own file went
-    assert "thesis.txt" not in json.loads((t / MANIFEST_FILE).read_text())["written"]
+    assert "thesis.txt" not in json.loads((t / MANIFEST_FILE).read_text())["files"]
 
     # the folder: thesis.txt, src/ and a config.json, no manifest: quantize --overwrite keeps the first two
     d = tmp_path / "mine"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import BertforgeError
+from bertforge.io.write import note_written
 from bertforge.training.state import TIMING_KEYS, MetricsLog, metrics_part, speed_part
 
 REPORT_TO = ("tensorboard", "mlflow")
@@ -100,9 +101,11 @@ class TensorBoardReporter(Reporter):
     def __init__(self, log_dir: Path, resumed_at: int | None, params: dict[str, Any]):
         from torch.utils.tensorboard import SummaryWriter
 
+        self.log_dir = Path(log_dir)
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=None if resumed_at is None else resumed_at + 1)
         if params and resumed_at is None:
             self.writer.add_text("run_options", "    " + json.dumps(params, indent=2).replace("\n", "\n    "))
+        self._note_events()
 
     def write(self, record: dict[str, Any]) -> None:
         for tag, value in scalars(record).items():
@@ -110,6 +113,12 @@ class TensorBoardReporter(Reporter):
 
     def close(self) -> None:
         self.writer.close()
+        self._note_events()
+
+    def _note_events(self) -> None:
+        """The event files this process writes (events.out.tfevents.TIME.HOST.PID.N) are bertforge's output."""
+        for path in self.log_dir.glob(f"events.out.tfevents.*.{os.getpid()}.*"):
+            note_written(path)
 
 
 class MlflowReporter(Reporter):
@@ -120,6 +129,7 @@ class MlflowReporter(Reporter):
         from mlflow.tracking import MlflowClient
 
         uri = os.environ.get("MLFLOW_TRACKING_URI")
+        self.store = None if uri else out_dir / "mlruns"  # a store of its own in OUT: bertforge's output
         if not uri:
             # MLflow 3 keeps its file store behind this switch; a local folder next to the run is what a user
             # without a tracking server wants (point MLFLOW_TRACKING_URI at a server or database otherwise)
@@ -162,6 +172,8 @@ class MlflowReporter(Reporter):
         error = sys.exc_info()[0]
         status = "FINISHED" if error is None else "KILLED" if issubclass(error, KeyboardInterrupt) else "FAILED"
         self.client.set_terminated(self.run_id, status=status)
+        if self.store is not None:
+            note_written(self.store)
 
 
 def open_reporters(out_dir: Path, report_to: Iterable[str], logging_dir: str | Path | None,

@@ -327,7 +327,7 @@ def test_index_build_on_a_full_disk_is_one_line_and_leaves_no_folder(two_layers,
     out = tmp_path / "idx"
     proc = cli("index", "build", "--model", str(two_layers), "--corpus", str(corpus), "--out", str(out),
                "--no-progress", preexec_fn=small_disk)
-    one_line(proc, f"{out / 'index.faiss'}", "cannot write: File too large")  # index.faiss.next until committed
+    one_line(proc, f"{out / 'index.1.faiss'}", "cannot write: File too large")
     assert not out.exists()
 
 

@@ -263,13 +263,13 @@ def index_build(args: argparse.Namespace) -> int:
 def index_add(args: argparse.Namespace) -> int:
     from bertforge.embed.data import read_corpus
     from bertforge.embed.index import VectorIndex, require_faiss
-    from bertforge.io.rundir import lock_dir
+    from bertforge.io.rundir import lock_and_record
 
     require_faiss()
     _device(args)
     if not Path(args.index).is_dir():
         raise BertforgeError(f"--index {args.index}: not an index directory")
-    lock = lock_dir(args.index, what="--index")  # load, add and save as one step: no lost update
+    lock = lock_and_record(args.index, what="--index")  # load, add and save as one step: no lost update
     try:
         index = VectorIndex.load(args.index)
         ids, texts = read_corpus(args.corpus)

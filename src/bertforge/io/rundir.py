@@ -149,6 +149,16 @@ def lock_dir(path: str | Path, what: str = "--out") -> DirLock:
     return DirLock.acquire(Path(path), what)
 
 
+def lock_and_record(path: str | Path, what: str = "--out") -> "RunDir":
+    """Lock an existing output folder for an update (e.g. `index add`) and record what bertforge writes there in
+    its manifest, beside what it recorded before. release() it when done; an update never marks the folder failed."""
+    path = Path(path)
+    run = RunDir(path, DirLock.acquire(path, what), created=False)
+    earlier = WrittenFiles.read(path)
+    run.start_recording(WrittenFiles(path, earlier.files if earlier else {}, skip=frozenset(_CLAIM_FILES)))
+    return run
+
+
 def is_locked(path: str | Path) -> bool:
     """Whether a run holds `path` right now (a probe: takes nothing, creates nothing)."""
     try:

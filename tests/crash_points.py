@@ -4,7 +4,9 @@ twice in a row).
 `Crash(root, at=k)` watches the calls that change what is on disk under `root`: creating, opening for writing,
 renaming, linking and removing files and directories. The k-th such call "kills the process": it raises `Killed`
 (a BaseException, so no `except Exception` swallows it), and so does every later one, so nothing after the kill
-point reaches the disk (clean-up in `finally` blocks included), as with SIGKILL. `Crash(root)` only counts the steps.
+point reaches the disk (clean-up in `finally` blocks included), as with SIGKILL. When the block ends the "dead
+process" lets go of what the kernel would take from a killed one: the files it opened under `root` are closed (so
+its flock locks go) and its write listeners (bertforge.io.write) are gone. `Crash(root)` only counts the steps.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ class Crash:
     def __init__(self, root: str | Path, at: int | None = None):
         self.root = os.path.realpath(root)
         self.at, self.steps, self.dead = at, 0, False
+        self.fds: list[int] = []
 
     def _inside(self, path: Any, dir_fd: Any = None) -> bool:
         if dir_fd is not None:  # relative to an open directory (shutil.rmtree): ours while we watch
@@ -68,7 +71,10 @@ class Crash:
         def os_open(path, flags, *a, **kw):
             if flags & _WRITE_FLAGS:
                 self.step(path, dir_fd=kw.get("dir_fd"))
-            return originals["open"](path, flags, *a, **kw)
+            fd = originals["open"](path, flags, *a, **kw)
+            if self._inside(path, kw.get("dir_fd")):
+                self.fds.append(fd)
+            return fd
 
         def io_open(file, mode="r", *a, **kw):
             if any(c in mode for c in "wax+"):
@@ -82,10 +88,23 @@ class Crash:
         self._stack.enter_context(mock.patch.object(os, "open", os_open))
         self._stack.enter_context(mock.patch.object(io, "open", io_open))
         self._stack.enter_context(mock.patch.object(builtins, "open", io_open))
+        from bertforge.io import write
+
+        self._listeners = list(write._LISTENERS)
         return self
 
     def __exit__(self, *exc) -> bool:
         self._stack.close()
+        if self.dead:  # what the kernel takes from a killed process: its open files (and locks), its memory
+            from bertforge.io import write
+
+            for fd in self.fds:
+                try:
+                    os.fstat(fd)
+                    os.close(fd)
+                except OSError:
+                    pass
+            write._LISTENERS[:] = self._listeners
         return exc[0] is Killed  # the "process" died: the caller looks at what it left on disk
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.config import long as config_long
+from bertforge.config.checks import check_fields, check_shapes
 from bertforge.config.sizes import SIZES
 from bertforge.errors import BertforgeError
 from bertforge.families import ACTIVATIONS, FAMILIES, MODEL_TYPES, Family
@@ -196,6 +197,7 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> "ModelConfig":
+        check_fields(d, source)  # every field's type and range (config.checks), before the family reads them
         model_type = d.get("model_type")
         if model_type not in FAMILIES:
             raise BertforgeError(f"{source}: unknown model_type {model_type!r} "
@@ -245,6 +247,7 @@ def check_against_weights(cfg: ModelConfig, weights: Path, source: str) -> None:
     if not weights.is_file():
         return
     shapes = safetensors_shapes(weights)
+    check_shapes(cfg, shapes, source, weights.name)
 
     def refuse(field: str, held: str) -> None:
         raise BertforgeError(f"{source}: {field} is {getattr(cfg, field)} but {weights.name} holds {held}; "

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertforge.config.checks import check_fields
 from bertforge.config.sizes import SIZES
 from bertforge.families import ACTIVATIONS, SEQ2SEQ_FAMILIES, SEQ2SEQ_TYPES, Seq2SeqFamily
 from bertforge.errors import BertforgeError
@@ -130,6 +131,7 @@ class Seq2SeqConfig:
 
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> "Seq2SeqConfig":
+        check_fields(d, source)  # every field's type and range (config.checks), before the family reads them
         model_type = d.get("model_type")
         if model_type not in SEQ2SEQ_FAMILIES:
             raise BertforgeError(f"{source}: model_type {model_type!r} is not an encoder-decoder bertforge reads "

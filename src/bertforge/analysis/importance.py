@@ -36,6 +36,7 @@ def encoder_of(model: nn.Module) -> Encoder:
 def load_task_data(model_dir: str | Path, task: str, data: str | Path) -> tuple[nn.Module, Any, Any, Any, dict]:
     """A fine-tuned model and its labelled task data, encoded: (model, kind, encoded, labels, saved task)."""
     from bertforge.model.folder import inspect_folder
+    from bertforge.tasks.finetune import fit_task_length
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
     from bertforge.tasks.models import load_task_model
@@ -47,6 +48,7 @@ def load_task_data(model_dir: str | Path, task: str, data: str | Path) -> tuple[
         raise BertforgeError(f"{path}: this model was fine-tuned for {saved.get('name')!r} "
                              f"({saved.get('kind')}), not --task {task!r}")
     kind = kind_from_saved(path, saved, labels)
+    fit_task_length(kind, path, flag=None)  # the length its config.json records must fit its positions
     data = Path(data)
     examples = kind.read(data)
     kind.check(examples, data)

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from bertforge.commands.bounds import COUNT
+from bertforge.commands.bounds import COUNT, LENGTH
 from bertforge.errors import BertforgeError
 
 
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--out", required=True, metavar="F.png|F.html")
     a.add_argument("--layers", type=_ints, help="comma-separated layers (default all)")
     a.add_argument("--heads", type=_ints, help="comma-separated heads (default all)")
-    a.add_argument("--max-length", type=COUNT, help="truncate longer inputs (default the model's maximum)")
+    a.add_argument("--max-length", type=LENGTH, help="truncate longer inputs (default the model's maximum)")
     a.set_defaults(func=attention_command)
 
     h = verbs.add_parser("heads", help="per-head attention statistics over a corpus (Clark et al. 2019)")
@@ -39,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--input", required=True, metavar="FILE", help="one sentence per line")
     h.add_argument("--out", required=True, metavar="DIR")
     h.add_argument("--max-sentences", type=COUNT, default=1000)
-    h.add_argument("--max-length", type=COUNT, default=128)
+    h.add_argument("--max-length", type=LENGTH, metavar="N",
+                   help="truncate longer sentences (default: 128, or the model's positions if fewer; longer than "
+                        "its positions is refused)")
     h.add_argument("--js-sentences", type=COUNT, default=200, help="sentences for the JS distances (default 200)")
     h.add_argument("--clusters", type=COUNT, default=8)
     h.add_argument("--batch-size", type=COUNT, default=32)
@@ -112,13 +114,17 @@ def attention_command(args: argparse.Namespace) -> int:
 def heads_command(args: argparse.Namespace) -> int:
     from bertforge.analysis.attention import load_encoder
     from bertforge.analysis.head_statistics import head_statistics, plot_clusters, plot_statistics
+    from bertforge.config import ModelConfig
+    from bertforge.config.positions import check_length, fit_length
     from bertforge.io.read import text_lines
 
     sentences = [line.strip() for _, line in text_lines(args.input)][:args.max_sentences]
+    config = ModelConfig.from_file(args.model)  # the positions rule, before the model is loaded
+    length = check_length(args.max_length, config, args.model, "--max-length") if args.max_length \
+        else fit_length(128, config)
     encoder, tok = load_encoder(args.model)
     start = time.perf_counter()
-    stats = head_statistics(encoder, tok, sentences, args.batch_size, args.max_length, args.js_sentences,
-                            args.clusters)
+    stats = head_statistics(encoder, tok, sentences, args.batch_size, length, args.js_sentences, args.clusters)
     seconds = time.perf_counter() - start
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bertforge.commands.options import add_tracking_args, tracking
 from bertforge.device import PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, POSITIVE, SEED
+from bertforge.commands.bounds import COUNT, EPOCHS, POSITIVE, SEED, STEPS
 from bertforge.errors import BertforgeError
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
@@ -34,8 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--train", required=True, metavar="FILE", help="training file (tsv / jsonl; see docs/embeddings.md)")
     p.add_argument("--out", required=True, metavar="DIR", help="where the trained model goes")
     p.add_argument("--loss", default="cosine", choices=("cosine", "softmax", "triplet", "mnrl"))
-    p.add_argument("--epochs", type=POSITIVE, default=1.0)
-    p.add_argument("--max-steps", type=COUNT, help="stop after this many steps (overrides --epochs)")
+    p.add_argument("--epochs", type=EPOCHS, default=1.0)
+    p.add_argument("--max-steps", type=STEPS, help="stop after this many steps (overrides --epochs)")
     p.add_argument("--batch-size", type=COUNT, default=16)
     p.add_argument("--lr", type=POSITIVE, default=2e-5)
     p.add_argument("--pooling", choices=POOLINGS, help="pooling for a plain HF dir (default mean)")

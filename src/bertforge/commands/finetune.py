@@ -7,7 +7,7 @@ import logging
 
 from bertforge.commands.options import add_config_arg, add_tracking_args, tracking
 from bertforge.device import INFERENCE_PRECISIONS, TRAINING_PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, FRACTION, NONNEG, POSITIVE, SEED
+from bertforge.commands.bounds import COUNT, EPOCHS, FRACTION, LENGTH, NONNEG, POSITIVE, SEED, STEPS
 from bertforge.errors import BertforgeError
 
 TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
@@ -34,7 +34,7 @@ def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
     p.add_argument("--text-col", default="text", metavar="COL", help="classify/regress: text column (default: text)")
     p.add_argument("--text-pair-col", metavar="COL", help="classify/regress: second text column for pairs")
     p.add_argument("--label-col", default="label", metavar="COL", help="classify/regress: label column (default: label)")
-    p.add_argument("--max-seq-len", type=COUNT, metavar="N",
+    p.add_argument("--max-seq-len", type=LENGTH, metavar="N",
                    help="tokens per input (default: 128; SQuAD 384; seq2seq sources 512)")
     p.add_argument("--source-col", default="source", metavar="COL", help="seq2seq: source column (default: source)")
     p.add_argument("--target-col", default="target", metavar="COL", help="seq2seq: target column (default: target)")
@@ -65,8 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "best_metrics.json), OUT/checkpoints, metrics.jsonl, results.json; with --runs OUT/run-K")
     _data_args(ft, train=True)
     length = ft.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=POSITIVE, default=3.0, metavar="N", help="epochs (default: 3)")
-    length.add_argument("--max-steps", type=COUNT, metavar="N", help="optimizer steps instead of epochs")
+    length.add_argument("--epochs", type=EPOCHS, default=3.0, metavar="N", help="epochs (default: 3)")
+    length.add_argument("--max-steps", type=STEPS, metavar="N", help="optimizer steps instead of epochs")
     ft.add_argument("--lr", type=POSITIVE, help="peak learning rate (default: 3e-5, try 2e-5..5e-5; seq2seq with a T5 "
                     "model: 1e-4)")
     ft.add_argument("--batch-size", type=COUNT, default=32, metavar="N", help="training batch size (default: 32)")

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertforge.config import ModelConfig
+from bertforge.config.positions import check_length, fit_length
 from bertforge.data.corpus import iter_documents
 from bertforge.data.dataset import Collator
 from bertforge.data.masking import Masker
@@ -35,6 +37,9 @@ from bertforge.io.write import atomic_write_text
 from bertforge.model.heads import MaskedLM
 from bertforge.io.rundir import claim_output_dir
 from bertforge.tokenization import Tokenizer
+
+
+DEFAULT_SEQ_LEN = 128
 
 
 @dataclass
@@ -50,7 +55,7 @@ class GeneralDistillConfig:
     alpha_cos: float = 1.0
     temperature: float = 2.0
     ce_positions: str = "all"  # all (DistilBERT) | masked (cheaper: the vocabulary projection at 15 % of tokens)
-    seq_len: int = 128
+    seq_len: int | None = None  # None: 128, or the teacher's positions if fewer
     batch_size: int = 32
     lr: float = 5e-4
     max_steps: int | None = None
@@ -179,12 +184,19 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
         raise BertforgeError(f"--teacher {teacher_dir}: not a model directory (no config.json)")
     if cfg.student_init is not None:
         check_same_vocab(teacher_dir, Path(cfg.student_init))
+    # the positions rule: trained (and recorded) at the length asked for, or refused; the default fits the teacher
+    teacher_cfg = ModelConfig.from_file(teacher_dir)
+    if cfg.seq_len is None:
+        cfg.seq_len = fit_length(DEFAULT_SEQ_LEN, teacher_cfg)
+    check_length(cfg.seq_len, teacher_cfg, teacher_dir, "--seq-len")
+    if cfg.student_init is not None:
+        check_length(cfg.seq_len, ModelConfig.from_file(cfg.student_init), cfg.student_init, "--seq-len")
     tok = Tokenizer.from_pretrained(teacher_dir)
     teacher = MaskedLM.from_pretrained(teacher_dir)
     if tok.vocab_size != teacher.config.vocab_size:
         raise BertforgeError(f"--teacher {teacher_dir}: its tokenizer has {tok.vocab_size} pieces but the model "
                              f"{teacher.config.vocab_size}")
-    seq_len = min(cfg.seq_len, teacher.config.max_position_embeddings)
+    seq_len = cfg.seq_len
     blocks = pack_corpus(cfg.corpus, tok, seq_len, cfg.max_blocks)
     if len(blocks) < (1 if cfg.heldout_corpus else 2):
         raise BertforgeError(f"--corpus: too little text ({len(blocks)} block of {cfg.seq_len} pieces)")

@@ -24,6 +24,8 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
+from bertforge.config import ModelConfig
+from bertforge.config.positions import check_length
 from bertforge.model.checkpoint import load_pretrained
 from bertforge.distill.init import check_same_vocab
 from bertforge.model.bilstm import BiLSTMStudent, augment, student_from_teacher_embeddings
@@ -34,7 +36,7 @@ from bertforge.model.heads import task_loss
 from bertforge.io.rundir import claim_output_dir
 from bertforge.tasks.batching import TRAIN_KEYS, forward_rows, make_collate, row_length
 from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
-from bertforge.tasks.finetune import encode_data, read_examples, resolve_files
+from bertforge.tasks.finetune import encode_data, fit_task_length, read_examples, resolve_files
 from bertforge.model.folder import inspect_folder
 from bertforge.tasks.folders import install_model, saved_task
 from bertforge.tasks.kinds import kind_for
@@ -191,6 +193,10 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
                           train_limit=cfg.train_limit, eval_limit=cfg.eval_limit, progress=cfg.progress,
                           batch_size=cfg.batch_size)
     kind = kind_for(fcfg, saved, labels)
+    fit_task_length(kind, teacher_dir)  # the positions rule: the teacher's positions, then a student folder's
+    student_dir = Path(cfg.student)
+    if cfg.student != "bilstm" and not cfg.student.startswith("layers:") and (student_dir / "config.json").is_file():
+        check_length(kind.max_len, ModelConfig.from_file(student_dir), student_dir, "--max-seq-len")
     files = resolve_files(fcfg, kind)
     train, evaluation = read_examples(fcfg, kind, files=files)  # every data problem before any model is loaded
     tokenizer = Tokenizer.from_pretrained(teacher_dir)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from bertforge.families import SEQ2SEQ_FAMILIES
+from bertforge.config.positions import check_length
 from bertforge.config.seq2seq import Seq2SeqConfig, compose_seq2seq
 from bertforge.data.masking import IGNORE_INDEX
 from bertforge.data.seq2seq import Seq2SeqCollator, Seq2SeqPretrainingDataset, make_noise
@@ -76,6 +77,7 @@ def build_seq2seq(recipe, size: str, tok, seq_len: int, init_from: Path | None =
     if init_from is None:
         return Seq2SeqObjective(model_config(recipe, size, tok, seq_len))
     cfg = Seq2SeqConfig.from_file(init_from)
+    check_length(seq_len, cfg, init_from, "--seq-len")
     if cfg.model_type != recipe.model_type:
         raise BertforgeError(f"--init-from {init_from}: a {cfg.model_type} checkpoint cannot continue "
                              f"--recipe {recipe.name} (a {recipe.model_type} model)")

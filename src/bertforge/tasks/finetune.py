@@ -215,22 +215,43 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> FinetuneResult:
         return _finetune_claimed(cfg, model_dir, kind, files)
 
 
-def check_model_fits(cfg: FinetuneConfig, kind: TaskKind, model_dir: Path) -> None:
-    """Before any work: an input length the model's position table cannot hold (an IndexError at the first long
-    text otherwise), and a model fine-tuned for a task of another kind (a head of the wrong shape otherwise)."""
-    from bertforge.families import FAMILIES
-    from bertforge.config import ModelConfig
+def fit_task_length(kind: TaskKind, model_dir: Path, flag: str | None = "--max-seq-len") -> None:
+    """The positions rule (config.positions) for a task's input length, `kind.max_len`: chosen by `flag`, or
+    recorded in the model's config.json (a fine-tuned model), it must fit the model's positions; the default is
+    shortened to them. flag=None: the length came from the model's own config.json."""
+    from bertforge.config.positions import check_length, fit_length
     from bertforge.tasks.config import default_max_len
 
     config = read_json(model_dir / "config.json")
-    mcfg = None  # encoder-decoders (their own Seq2SeqConfig) and the BiLSTM student have no position table here
+    mcfg = _position_config(config, str(model_dir / "config.json"))
+    if mcfg is None:  # the BiLSTM student: no positions
+        return
+    saved = (config.get("bertforge_task") or {}).get("max_seq_len")
+    if flag is not None and kind.max_len != default_max_len(kind.name):
+        check_length(kind.max_len, mcfg, model_dir, flag)
+    elif saved is not None and kind.max_len == saved:
+        check_length(kind.max_len, mcfg, model_dir, f"{model_dir / 'config.json'}: max_seq_len")
+    else:
+        kind.max_len = fit_length(kind.max_len, mcfg)
+
+
+def _position_config(config: dict[str, Any], source: str) -> Any:
+    """The ModelConfig / Seq2SeqConfig of a config.json dict (None: a model without positions, the BiLSTM)."""
+    from bertforge.families import FAMILIES, SEQ2SEQ_FAMILIES
+    from bertforge.config import ModelConfig, Seq2SeqConfig
+
     if config.get("model_type") in FAMILIES:
-        mcfg = ModelConfig.from_hf_dict(config, str(model_dir / "config.json"))
-    positions = mcfg.max_position_embeddings - mcfg.position_offset if mcfg else 0
-    learned = mcfg is not None and mcfg.position_embedding_type == "absolute" and mcfg.model_type != "xlnet"
-    if learned and cfg.max_seq_len != default_max_len(kind.name) and kind.max_len > positions:
-        raise BertforgeError(f"--max-seq-len {kind.max_len} is longer than the {positions} positions of {model_dir}; "
-                             f"use --max-seq-len {positions} or less")
+        return ModelConfig.from_hf_dict(config, source)
+    if config.get("model_type") in SEQ2SEQ_FAMILIES:
+        return Seq2SeqConfig.from_hf_dict(config, source)
+    return None
+
+
+def check_model_fits(cfg: FinetuneConfig, kind: TaskKind, model_dir: Path) -> None:
+    """Before any work: an input length the model's position table cannot hold (an IndexError at the first long
+    text otherwise), and a model fine-tuned for a task of another kind (a head of the wrong shape otherwise)."""
+    fit_task_length(kind, model_dir)
+    config = read_json(model_dir / "config.json")
     task = config.get("bertforge_task")
     if isinstance(task, dict) and task.get("kind") not in (None, kind.name):
         words = {"classify": "classification", "regress": "regression", "tag": "tagging", "qa": "question answering",

@@ -19,6 +19,7 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
     """Predictions for every example in `input_path`, in input order, on `device` (fp32, or bf16 / fp16
     autocast; torch.compile'd with `compile`)."""
     from bertforge.model.folder import inspect_folder
+    from bertforge.tasks.finetune import fit_task_length
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
     from bertforge.model.onnx import onnx_file
@@ -30,6 +31,7 @@ def predict(model_dir: str | Path, input_path: str | Path, batch_size: int = 64,
     check_precision(precision, run_on, allowed=("fp32", "bf16", "fp16"))
     path = inspect_folder(model_dir).path
     kind = kind_from_saved(path, *saved_task(path))
+    fit_task_length(kind, path, flag=None)  # the length its config.json records must fit its positions
     examples = kind.read_inputs(Path(input_path))
     kind.check(examples, Path(input_path), labelled=False)  # before the model is loaded
     enc = kind.encode(examples, Tokenizer.from_pretrained(path))

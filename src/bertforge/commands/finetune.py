@@ -77,6 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="repeat with seeds SEED..SEED+N-1 and report median and spread of the main metric; OUT gets "
                          "the best run's model")
     ft.add_argument("--train-limit", type=COUNT, metavar="N", help="use only the first N training examples")
+    ft.add_argument("--labels", type=lambda s: tuple(t for t in s.split(",") if t), default=(), metavar="TYPE,...",
+                    help="tagging: entity types the data may use besides conll's LOC, MISC, ORG, PER (with --task "
+                         "tag: the only ones; without: any)")
     ft.add_argument("--freeze", action="store_true",
                     help="feature-based mode: frozen encoder, only the head trains (classify/regress/tag)")
     ft.add_argument("--features", default="concat_last4",
@@ -145,7 +148,8 @@ def _config(args: argparse.Namespace, model: str, out: str):
     if args.func is run_finetune:
         kw.update(epochs=args.epochs, max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size,
                   warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, seed=args.seed, runs=args.runs,
-                  train_limit=args.train_limit, freeze=args.freeze, features=args.features, head=args.head,
+                  train_limit=args.train_limit, labels=args.labels, freeze=args.freeze, features=args.features,
+                  head=args.head,
                   precision=args.precision, group_by_length=args.group_by_length, resume=args.resume,
                   doc_stride=args.doc_stride, max_query_length=args.max_query_length, **tracking(args))
     return FinetuneConfig(**kw)

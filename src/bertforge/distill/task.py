@@ -44,6 +44,7 @@ from bertforge.tasks.models import build_model, init_from_pretrained, load_task_
 from bertforge.tokenization import Tokenizer
 
 DISTILLABLE_KINDS = ("classify", "regress", "tag")
+TEACHER_BLOCK = 128  # rows the teacher runs at once (TeacherCache's fixed blocks)
 
 
 @dataclass
@@ -228,9 +229,10 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
 
     def teacher_logits(indices: list[int]) -> list[torch.Tensor]:
         return [o["logits"] for o in forward_rows(teacher, [rows[i] for i in indices], tokenizer.pad_token_id,
-                                                  128, ("logits",), progress=False)]
+                                                  TEACHER_BLOCK, ("logits",), progress=False)]
 
-    cache = TeacherCache(teacher_logits) if cfg.alpha > 0 else None
+    # fixed blocks of rows: a row's logits never depend on which batch asked first (a resume is bit-exact)
+    cache = TeacherCache(teacher_logits, block=TEACHER_BLOCK, total=len(rows)) if cfg.alpha > 0 else None
     soft_kind = "regress" if bilstm or kind_name == "regress" else kind_name
     model = Distiller(student, cache, kind_name, cfg.alpha, cfg.temperature, soft_kind)
     info = kind.info() | {"distilled_from": str(teacher_dir), "student": cfg.student, "alpha": cfg.alpha,

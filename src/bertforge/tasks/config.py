@@ -50,6 +50,7 @@ class FinetuneConfig:
     text_col: str = "text"
     text_pair_col: str | None = None
     label_col: str = "label"
+    labels: tuple[str, ...] = ()  # tag tasks: entity types besides conll's own (--task tag: the only ones allowed)
     resume: bool = False
     precision: str | None = None  # None: training in `training_precision`, evaluation in fp32
     group_by_length: bool = True

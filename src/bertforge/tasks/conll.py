@@ -5,7 +5,7 @@ Standard library only; malformed input raises ``BertforgeError("<file>:<line>: <
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
@@ -37,11 +37,17 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
     return out
 
 
-def read_conll(path: str | Path, tag_col: int | None = -1, scheme: str = "auto") -> list[TaggingExample]:
+# CoNLL-2003's entity types (Tjong Kim Sang & De Meulder 2003): `--task conll` holds a file to them (plus --labels)
+CONLL2003_TYPES = ("LOC", "MISC", "ORG", "PER")
+
+
+def read_conll(path: str | Path, tag_col: int | None = -1, scheme: str = "auto",
+               types: Collection[str] | None = None) -> list[TaggingExample]:
     """CoNLL-2003 style: one ``token POS chunk NER`` line per word (whitespace separated), a blank line between
     sentences, ``-DOCSTART-`` lines skipped. ``tag_col`` picks the tag column (default -1, the last: NER; 1
     POS, 2 chunk; None for an untagged token-per-line file). ``scheme``: "auto" converts to IOB2 when IOB1 is
-    detected, "iob1" always converts, "iob2" keeps the tags as they are."""
+    detected, "iob1" always converts, "iob2" keeps the tags as they are. ``types``: the entity types the file may
+    use (None: any); another is refused at its first file:line."""
     if scheme not in ("auto", "iob1", "iob2"):
         raise BertforgeError(f"unknown tag scheme {scheme!r} (use auto, iob1 or iob2)")
     p = require_file(path)
@@ -79,7 +85,7 @@ def read_conll(path: str | Path, tag_col: int | None = -1, scheme: str = "auto")
         first_line.setdefault(parts[tag_col], n)
     flush()
     if tag_col is not None:
-        check_tags(sents, first_line, p)
+        check_tags(sents, first_line, p, types)
     if tag_col is not None and scheme != "iob2":
         if scheme == "iob1" or detect_tag_scheme([s.tags for s in sents]) == "iob1":
             for s in sents:
@@ -91,15 +97,20 @@ _IOB_TAG = re.compile(r"^(O|[BIES]-\S+)$")
 RARE_TYPE_MIN_ENTITIES = 50  # below this many entities in a file, a type seen once is no evidence of a typo
 
 
-def check_tags(sents: Sequence[TaggingExample], first_line: dict[str, int], path: Path) -> None:
+def check_tags(sents: Sequence[TaggingExample], first_line: dict[str, int], path: Path,
+               types: Collection[str] | None = None) -> None:
     """In an IOB-tagged file (some tag starts with B- or I-): a tag that is no IOB tag is refused with its
-    file:line (it would train a label of its own); an entity type seen once among many entities is warned about
-    once, naming it (a typo such as B-PSR trains an extra label, but rare types exist, so it is not refused)."""
+    file:line (it would train a label of its own), and so is an entity type outside `types` when the task has a
+    set of them (conll's, widened by --labels); without one, an entity type seen once among many entities is
+    warned about once, naming it (a typo such as B-PSR trains an extra label, but rare types exist)."""
     if not any(t.startswith(("B-", "I-")) for t in first_line):
         return  # POS or chunk tags, or an untagged file: no scheme to hold them to
     for tag, line in sorted(first_line.items(), key=lambda kv: kv[1]):
         if not _IOB_TAG.match(tag):
             raise BertforgeError(f"{_where(path, line)}: tag {tag!r} is not an IOB tag (O, B-TYPE or I-TYPE)")
+        if types is not None and tag != "O" and tag[2:] not in types:
+            raise BertforgeError(f"{_where(path, line)}: entity type {tag[2:]!r} ({tag}) is not one of the task's "
+                                 f"({', '.join(sorted(types))}); a typo? A type of its own: pass --labels {tag[2:]}")
     chunks: dict[str, int] = {}
     for s in sents:
         prev = "O"

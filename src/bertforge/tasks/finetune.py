@@ -167,7 +167,7 @@ def run_options(cfg: FinetuneConfig, model_dir: Path, train_file: Path | None,
     options = {
         "task": cfg.task, "model": absolute(model_dir), "train": absolute(train_file), "eval": absolute(eval_file),
         "text_col": cfg.text_col, "text_pair_col": cfg.text_pair_col, "label_col": cfg.label_col,
-        "max_seq_len": cfg.max_seq_len, "doc_stride": cfg.doc_stride, "max_query_length": cfg.max_query_length,
+        "labels": ",".join(cfg.labels) or None, "max_seq_len": cfg.max_seq_len, "doc_stride": cfg.doc_stride, "max_query_length": cfg.max_query_length,
         "source_col": cfg.source_col, "target_col": cfg.target_col, "max_target_len": cfg.max_target_len,
         "num_beams": cfg.num_beams,
         "train_limit": cfg.train_limit, "limit": cfg.eval_limit, "batch_size": cfg.batch_size, "lr": cfg.lr,

@@ -29,7 +29,7 @@ from bertforge.tasks import metrics as M
 from bertforge.tasks import squad as S
 from bertforge.tasks.batching import qa_logits, unpad
 from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
-from bertforge.tasks.conll import read_conll, tag_list, warn_long_sentences
+from bertforge.tasks.conll import CONLL2003_TYPES, read_conll, tag_list, warn_long_sentences
 from bertforge.tasks.task_kind import DEV_STEMS, Encoded, TaskKind  # noqa: F401 (re-exported)
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.seq2seq import Seq2SeqKind
@@ -134,6 +134,9 @@ class TagKind(TaskKind):
         super().__init__(cfg, saved, labels)
         self.fixed = self.labels is not None  # a saved model's tags; otherwise every file read adds its tags
         self.seen: list = []
+        # the entity types a training file may use: conll's (and --labels), --labels alone for another task, or any
+        given = set(cfg.labels)
+        self.types = None if self.fixed else set(CONLL2003_TYPES) | given if cfg.task == "conll" else given or None
 
     def check(self, examples: list, path: Path, labelled: bool = True) -> None:
         super().check(examples, path, labelled)
@@ -143,7 +146,7 @@ class TagKind(TaskKind):
                                  f"({', '.join(self.labels or ())})")
 
     def read(self, path: Path) -> list:
-        examples = read_conll(path)
+        examples = read_conll(path, types=self.types)
         warn_long_sentences(examples, path, self.max_len)
         if not self.fixed:
             self.seen += examples

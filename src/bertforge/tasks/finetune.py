@@ -227,10 +227,10 @@ def fit_task_length(kind: TaskKind, model_dir: Path, flag: str | None = "--max-s
     if mcfg is None:  # the BiLSTM student: no positions
         return
     saved = (config.get("bertforge_task") or {}).get("max_seq_len")
-    if flag is not None and kind.max_len != default_max_len(kind.name):
-        check_length(kind.max_len, mcfg, model_dir, flag)
-    elif saved is not None and kind.max_len == saved:
+    if saved is not None and kind.max_len == saved:
         check_length(kind.max_len, mcfg, model_dir, f"{model_dir / 'config.json'}: max_seq_len")
+    elif flag is not None and kind.max_len != default_max_len(kind.name):
+        check_length(kind.max_len, mcfg, model_dir, flag)
     else:
         kind.max_len = fit_length(kind.max_len, mcfg)
 

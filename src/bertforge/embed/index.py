@@ -32,6 +32,7 @@ import numpy as np
 from bertforge.embed.modules import SentenceEncoder
 from bertforge.errors import BertforgeError
 from bertforge.io.manifest import sha256_file
+from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write, atomic_write_text, fsync_dir, remove_stale_temps, write_errors
 from bertforge.io.rundir import is_locked
 
@@ -144,13 +145,12 @@ class VectorIndex:
         if not meta_path.is_file():
             raise BertforgeError(f"{path}: not an index directory (no meta.json)")
         for attempt in range(5):  # another process may commit a save (and remove our generation) meanwhile
-            text = _read_meta(meta_path)
-            meta = _parse_meta(meta_path, text)
+            meta = _read_meta(meta_path)
             try:
                 files = _committed_files(path, meta)  # checked before faiss parses a damaged file
                 return cls._read(path, files, meta, faiss)
             except (BertforgeError, FileNotFoundError):
-                if attempt == 4 or _read_meta(meta_path) == text:
+                if attempt == 4 or _read_meta(meta_path) == meta:
                     raise
         raise AssertionError("unreachable")
 
@@ -261,20 +261,8 @@ def _generation(meta: dict[str, Any]) -> int:
     return meta.get("generation", 0)
 
 
-def _read_meta(meta_path: Path) -> str:
-    try:
-        return meta_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise BertforgeError(f"{meta_path}: unreadable ({err})") from None
-
-
-def _parse_meta(meta_path: Path, text: str) -> dict[str, Any]:
-    try:
-        meta = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise BertforgeError(f"{meta_path}: not valid JSON ({err})") from None
-    if not isinstance(meta, dict):
-        raise BertforgeError(f"{meta_path}: expected a JSON object")
+def _read_meta(meta_path: Path) -> dict[str, Any]:
+    meta = read_json(meta_path)
     missing = [k for k in ("kind", "count", "fingerprint") if k not in meta]
     if missing:
         raise BertforgeError(f"{meta_path}: missing field {missing[0]!r}")

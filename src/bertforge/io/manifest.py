@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import BertforgeError
+from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -99,10 +100,10 @@ class WrittenFiles:
         if path.is_symlink() or not path.is_file():
             return None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
+            data = read_json(path)
+        except BertforgeError:
             return None
-        if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("files"), dict):
+        if data.get("version") != VERSION or not isinstance(data.get("files"), dict):
             return None
         files = {rel: {"size": rec["size"], "sha256": rec["sha256"]} for rel, rec in data["files"].items()
                  if safe_relpath(rel) and isinstance(rec, dict) and type(rec.get("size")) is int

@@ -112,7 +112,7 @@ def test_row(check, kit):
 
 
 def test_the_table_has_a_row_per_case():
-    assert len(ROWS) >= 23, len(ROWS)
+    assert len(ROWS) >= 26, len(ROWS)
 
 
 def python_cli(script: str, *args: object, **kw) -> subprocess.CompletedProcess:
@@ -185,6 +185,48 @@ DURING = """
 """
 
 
+def recorded_exactly(out: Path, besides: tuple[str, ...] = ()) -> None:
+    """The folder's manifest records every file in it (but the claim's own and `besides`), each as it is."""
+    import hashlib
+
+    files = json.loads((out / ".bertforge-written.json").read_text())["files"]
+    on_disk = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} - {
+        ".bertforge-written.json", "run_options.json", ".lock", *besides}
+    assert sorted(files) == sorted(on_disk), (sorted(set(files) ^ on_disk))
+    for rel, rec in files.items():
+        data = (out / rel).read_bytes()
+        assert rec == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, rel
+
+
+@row("pretrain (with its data/ shards and TensorBoard events), export, quantize, longify, embed-train: what does "
+     "each manifest hold?",
+     "exactly the files the verb wrote, each with its size and sha256",
+     "the verbs' outputs and their manifests")
+def every_writer_records(kit: Kit) -> None:
+    from test_pretrain_reliability import write_corpus
+
+    corpus = write_corpus(kit.tmp / "grammar.txt")
+    (kit.tmp / "pairs.tsv").write_text("".join(f"a good film {i}\tthe movie was great {i}\n" for i in range(24)))
+    runs = {
+        "pretrain": ["pretrain", "--corpus", corpus, "--size", "bert-tiny", "--vocab-size", "120", "--seq-len", "32",
+                     "--batch-size", "8", "--max-steps", "4", "--save-every", "2", "--no-progress", "--threads", "1",
+                     "--heldout-fraction", "0.2", "--eval-batches", "1", "--report-to", "tensorboard"],
+        "export": ["export", "--model", kit.enc],
+        "quantize": ["quantize", "--model", kit.enc],
+        "longify": ["longify", "--model", kit.enc, "--max-length", "128", "--attention-window", "16"],
+        "embed-train": ["embed-train", "--model", kit.enc, "--train", kit.tmp / "pairs.tsv", "--loss", "mnrl",
+                        "--max-steps", "2", "--batch-size", "8"],
+    }
+    for name, args in runs.items():
+        if name == "pretrain":
+            pytest.importorskip("tensorboard")
+        if name == "export":
+            pytest.importorskip("onnxruntime")
+        out = kit.tmp / name
+        ok(cli(*args, "--out", out))
+        recorded_exactly(out)
+
+
 def tokenizer_run(kit: Kit, out: Path, *extra: object) -> subprocess.CompletedProcess:
     return cli("tokenizer", "train", "--corpus", kit.corpus, "--out", out, "--vocab-size", "90", *extra)
 
@@ -196,7 +238,7 @@ def user_file_saved_during_a_run(kit: Kit) -> None:
     out = kit.tmp / "tok"
     mine = out / "notes.txt"
     ok(python_cli(DURING, mine, "tokenizer", "train", "--corpus", kit.corpus, "--out", out, "--vocab-size", "90"))
-    assert "notes.txt" not in json.loads((out / ".bertforge-written.json").read_text())["files"]
+    recorded_exactly(out, besides=("notes.txt",))  # the tokenizer's files, not the user's
     proc = ok(tokenizer_run(kit, out, "--overwrite"))
     assert "kept notes.txt" in proc.stderr
     assert mine.read_text() == "saved into the folder while the run went on\n"
@@ -333,6 +375,7 @@ def distill_general_length(kit: Kit) -> None:
     one_line(cli(*base, "--seq-len", "1024"), "--seq-len 1024 is longer than the 64 positions of")
     assert not out.exists()
     ok(cli(*base))
+    recorded_exactly(out)
     assert json.loads((out / "results.json").read_text())["seq_len"] == 64
     assert json.loads((out / "run_options.json").read_text())["options"]["seq_len"] == 64
 
@@ -590,6 +633,7 @@ def distill_task_resume(kit: Kit) -> None:
             "--max-steps", "12", "--save-every", "2", "--batch-size", "8", "--device", "cpu", "--seed", "1"]
     whole, broken = kit.tmp / "whole", kit.tmp / "broken"
     ok(cli(*args, "--out", whole))
+    recorded_exactly(whole)
     killed = python_cli(KILLED_AT_STEP, 11, *args, "--out", broken)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     ok(cli(*args, "--out", broken, "--resume"))
@@ -608,6 +652,7 @@ def logging_dir_inside_out(kit: Kit) -> None:
     ok(cli(*args, "--max-steps", "2"))
     ok(cli(*args, "--max-steps", "4", "--resume"))
     assert list((out / "tb").glob("events.out.tfevents.*"))
+    recorded_exactly(out)  # the event files of both segments too
     assert json.loads((out / "run_options.json").read_text())["options"]["max_steps"] == 4
 
 

@@ -227,8 +227,9 @@ def test_overwrite_deletes_only_files_bertforge_wrote(model, corpus, tmp_path):
     ok(cli("tokenizer", "train", "--corpus", corpus, "--out", t, "--vocab-size", "120"))
     written = json.loads((t / MANIFEST_FILE).read_text())["files"]
     assert sorted(written) == sorted(p.name for p in t.iterdir() if p.name != MANIFEST_FILE)  # exactly its own files
-    assert all(written[n] == {"size": (t / n).stat().st_size, "sha256": hashlib.sha256((t / n).read_bytes()).hexdigest()}
-               for n in written)
+    for n in written:  # with each file's size and sha256
+        data = (t / n).read_bytes()
+        assert written[n] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, n
     (t / "thesis.txt").write_text("years of work\n")  # the user adds files afterwards
     (t / "src").mkdir()
     (t / "src" / "a.py").write_text("print('mine')\n")

@@ -18,19 +18,9 @@ import pytest
 import torch
 
 from crash_points import count_steps, killed_at
+from test_reliability_inputs import snapshot
 
 faiss = pytest.importorskip("faiss")
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    found = {}
-    for p in sorted(root.rglob("*")):
-        rel = str(p.relative_to(root))
-        if p.is_symlink():
-            found[rel] = "link:" + os.readlink(p)
-        elif p.is_file():
-            found[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return found
 
 
 @pytest.fixture

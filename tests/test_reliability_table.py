@@ -8,7 +8,6 @@ boundary of the index commit and the manifest are in tests/test_reliability_kill
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import signal

@@ -333,8 +333,10 @@ def test_index_reads_a_table_corpus_with_its_columns(tiny, tmp_path, sst, capsys
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "corpus.parquet")
     assert cli("index", "build", "--model", tiny, "--corpus", tmp_path / "corpus.parquet", "--text-col", "body",
                "--id-col", "doc", "--out", tmp_path / "idx", "--no-progress") == 0
-    docs = [json.loads(x) for x in (tmp_path / "idx" / "docs.jsonl").read_text().splitlines()]
-    assert [d["id"] for d in docs] == [r["doc"] for r in rows] and [d["text"] for d in docs] == [r["body"] for r in rows]
+    from bertforge.embed.index import VectorIndex
+
+    index = VectorIndex.load(tmp_path / "idx")
+    assert index.ids == [r["doc"] for r in rows] and index.texts == [r["body"] for r in rows]
     capsys.readouterr()
     assert cli("index", "build", "--model", tiny, "--corpus", tmp_path / "corpus.parquet", "--out",
                tmp_path / "idx2") == 2

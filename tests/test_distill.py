@@ -317,6 +317,47 @@ def test_interrupted_distillation_resumes_to_the_uninterrupted_result(tiny, mlm_
         b = load_file(str(broken / "model.safetensors"))
         assert a.keys() == b.keys()
         for k in a:
-            torch.testing.assert_close(b[k], a[k], msg=k)
+            assert torch.equal(b[k], a[k]), k  # bit for bit
+        # and so are the records: the teacher's logits do not depend on which batch asked for them first
+        whole_metrics = (tmp_path / f"{cls.__name__}-whole" / "metrics.jsonl").read_text()
+        assert (broken / "metrics.jsonl").read_text() == whole_metrics, cls.__name__
         with pytest.raises(BertforgeError, match="nothing to resume"):  # a finished run
             run_fn(config(out=broken, resume=True, **kw))
+
+
+def test_a_resumed_task_distillation_logs_the_uninterrupted_metrics_bit_for_bit(tiny, tmp_path, monkeypatch):
+    """Killed in the second epoch and resumed: the resumed run's teacher cache starts empty, so rows the
+    uninterrupted run computed in their first-epoch batches are computed again, in other company. BLAS kernels may
+    round differently for another batch shape; here the teacher's logits are made to depend on the batch's padded
+    width on purpose (scaled by 1 + 1e-6 per token), as such kernels can. Fixed blocks of rows make the logits, and so
+    metrics.jsonl, the same bit for bit."""
+    import bertforge.distill.task as distill_module
+    from bertforge.distill.task import Distiller
+    from bertforge.tasks.batching import row_length
+
+    rng = random.Random(3)
+    vocab = POS + NEG + FILLER
+    data = tmp_path / "sst"
+    data.mkdir()
+    for name, n in (("train", 64), ("dev", 16)):  # lengths 2..30 words: batches pad to different widths
+        rows = [f"{' '.join(rng.choices(vocab, k=rng.randint(2, 30)))}\t{rng.randint(0, 1)}" for _ in range(n)]
+        (data / f"{name}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    forward_rows = distill_module.forward_rows
+
+    def shape_dependent(model, rows, *args, **kwargs):
+        width = max(row_length(r) for r in rows)
+        return [{k: v * (1 + 1e-6 * width) for k, v in out.items()}
+                for out in forward_rows(model, rows, *args, **kwargs)]
+
+    monkeypatch.setattr(distill_module, "forward_rows", shape_dependent)
+    monkeypatch.setattr(distill_module, "TEACHER_BLOCK", 32)  # two blocks of the 64 rows
+    kw = dict(teacher=tiny["teacher"], task="sst2", data=data, student="layers:2", max_steps=12, save_every=2,
+              batch_size=8, lr=1e-3)
+    distill_task(TaskDistillConfig(out=tmp_path / "whole", **kw))
+    with monkeypatch.context() as m:
+        _crash_at(m, Distiller, 11)  # step 11 of 12, the second epoch (8 steps each): the latest checkpoint is 10
+        with pytest.raises(_Crash):
+            distill_task(TaskDistillConfig(out=tmp_path / "broken", **kw))
+    distill_task(TaskDistillConfig(out=tmp_path / "broken", resume=True, **kw))
+    whole = (tmp_path / "whole" / "metrics.jsonl").read_text()
+    assert "soft_loss" in whole and (tmp_path / "broken" / "metrics.jsonl").read_text() == whole

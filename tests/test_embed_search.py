@@ -165,7 +165,7 @@ def test_fingerprint_follows_the_weights_in_memory(tiny_dirs, tmp_path):
 def test_damaged_index_gives_one_line_errors(tiny_dirs, tmp_path):
     model = SentenceEncoder.from_pretrained(tiny_dirs[0])
     idx = VectorIndex.build(tmp_path / "idx", model, ["1", "2"], ["a b", "c d"], progress=False)
-    _drop_checksums(idx.path)  # an index from before checksums: the parsers still name the bad line / file
+    _as_before_checksums(idx.path)  # an index from before checksums: the parsers still name the bad line / file
     (tmp_path / "idx" / "docs.jsonl").write_text('{"id": "1", "text": "a b"}\nnot json\n')
     with pytest.raises(BertforgeError, match=r"docs.jsonl:2"):
         VectorIndex.load(idx.path)
@@ -174,9 +174,13 @@ def test_damaged_index_gives_one_line_errors(tiny_dirs, tmp_path):
         VectorIndex.load(idx.path)
 
 
-def _drop_checksums(path) -> None:
+def _as_before_checksums(path) -> None:
+    """The layout an older version wrote: index.faiss and docs.jsonl, no generation, no checksums."""
     meta = json.loads((path / "meta.json").read_text())
+    generation = meta.pop("generation")
     del meta["checksums"]
+    (path / f"index.{generation}.faiss").rename(path / "index.faiss")
+    (path / f"docs.{generation}.jsonl").rename(path / "docs.jsonl")
     (path / "meta.json").write_text(json.dumps(meta))
 
 
@@ -186,19 +190,25 @@ def test_checksums_catch_a_flipped_bit_and_old_indexes_still_load(tiny_dirs, tmp
     model = SentenceEncoder.from_pretrained(tiny_dirs[0])
     idx = VectorIndex.build(tmp_path / "idx", model, ["1", "2", "3"], CORPUS[:3], progress=False)
     meta = json.loads((idx.path / "meta.json").read_text())
-    for name in ("index.faiss", "docs.jsonl"):  # the recorded sums are those of the files on disk
-        assert meta["checksums"][name] == hashlib.sha256((idx.path / name).read_bytes()).hexdigest()
-    idx.add(model, ["4"], CORPUS[3:4])  # an add records the new sums
+    assert sorted(meta["checksums"]) == ["docs.1.jsonl", "index.1.faiss"] and meta["generation"] == 1
+    for name, digest in meta["checksums"].items():  # the recorded sums are those of the files on disk
+        assert digest == hashlib.sha256((idx.path / name).read_bytes()).hexdigest()
+    idx.add(model, ["4"], CORPUS[3:4])  # an add commits the next generation and removes the first
     assert len(VectorIndex.load(idx.path)) == 4
-    data = bytearray((idx.path / "index.faiss").read_bytes())
+    assert sorted(p.name for p in idx.path.iterdir()) == ["docs.2.jsonl", "index.2.faiss", "meta.json"]
+    data = bytearray((idx.path / "index.2.faiss").read_bytes())
     data[len(data) // 2] ^= 0x10  # one bit, in the middle of the vectors: faiss itself would read it happily
-    (idx.path / "index.faiss").write_bytes(bytes(data))
+    (idx.path / "index.2.faiss").write_bytes(bytes(data))
     with pytest.raises(BertforgeError) as err:
         VectorIndex.load(idx.path)
-    assert str(err.value) == (f"{idx.path / 'index.faiss'}: checksum mismatch, the file is damaged; rebuild with "
+    assert str(err.value) == (f"{idx.path / 'index.2.faiss'}: checksum mismatch, the file is damaged; rebuild with "
                               "bertforge index build")
-    _drop_checksums(idx.path)  # written before checksums existed: loads as before
+    _as_before_checksums(idx.path)  # written before checksums existed: loads as before
     assert len(VectorIndex.load(idx.path)) == 4
+    again = VectorIndex.load(idx.path)  # and its next save rewrites it in the numbered layout
+    again.add(model, ["5"], CORPUS[4:5])
+    assert sorted(p.name for p in idx.path.iterdir()) == ["docs.1.jsonl", "index.1.faiss", "meta.json"]
+    assert len(VectorIndex.load(idx.path)) == 5
 
 
 def test_index_build_checks_faiss_and_out_before_embedding(tiny_dirs, tmp_path):
@@ -251,11 +261,11 @@ def test_index_writers_exclude_each_other(tiny_dirs, tmp_path, capsys):
         assert main(["index", "add", "--index", str(out), "--corpus", str(more), "--no-progress"]) == 2
         assert f"{out} is in use by another bertforge run (pid {holder.pid})" in capsys.readouterr().err
         # a reader that meets a file replaced mid-add is told so, not that the index is damaged
-        (out / "docs.jsonl").write_text("being replaced\n")
+        (out / "docs.1.jsonl").write_text("being replaced\n")
         with pytest.raises(BertforgeError, match="another bertforge run is writing this index"):
             VectorIndex.load(out)
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
-    with pytest.raises(BertforgeError, match="docs.jsonl: checksum mismatch"):
+    with pytest.raises(BertforgeError, match="docs.1.jsonl: checksum mismatch"):
         VectorIndex.load(out)

@@ -150,11 +150,11 @@ def test_config_round_trips_and_reads_older_transformers_spellings():
 
 
 def test_unsupported_layouts_fail_with_one_line():
-    d = compose("modernbert", "tiny", vocab_size=50).to_hf_dict()
+    d = compose("modernbert", "tiny", vocab_size=50, pad_token_id=0).to_hf_dict()
     d["layer_types"] = ["sliding_attention", "full_attention"]
     with pytest.raises(BertforgeError, match="layer_types .* is not 'global every N layers'"):
         ModelConfig.from_hf_dict(d, source="x/config.json")
-    d = compose("modernbert", "tiny", vocab_size=50).to_hf_dict()
+    d = compose("modernbert", "tiny", vocab_size=50, pad_token_id=0).to_hf_dict()
     d["classifier_activation"] = "silu"
     with pytest.raises(BertforgeError, match="x/config.json: classifier_activation"):
         ModelConfig.from_hf_dict(d, source="x/config.json")

@@ -235,8 +235,7 @@ def test_resume_refuses_a_changed_option_or_data_naming_it(tmp_path):
 def test_existing_run_is_refused_unless_overwrite_which_clears_only_bertforge_runs(tmp_path):
     out = tmp_path / "run"
     with claim_output_dir(out, resume=False, overwrite=False, options={"lr": 1e-4}):
-        (out / "best").mkdir()
-        (out / "best" / "model.safetensors").write_bytes(b"good model")
+        atomic_write(out / "best" / "model.safetensors", lambda tmp: Path(tmp).write_bytes(b"good model"))
     with pytest.raises(BertforgeError) as err:
         claim_output_dir(out, resume=False, overwrite=False, options={"lr": 1e-4})
     assert str(err.value) == (f"--out {out} already holds an earlier run (best/); pass --resume "

@@ -225,19 +225,22 @@ def test_out_through_a_symlink_to_the_input_is_refused(model, tmp_path):
 def test_overwrite_deletes_only_files_bertforge_wrote(model, corpus, tmp_path):
     t = tmp_path / "tok"
     ok(cli("tokenizer", "train", "--corpus", corpus, "--out", t, "--vocab-size", "120"))
-    written = json.loads((t / MANIFEST_FILE).read_text())["written"]
-    assert written == sorted(p.name for p in t.iterdir() if p.name != MANIFEST_FILE)  # exactly its own files
+    written = json.loads((t / MANIFEST_FILE).read_text())["files"]
+    assert sorted(written) == sorted(p.name for p in t.iterdir() if p.name != MANIFEST_FILE)  # exactly its own files
+    for n in written:  # with each file's size and sha256
+        data = (t / n).read_bytes()
+        assert written[n] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, n
     (t / "thesis.txt").write_text("years of work\n")  # the user adds files afterwards
     (t / "src").mkdir()
     (t / "src" / "a.py").write_text("print('mine')\n")
     mine = {"thesis.txt": snapshot(t)["thesis.txt"], "src/a.py": snapshot(t)["src/a.py"]}
     proc = ok(cli("tokenizer", "train", "--corpus", corpus, "--out", t, "--kind", "bpe", "--vocab-size", "300",
                   "--overwrite"))
-    assert "kept src/, thesis.txt (not written by bertforge)" in proc.stderr
+    assert "kept src/, thesis.txt (not written by bertforge, or changed since)" in proc.stderr
     assert {k: snapshot(t)[k] for k in mine} == mine
     assert json.loads((t / "tokenizer.json").read_text())["model"]["type"] == "BPE"
     assert not (t / "vocab.txt").exists()  # the WordPiece run's own file went
-    assert "thesis.txt" not in json.loads((t / MANIFEST_FILE).read_text())["written"]
+    assert "thesis.txt" not in json.loads((t / MANIFEST_FILE).read_text())["files"]
 
     # the issue's folder: thesis.txt, src/ and a config.json, no manifest: quantize --overwrite keeps the first two
     d = tmp_path / "mine"
@@ -278,20 +281,24 @@ def test_prune_and_tokenizer_train_refuse_an_existing_out(model, corpus, tmp_pat
 # ---- 4. index add commits in one step -------------------------------------------------------------------------------
 KILLED_ADD = textwrap.dedent("""
     import os, signal, sys
-    import bertforge.embed.index as ix
     from bertforge.cli import main
 
     def die():
         os.kill(os.getpid(), signal.SIGKILL)
 
     point = sys.argv[1]
-    if point == "before-commit":  # both new files written, meta.json not yet switched
-        write = ix.atomic_write_text
-        ix.atomic_write_text = lambda path, text: die() if path.name == "meta.json" else write(path, text)
-    elif point == "after-commit":  # meta.json switched, the new files still under their .next names
-        ix._settle = lambda path: die()
-    elif point == "mid-rename":  # index.faiss renamed into place, docs.jsonl not yet
-        ix._settle = lambda path: (os.replace(path / "index.faiss.next", path / "index.faiss"), die())
+    replace, unlink = os.replace, os.unlink
+    removed = []
+    if point == "before-commit":  # the new generation's files written, meta.json not yet switched
+        os.replace = lambda a, b, **kw: die() if str(b).endswith("meta.json") else replace(a, b, **kw)
+    else:  # after-commit: meta.json switched, the old generation not yet removed; mid-cleanup: half removed
+        def unlink_then_die(path, **kw):
+            if "idx" in str(path) and not str(path).endswith(".tmp"):
+                removed.append(path)
+                if point == "after-commit" or len(removed) == 2:
+                    die()
+            return unlink(path, **kw)
+        os.unlink = unlink_then_die
     sys.exit(main(sys.argv[2:]))
 """)
 
@@ -307,7 +314,7 @@ def test_index_add_killed_at_any_step_leaves_the_old_or_the_new_index(model, tmp
     ok(cli("index", "build", "--model", model, "--corpus", first, "--out", idx, "--no-progress"))
     clean = tmp_path / "clean"
     shutil.copytree(idx, clean)
-    for point, expected in (("before-commit", 8), ("after-commit", 13), ("mid-rename", 13)):
+    for point, expected in (("before-commit", 8), ("after-commit", 13), ("mid-cleanup", 13)):
         shutil.rmtree(idx)
         shutil.copytree(clean, idx)
         proc = subprocess.run([sys.executable, "-c", KILLED_ADD, point, "index", "add", "--index", str(idx),
@@ -322,7 +329,12 @@ def test_index_add_killed_at_any_step_leaves_the_old_or_the_new_index(model, tmp
         proc = cli("index", "add", "--index", idx, "--corpus", more, "--no-progress")
         if expected == 8:  # the killed add never happened: it can simply be run again
             ok(proc)
-            assert len(VectorIndex.load(idx)) == 13 and not list(idx.glob("*.next"))
+            assert len(VectorIndex.load(idx)) == 13
+            # the killed add's files and temporaries are gone: one generation is left
+            assert sorted(p.name for p in idx.iterdir()) == [MANIFEST_FILE, "docs.2.jsonl", "index.2.faiss",
+                                                             "meta.json"]
+            assert sorted(json.loads((idx / MANIFEST_FILE).read_text())["files"]) == [  # the manifest follows
+                "docs.2.jsonl", "index.2.faiss", "meta.json"]
         else:  # it happened: the same documents again are refused by their ids, the index stays as it is
             assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
             assert len(VectorIndex.load(idx)) == 13

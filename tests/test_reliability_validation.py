@@ -99,12 +99,15 @@ def _with_config(src, dst, **fields):
 @pytest.mark.parametrize("fields,message", [
     (dict(num_hidden_layers=1), "num_hidden_layers is 1 but model.safetensors holds 2 layers (encoder.layer.0 .. "),
     (dict(num_hidden_layers=3), "num_hidden_layers is 3 but model.safetensors holds 2 layers"),
-    (dict(num_hidden_layers=100_000), "num_hidden_layers is 100000 but model.safetensors holds 2 layers"),
-    (dict(num_hidden_layers=-2), "num_hidden_layers must be at least 1, got -2"),
+    (dict(num_hidden_layers=100_000), "num_hidden_layers must be in 1..1024 (got 100000)"),  # config.checks
+    (dict(num_hidden_layers=-2), "num_hidden_layers must be in 1..1024 (got -2)"),
     (dict(hidden_size=65536, num_attention_heads=2), "hidden_size is 65536 but model.safetensors holds width 32"),
-    (dict(vocab_size=10**10), "vocab_size is 10000000000 but model.safetensors holds "),
-    (dict(max_position_embeddings=10**9), "max_position_embeddings is 1000000000 but model.safetensors holds 64 "),
-    (dict(intermediate_size=10**9), "intermediate_size is 1000000000 but model.safetensors holds no tensor"),
+    (dict(vocab_size=10**10), "vocab_size must be in 1..16777216 (got 10000000000)"),
+    (dict(vocab_size=10**6), "vocab_size is 1000000 but model.safetensors holds "),
+    (dict(max_position_embeddings=10**9), "max_position_embeddings must be in 1..1048576 (got 1000000000)"),
+    (dict(max_position_embeddings=4096), "max_position_embeddings is 4096 but model.safetensors holds 64 "),
+    (dict(intermediate_size=10**9), "intermediate_size must be in 1..262144 (got 1000000000)"),
+    (dict(intermediate_size=200_000), "intermediate_size is 200000 but model.safetensors holds no tensor"),
 ])
 def test_a_config_the_weights_do_not_have_is_refused_before_any_model_is_built(two_layers, tmp_path, monkeypatch,
                                                                                 fields, message):
@@ -241,9 +244,9 @@ def _sst2(path, n=8):
 def test_finetune_refuses_a_length_beyond_the_positions_and_a_head_of_another_task(two_layers, tmp_path):
     train = _sst2(tmp_path / "train.tsv")
     base = ["finetune", "--train", str(train), "--eval", str(train), "--max-steps", "1"]
-    one_line(cli(*base, "--model", str(two_layers), "--task", "sst2", "--max-seq-len", "100000",
+    one_line(cli(*base, "--model", str(two_layers), "--task", "sst2", "--max-seq-len", "1000",
                  "--out", str(tmp_path / "a")),
-             f"--max-seq-len 100000 is longer than the 64 positions of {two_layers}; use --max-seq-len 64 or less")
+             f"--max-seq-len 1000 is longer than the 64 positions of {two_layers}; use --max-seq-len 64 or less")
     # a model fine-tuned for SST-2 (what finetune writes into config.json), then asked for STS-B
     fr = _with_config(two_layers, tmp_path / "FR", bertforge_task={"name": "sst2", "kind": "classify"},
                       id2label={"0": "0", "1": "1"}, label2id={"0": 0, "1": 1})
@@ -327,16 +330,21 @@ def test_index_build_on_a_full_disk_is_one_line_and_leaves_no_folder(two_layers,
     out = tmp_path / "idx"
     proc = cli("index", "build", "--model", str(two_layers), "--corpus", str(corpus), "--out", str(out),
                "--no-progress", preexec_fn=small_disk)
-    one_line(proc, f"{out / 'index.faiss'}", "cannot write: File too large")  # index.faiss.next until committed
+    one_line(proc, f"{out / 'index.1.faiss'}", "cannot write: File too large")
     assert not out.exists()
 
 
 @pytest.mark.parametrize("fields,message", [
     (dict(num_layers=3), "encoder_layers is 3 but model.safetensors holds 1 encoder layers"),
-    (dict(num_decoder_layers=100_000), "decoder_layers is 100000 but model.safetensors holds 1 decoder layers"),
-    (dict(vocab_size=10**10), "vocab_size is 10000000000 but model.safetensors holds no tensor with a dimension"),
+    (dict(num_decoder_layers=100), "decoder_layers is 100 but model.safetensors holds 1 decoder layers"),
+    (dict(num_decoder_layers=100_000), "num_decoder_layers must be in 1..1024 (got 100000)"),  # config.checks
+    (dict(vocab_size=10**10), "vocab_size must be in 1..16777216 (got 10000000000)"),
+    (dict(vocab_size=10**6), "vocab_size is 1000000 but model.safetensors holds no tensor with a dimension"),
     (dict(d_model=65536), "d_model is 65536 but model.safetensors holds no tensor"),
-    (dict(num_layers=-2), "encoder_layers must be at least 1"),
+    (dict(num_layers=-2), "num_layers must be in 1..1024 (got -2)"),
+    (dict(dropout_rate=7), "dropout_rate must be between 0 and 1 (got 7)"),
+    (dict(layer_norm_epsilon="abc"), "layer_norm_epsilon must be a number (got 'abc')"),
+    (dict(pad_token_id=10**6), "pad_token_id is 1000000, past the vocabulary"),
 ])
 def test_an_encoder_decoder_config_the_weights_do_not_have_is_refused_before_any_model_is_built(
         tmp_path, monkeypatch, fields, message):

@@ -211,7 +211,7 @@ def test_compose_and_presets():
     (dict(model_type="bart", normalize_before=True), "bart with normalize_before=True is not supported"),
     (dict(model_type="t5", is_encoder_decoder=False), "t5 with is_encoder_decoder=False is not supported"),
     (dict(model_type="t5", feed_forward_proj="gated-gelu-x"), "feed_forward_proj 'gated-gelu-x'"),
-    (dict(model_type="t5", eos_token_id=[1, 2]), "eos_token_id [1, 2]"),
+    (dict(model_type="t5", eos_token_id=[1, 2]), "eos_token_id must be a whole number (got [1, 2])"),
     (dict(model_type="t5", d_model=None), "missing field 'd_model'"),
     (dict(model_type="mt5"), "model_type 'mt5' is not an encoder-decoder bertforge reads"),
 ])

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Iterator
 
 from bertforge.commands.needs import check_needs
-from bertforge.commands.options import add_revision_args, apply_config_file, resolve_model_args
+from bertforge.commands.options import CONFIG_DEST, add_revision_args, apply_config_file, resolve_model_args
 from bertforge.errors import BertforgeError
 from bertforge.io.write import is_write_failure, write_failure_reason
 from bertforge.io.rundir import check_not_an_input, protect_inputs
@@ -61,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Options that name what a verb writes, and how an option that names something it reads is recognised: a path
 # metavar, or one of the usual input names (for options declared without a metavar, e.g. distill's --student).
-OUTPUT_DESTS = ("out",)
+# --config FILE is no input here: it is read whole before the verb starts (so OUT/run_options.json may be given
+# back to the run it came from), and its values are checked as the verb's options.
+OUTPUT_DESTS = ("out", "logging_dir")
 PATH_METAVARS = ("DIR", "FILE", "PATH", "D", "IDX")
 INPUT_DESTS = ("model", "teacher", "student", "student_init", "init_from", "tokenizer", "corpus", "data", "train",
                "eval", "input", "index", "heldout_corpus", "downstream", "rerank")
@@ -80,7 +82,7 @@ def input_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     """The options of a verb that name files or folders it reads (every one but the output)."""
     found = []
     for a in parser._actions:
-        if a.dest in OUTPUT_DESTS or a.choices is not None or a.type not in (None, str) or a.nargs == 0:
+        if a.dest in (*OUTPUT_DESTS, CONFIG_DEST) or a.choices is not None or a.type not in (None, str) or a.nargs == 0:
             continue
         metavar = a.metavar if isinstance(a.metavar, str) else ""
         if metavar.split("=")[-1].strip("[]") in PATH_METAVARS or a.dest in INPUT_DESTS:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertforge.config.positions import check_length, position_limit
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder, ModelFolder
 from bertforge.tokenization import Tokenizer
@@ -45,11 +46,14 @@ def token_strings(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
 
 def attention_maps(encoder: Encoder, tokenizer: Tokenizer, text: str, pair: str | None = None,
                    max_length: int | None = None) -> AttentionMaps:
-    """Every layer's and head's attention probabilities for one text (pair). Longer inputs are truncated to the
-    model's maximum (and said so in the log and in `truncated`)."""
+    """Every layer's and head's attention probabilities for one text (pair). Longer inputs are truncated to
+    `max_length` (beyond the model's positions: refused), by default the model's maximum (and said so in the log
+    and in `truncated`)."""
     if not text.strip():
         raise BertforgeError("--text is empty")
-    limit = min(max_length or encoder.config.max_position_embeddings, encoder.config.max_position_embeddings)
+    if max_length is not None:
+        check_length(max_length, encoder.config, "the model", "--max-length")
+    limit = max_length or position_limit(encoder.config) or encoder.config.max_position_embeddings
     full = tokenizer(text, pair, max_length=10 ** 6, truncation=False)["input_ids"].shape[1]
     enc = tokenizer(text, pair, max_length=limit)
     truncated = full > enc["input_ids"].shape[1]

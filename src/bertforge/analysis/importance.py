@@ -42,6 +42,7 @@ def load_task_data(model_dir: Any, task: str, data: Any, split: str = "dev", dat
     is read (the other of train and dev where it has no such split); columns not named are the model's own where
     the data has them."""
     from bertforge.model.folder import ModelFolder
+    from bertforge.tasks.finetune import fit_task_length
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
     from bertforge.tasks.models import load_task_model
@@ -53,6 +54,7 @@ def load_task_data(model_dir: Any, task: str, data: Any, split: str = "dev", dat
         raise BertforgeError(f"{path}: this model was fine-tuned for {saved.get('name')!r} "
                              f"({saved.get('kind')}), not --task {task!r}")
     kind = kind_from_saved(path, saved, labels, text_col, text_pair_col, label_col)
+    fit_task_length(kind, folder, flag=None)  # the length its config.json records must fit its positions
     other = "train" if split != "train" else "dev"
     source = kind.split_source(data, split, data_config)
     if source is None:

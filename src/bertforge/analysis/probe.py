@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from bertforge.config.positions import fit_length
 from bertforge.errors import BertforgeError
 from bertforge.io.tables import open_table, text_value, value
 from bertforge.model import Encoder
@@ -158,6 +159,7 @@ def probe(encoder: Encoder, tokenizer: Tokenizer, task: str, train: list, test: 
           progress: bool = True) -> ProbeResult:
     """Per-layer probe accuracy of `encoder` on (train, test) items, with the random-init and majority controls."""
     sentence = task == "sst2"
+    max_length = fit_length(max_length, encoder.config)  # a default: never past the model's positions
     results = []
     models = [("model", encoder)] + ([("control", random_like(encoder, seed))] if control else [])
     y_train = y_test = []

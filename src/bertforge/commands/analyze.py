@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from bertforge.commands.bounds import COUNT
+from bertforge.commands.bounds import COUNT, LENGTH
 from bertforge.commands.needs import Need
 from bertforge.commands.options import add_overwrite_arg, add_progress_arg, add_seed_arg, device_of
 from bertforge.device import add_device_args
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--out", required=True, metavar="F.png|F.html")
     a.add_argument("--layers", type=_ints, help="comma-separated layers (default all)")
     a.add_argument("--heads", type=_ints, help="comma-separated heads (default all)")
-    a.add_argument("--max-length", type=COUNT, help="truncate longer inputs (default the model's maximum)")
+    a.add_argument("--max-length", type=LENGTH, help="truncate longer inputs (default the model's maximum)")
     add_device_args(a, None)
     a.set_defaults(func=attention_command, needs=lambda args: _plot_needs(args, "analyze attention"))
 
@@ -48,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_input_split_args(h)
     h.add_argument("--out", required=True, metavar="DIR")
     h.add_argument("--max-sentences", type=COUNT, default=1000)
-    h.add_argument("--max-length", type=COUNT, default=128)
+    h.add_argument("--max-length", type=LENGTH, metavar="N",
+                   help="truncate longer sentences (default: 128, or the model's positions if fewer; longer than "
+                        "its positions is refused)")
     h.add_argument("--js-sentences", type=COUNT, default=200, help="sentences for the JS distances (default 200)")
     h.add_argument("--clusters", type=COUNT, default=8)
     h.add_argument("--batch-size", type=COUNT, default=32)
@@ -130,12 +132,12 @@ def _write_json(path: Path, record: dict) -> None:
     atomic_write_text(path, json.dumps(record, indent=1) + "\n")
 
 
-def _load_encoder(args: argparse.Namespace):
-    """The encoder (eager attention) and tokenizer of --model, on --device."""
+def _load_encoder(args: argparse.Namespace, folder=None):
+    """The encoder (eager attention) and tokenizer of --model (`folder`: its opened model folder), on --device."""
     from bertforge.analysis.attention import load_encoder
     from bertforge.device import move_model
 
-    encoder, tok = load_encoder(args.model)
+    encoder, tok = load_encoder(folder or args.model)
     return move_model(encoder, device_of(args), f"--model {args.model}"), tok
 
 
@@ -180,14 +182,21 @@ def attention_command(args: argparse.Namespace) -> int:
 
 def heads_command(args: argparse.Namespace) -> int:
     from bertforge.analysis.head_statistics import head_statistics, plot_clusters, plot_statistics
+    from bertforge.config.positions import check_length, fit_length
     from bertforge.io.tables import read_texts, single_source
+    from bertforge.model.folder import ModelFolder
 
     texts = read_texts(single_source(args.input, args.data_split, args.data_config), args.text_col)
     sentences = [t.strip() for t in texts if t.strip()][:args.max_sentences]
+    folder = ModelFolder.open(args.model)
+    length = args.max_length or 128
+    if folder.model_config is not None:  # the positions rule, before the model is loaded
+        length = check_length(args.max_length, folder.model_config, args.model, "--max-length") \
+            if args.max_length else fit_length(128, folder.model_config)
     with _claim(args):
-        encoder, tok = _load_encoder(args)
+        encoder, tok = _load_encoder(args, folder)
         start = time.perf_counter()
-        stats = head_statistics(encoder, tok, sentences, args.batch_size, args.max_length, args.js_sentences,
+        stats = head_statistics(encoder, tok, sentences, args.batch_size, length, args.js_sentences,
                                 args.clusters, progress=args.progress)
         seconds = time.perf_counter() - start
         out = Path(args.out)

@@ -78,5 +78,16 @@ def int_range(low: int, high: int) -> Number:
     return Number(True, low, high, what=f"in {low}..{high}")
 
 
+# Optimizer steps: the longest published pretraining runs take about 10^6 steps (BERT 1M, ELECTRA-Large 4M at
+# most); 10^9 is a thousand times that (11 days at 1 ms a step). Far beyond it a warm-up / decay schedule never
+# leaves its first steps: --max-steps 1e26 trains at lr ~1e-27, forever.
+STEPS = int_range(1, 10**9)
+# Epochs: fine-tuning runs 2-10; 10^6 leaves room for tiny data sets while refusing "forever".
+EPOCHS = Number(False, 0, 10**6, open_low=True, what="in (0, 1000000]")
+# A sequence length in tokens: 16x the longest published encoder inputs (Longformer / BigBird 4096, ModernBERT
+# 8192); a learned position table of width 768 holds 200 MB at the bound (at 1e12: 3 PB).
+LENGTH = int_range(1, 1 << 16)
+
+
 # torch's TorchScript ONNX exporter (dynamo=False) writes opsets up to 20; attention needs 14 and up
 OPSET = int_range(14, 20)

@@ -10,7 +10,7 @@ from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_p
                                         add_tracking_args, tracking)
 from bertforge.commands.data_options import add_column_args, add_corpus_column_arg, add_data_args
 from bertforge.device import TRAINING_PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, COUNT0, FRACTION, NONNEG, OPEN_FRACTION, POSITIVE
+from bertforge.commands.bounds import COUNT, COUNT0, EPOCHS, FRACTION, LENGTH, NONNEG, OPEN_FRACTION, POSITIVE, STEPS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--random-init", action="store_true", help="the same student shape, randomly initialised "
                                                               "(the from-scratch baseline)")
     budget = g.add_mutually_exclusive_group(required=True)
-    budget.add_argument("--max-steps", type=COUNT)
+    budget.add_argument("--max-steps", type=STEPS)
     budget.add_argument("--time-budget", metavar="DUR", help="wall clock, e.g. 30m, 1h")
     g.add_argument("--alpha-ce", type=NONNEG, default=5.0)
     g.add_argument("--alpha-mlm", type=NONNEG, default=2.0)
@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--temperature", type=POSITIVE, default=2.0)
     g.add_argument("--ce-positions", choices=("all", "masked"), default="all",
                    help="where the soft loss is taken: every real token (DistilBERT) or the masked ones")
-    g.add_argument("--seq-len", type=COUNT, default=128)
+    g.add_argument("--seq-len", type=LENGTH, metavar="N",
+                   help="block length (default: 128, or the teacher's positions if fewer; longer is refused)")
     g.add_argument("--batch-size", type=COUNT, default=32)
     g.add_argument("--lr", type=POSITIVE, default=5e-4)
     g.add_argument("--max-blocks", type=COUNT, help="use at most this many blocks of the corpus")
@@ -69,11 +70,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                          "pretrained encoder DIR with the teacher's vocabulary")
     t.add_argument("--alpha", type=FRACTION, default=0.5, help="weight of the soft loss; 1 - alpha on the labels")
     t.add_argument("--temperature", type=POSITIVE, default=2.0)
-    t.add_argument("--epochs", type=POSITIVE, default=3.0)
-    t.add_argument("--max-steps", type=COUNT)
+    t.add_argument("--epochs", type=EPOCHS, default=3.0)
+    t.add_argument("--max-steps", type=STEPS)
     t.add_argument("--lr", type=POSITIVE, help="default 5e-5 (transformer), 1e-3 (bilstm)")
     t.add_argument("--batch-size", type=COUNT, default=32)
-    t.add_argument("--max-seq-len", type=COUNT)
+    t.add_argument("--max-seq-len", type=LENGTH)
     t.add_argument("--train-limit", type=COUNT, help="first N training examples")
     t.add_argument("--limit", type=COUNT, dest="eval_limit", help="first N evaluation examples")
     add_column_args(t, "classify/regress: ")

@@ -10,7 +10,7 @@ from bertforge.commands.needs import Need, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
                                         add_tracking_args, device_of, tracking)
 from bertforge.device import PRECISIONS, TRAINING_PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, POSITIVE
+from bertforge.commands.bounds import COUNT, EPOCHS, POSITIVE, STEPS
 from bertforge.commands.data_options import add_column_args, add_input_split_args
 from bertforge.errors import BertforgeError
 
@@ -45,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "layouts in docs/embeddings.md")
     p.add_argument("--out", required=True, metavar="DIR", help="where the trained model goes")
     p.add_argument("--loss", default="cosine", choices=("cosine", "softmax", "triplet", "mnrl"))
-    p.add_argument("--epochs", type=POSITIVE, default=1.0)
-    p.add_argument("--max-steps", type=COUNT, help="stop after this many steps (overrides --epochs)")
+    p.add_argument("--epochs", type=EPOCHS, default=1.0)
+    p.add_argument("--max-steps", type=STEPS, help="stop after this many steps (overrides --epochs)")
     p.add_argument("--batch-size", type=COUNT, default=16)
     p.add_argument("--lr", type=POSITIVE, default=2e-5)
     p.add_argument("--pooling", choices=POOLINGS, help="pooling for a plain HF dir (default mean)")
@@ -304,13 +304,13 @@ def index_build(args: argparse.Namespace) -> int:
 
 def index_add(args: argparse.Namespace) -> int:
     from bertforge.embed.index import VectorIndex, require_faiss
-    from bertforge.io.rundir import lock_dir
+    from bertforge.io.rundir import lock_and_record
 
     require_faiss()
     device_of(args)
     if not Path(args.index).is_dir():
         raise BertforgeError(f"--index {args.index}: not an index directory")
-    lock = lock_dir(args.index, what="--index")  # load, add and save as one step: no lost update
+    lock = lock_and_record(args.index, what="--index")  # load, add and save as one step: no lost update
     try:
         index = VectorIndex.load(args.index)
         ids, texts = _corpus(args)

@@ -10,7 +10,7 @@ from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_p
                                         add_tracking_args, tracking)
 from bertforge.commands.data_options import add_column_args, add_data_args, add_input_split_args
 from bertforge.device import INFERENCE_PRECISIONS, TRAINING_PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, FRACTION, NONNEG, POSITIVE
+from bertforge.commands.bounds import COUNT, EPOCHS, FRACTION, LENGTH, NONNEG, POSITIVE, STEPS
 from bertforge.errors import BertforgeError
 
 TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
@@ -36,7 +36,7 @@ def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
         p.add_argument("--train", metavar="FILE", help="training file (instead of finding it in --data)")
     p.add_argument("--eval", metavar="FILE", help="evaluation file (instead of finding it in --data)")
     add_column_args(p, "classify/regress: ")
-    p.add_argument("--max-seq-len", type=COUNT, metavar="N",
+    p.add_argument("--max-seq-len", type=LENGTH, metavar="N",
                    help="tokens per input (default: 128; SQuAD 384; seq2seq sources 512)")
     p.add_argument("--source-col", default="source", metavar="COL", help="seq2seq: source column (default: source)")
     p.add_argument("--target-col", default="target", metavar="COL", help="seq2seq: target column (default: target)")
@@ -67,8 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "best_metrics.json), OUT/checkpoints, metrics.jsonl, results.json; with --runs OUT/run-K")
     _data_args(ft, train=True)
     length = ft.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=POSITIVE, default=3.0, metavar="N", help="epochs (default: 3)")
-    length.add_argument("--max-steps", type=COUNT, metavar="N", help="optimizer steps instead of epochs")
+    length.add_argument("--epochs", type=EPOCHS, default=3.0, metavar="N", help="epochs (default: 3)")
+    length.add_argument("--max-steps", type=STEPS, metavar="N", help="optimizer steps instead of epochs")
     ft.add_argument("--lr", type=POSITIVE, help="peak learning rate (default: 3e-5, try 2e-5..5e-5; seq2seq with a T5 "
                     "model: 1e-4)")
     ft.add_argument("--batch-size", type=COUNT, default=32, metavar="N", help="training batch size (default: 32)")
@@ -79,6 +79,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="repeat with seeds SEED..SEED+N-1 and report median and spread of the main metric; OUT gets "
                          "the best run's model")
     ft.add_argument("--train-limit", type=COUNT, metavar="N", help="use only the first N training examples")
+    ft.add_argument("--labels", type=lambda s: tuple(t for t in s.split(",") if t), default=(), metavar="TYPE,...",
+                    help="tagging: entity types the data may use besides conll's LOC, MISC, ORG, PER (with --task "
+                         "tag: the only ones; without: any)")
     ft.add_argument("--freeze", action="store_true",
                     help="feature-based mode: frozen encoder, only the head trains (classify/regress/tag)")
     ft.add_argument("--features", default="concat_last4",
@@ -158,7 +161,8 @@ def _config(args: argparse.Namespace, model: str, out: str):
     if args.func is run_finetune:
         kw.update(epochs=args.epochs, max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size,
                   warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, seed=args.seed, runs=args.runs,
-                  train_limit=args.train_limit, freeze=args.freeze, features=args.features, head=args.head,
+                  train_limit=args.train_limit, labels=args.labels, freeze=args.freeze, features=args.features,
+                  head=args.head,
                   precision=args.precision, group_by_length=args.group_by_length, resume=args.resume,
                   doc_stride=args.doc_stride, max_query_length=args.max_query_length, **tracking(args))
     return FinetuneConfig(**kw)

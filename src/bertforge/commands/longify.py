@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.commands.bounds import COUNT
+from bertforge.commands.bounds import COUNT, LENGTH
 from bertforge.commands.options import add_overwrite_arg
 from bertforge.errors import BertforgeError
 
@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "pretrain --init-from OUT --seq-len N` (MLM on long sequences).")
     p.add_argument("--model", required=True, metavar="DIR", help="a bert or roberta checkpoint (with or without "
                    "its MLM head)")
-    p.add_argument("--max-length", required=True, type=COUNT, metavar="N", help="longest input in tokens, e.g. 4096")
+    p.add_argument("--max-length", required=True, type=LENGTH, metavar="N", help="longest input in tokens, e.g. 4096")
     p.add_argument("--out", required=True, metavar="D", help="output directory (LongformerForMaskedLM layout)")
     p.add_argument("--attention-window", type=COUNT, default=512, metavar="W",
                    help="window per layer, even: each token sees W/2 tokens either side (default 512)")

@@ -148,12 +148,14 @@ def _verb_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpar
 
 
 def _config_path(argv: Sequence[str]) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--config="):
-            return arg.split("=", 1)[1]
-    return None
+    """The one --config FILE of argv (None: none); a second is refused (merge the files into one: which of two
+    would win for a key both hold is no rule a reader of the command can see)."""
+    paths = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--config" and i + 1 < len(argv)]
+    paths += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+    if len(paths) > 1:
+        raise BertforgeError(f"--config is given {len(paths)} times ({', '.join(paths)}); give one file (merge "
+                             "their options into it)")
+    return paths[0] if paths else None
 
 
 def read_config_file(path: str) -> dict[str, Any]:

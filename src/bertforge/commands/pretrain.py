@@ -9,7 +9,7 @@ from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_p
                                         add_tracking_args, device_of, tracking)
 from bertforge.commands.data_options import add_corpus_column_arg
 from bertforge.device import TRAINING_PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, FRACTION, OPEN_FRACTION, POSITIVE
+from bertforge.commands.bounds import COUNT, FRACTION, LENGTH, OPEN_FRACTION, POSITIVE, STEPS
 from bertforge.errors import BertforgeError
 
 ABLATE_OUT = "runs/ablation"
@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--tokenizer", metavar="DIR", help="use this tokenizer instead of training one")
     pre.add_argument("--vocab-size", type=COUNT, metavar="N",
                      help="vocabulary of the trained tokenizer (default: 8192 for stdlib docs, else 30522)")
-    pre.add_argument("--max-steps", type=COUNT, metavar="N", help="optimizer steps")
+    pre.add_argument("--max-steps", type=STEPS, metavar="N", help="optimizer steps")
     pre.add_argument("--time-budget", metavar="DUR",
                      help="wall-clock training budget, e.g. 90s, 30m, 1h (default: 3m when no --max-steps)")
     pre.add_argument("--out", metavar="DIR", help="output directory (default: runs/pretrain-RECIPE)")
@@ -102,7 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "held-out MLM accuracy (ablation.md, .json, .png). --list shows the tables and arms.")
     abl.add_argument("--table", nargs="+", metavar="NAME",
                      help="bert, roberta, albert, electra, spanbert or all (several allowed)")
-    abl.add_argument("--steps", type=COUNT, metavar="N",
+    abl.add_argument("--steps", type=STEPS, metavar="N",
                      help="--table: the same number of pretraining steps per arm instead of the same --budget")
     abl.add_argument("--seeds", type=COUNT, default=2, metavar="N", help="--table: seeds per arm (default: 2)")
     abl.add_argument("--downstream", default=str(Path("..") / "shared" / "data"), metavar="DIR",
@@ -120,7 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="subset of arms (default: all; see `bertforge ablate --list`)")
     abl.add_argument("--list", action="store_true", help="list the arms and exit")
     abl.add_argument("--size", choices=SIZE_NAMES, default="bert-mini", help="model size (default: bert-mini)")
-    abl.add_argument("--seq-len", type=COUNT, default=128, metavar="N")
+    abl.add_argument("--seq-len", type=LENGTH, default=128, metavar="N")
     abl.add_argument("--batch-size", type=COUNT, default=32, metavar="N")
     abl.add_argument("--budget", default="2m", metavar="DUR", help="training wall clock per arm (default: 2m)")
     abl.add_argument("--vocab-size", type=COUNT, metavar="N", help="tokenizer vocabulary (default: 8192)")
@@ -161,7 +161,7 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules)
     p.add_argument("--schedule", choices=schedules,
                    help="learning-rate schedule: linear = warm-up + linear decay (default), wsd = warm-up, stable, "
                         "1-sqrt decay over the last 20%% (modern)")
-    p.add_argument("--seq-len", type=COUNT, metavar="N",
+    p.add_argument("--seq-len", type=LENGTH, metavar="N",
                    help="sequence length (default: 128; 64 for the built-in demo corpus)")
     p.add_argument("--batch-size", type=COUNT, default=32, metavar="N", help="batch size per process (default: 32)")
     p.add_argument("--lr", type=POSITIVE,

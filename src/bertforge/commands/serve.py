@@ -6,7 +6,7 @@ import os
 import sys
 
 from bertforge.device import PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, NONNEG, PORT
+from bertforge.commands.bounds import COUNT, NONNEG, PORT, POSITIVE
 from bertforge.commands.needs import of_extra
 from bertforge.errors import BertforgeError
 
@@ -34,6 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-inputs", type=COUNT, default=128, metavar="N", help="inputs per request (default 128)")
     p.add_argument("--max-body-bytes", type=COUNT, default=8 << 20, metavar="N",
                    help="request body size limit, with or without Content-Length (default 8 MiB; more: 413)")
+    p.add_argument("--read-timeout", type=POSITIVE, default=30.0, metavar="S",
+                   help="a request's headers, then its body, must arrive within S seconds (default 30; slower: "
+                        "408 and the connection closed)")
+    p.add_argument("--max-connections", type=COUNT, default=512, metavar="N",
+                   help="open connections at once (default 512; one more: 503 and closed)")
     p.add_argument("--api-key", metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on every route but /health (default: "
                         "$BERTFORGE_API_KEY; neither given, or that variable empty: no authentication)")
@@ -61,6 +66,7 @@ def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
 
     from bertforge.serve import ServeOptions, create_app, load_models
+    from bertforge.serve.limits import bounded_protocol
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -69,10 +75,12 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"bertforge serve: {m.name} ({m.path}): {', '.join(m.tasks)}", file=sys.stderr)
     print(f"bertforge serve: authentication {'on (Bearer key)' if api_key else 'off (no --api-key)'}",
           file=sys.stderr)
-    app = create_app(models, ServeOptions(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_inputs,
-                                          args.max_body_bytes, api_key, args.batches_in_flight))
+    opts = ServeOptions(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_inputs, args.max_body_bytes,
+                        api_key, args.batches_in_flight, args.read_timeout, args.max_connections)
+    app = create_app(models, opts)
     # uvicorn handles SIGTERM/SIGINT: it stops accepting, lets in-flight requests finish, then the app's
-    # lifespan drains the batcher's queue
+    # lifespan drains the batcher's queue. Its protocol gets the connection cap and the header deadline.
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                access_log=args.log_level == "debug", timeout_graceful_shutdown=None)  # a line per request: noise
+                access_log=args.log_level == "debug", timeout_graceful_shutdown=None,  # a line per request: noise
+                http=bounded_protocol(opts.read_timeout_s, opts.max_connections))
     return 0

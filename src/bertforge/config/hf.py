@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
+from bertforge.config.checks import check_fields
 from bertforge.errors import BertforgeError
 from bertforge.families import ENCODER_DECODER, FAMILIES, Family
 from bertforge.io.read import read_json, safetensors_shapes
@@ -69,6 +70,7 @@ class HFConfig:
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> Any:
         """The config a config.json dict describes; one line naming `source` and the field for what is wrong."""
+        check_fields(d, source)  # every field's type and range (config.checks), before the family reads them
         model_type = d.get("model_type")
         if model_type not in cls.families():
             raise BertforgeError(f"{source}: model_type {model_type!r} is not {cls.what} bertforge reads "

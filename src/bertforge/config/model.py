@@ -223,15 +223,18 @@ class ModelConfig(HFConfig):
                     refuse("embedding_size" if factorised else "hidden_size", f"width {shape[1]} ({name})")
             if _POSITIONS.search(name) and len(shape) == 2 and shape[0] != self.max_position_embeddings:
                 refuse("max_position_embeddings", f"{shape[0]} positions ({name})")
+            if _TOKEN_TYPES.search(name) and len(shape) == 2 and shape[0] != self.type_vocab_size:
+                refuse("type_vocab_size", f"{shape[0]} token types ({name})")
         counts = layer_counts(shapes, _LAYER_INDEX)
         if self.share_layers == "none" and counts and self.num_hidden_layers not in counts.values():
             prefix, count = max(counts.items(), key=lambda kv: kv[1])
             refuse("num_hidden_layers", f"{count} layers ({prefix}.0 .. {prefix}.{count - 1})")
 
 
-# A learned table's name in any family's file: word / position embeddings, and the index of a layer.
+# A learned table's name in any family's file: word / position / token-type embeddings, and the index of a layer.
 _WORDS = re.compile(r"(^|\.)(word_embeddings?|wte|tok_embeddings)\.weight$")
 _POSITIONS = re.compile(r"(^|\.)(position_embeddings|wpe)\.weight$")
+_TOKEN_TYPES = re.compile(r"(^|\.)token_type_embeddings\.weight$")
 _LAYER_INDEX = re.compile(r"^(.*?(?:^|\.)(?:layer|layers|h))\.(\d+)\.")
 
 

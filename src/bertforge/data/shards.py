@@ -32,7 +32,7 @@ from tokenizers import Tokenizer as Backend
 
 from bertforge.data.corpus import corpus_bytes, find_files, iter_documents, split_sentences
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write, atomic_write_text
+from bertforge.io.write import atomic_write, atomic_write_text, note_written
 from bertforge.tokenization import Tokenizer
 
 FORMAT = "bertforge-shards"
@@ -203,6 +203,8 @@ class _ShardWriter:
         _atomic_save_npy(Path(f"{base}.doc_hash.npy"), np.concatenate(self._doc_hash))
         os.replace(f"{base}.ids.bin.tmp", f"{base}.ids.bin")
         os.replace(f"{base}.word_start.bin.tmp", f"{base}.word_start.bin")
+        note_written(f"{base}.ids.bin")
+        note_written(f"{base}.word_start.bin")
         self.shards.append({"name": self.name, "num_tokens": self.tokens, "num_sentences": len(sent_lens),
                             "num_documents": len(doc_sents)})
         self._open = False

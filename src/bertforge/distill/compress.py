@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write, atomic_write_text, write_errors, write_json
+from bertforge.io.write import atomic_write, atomic_write_text, note_written, write_errors, write_json
 from bertforge.model import INT8_WEIGHTS, QUANT_FIELD, for_inference, save_int8
 from bertforge.model.folder import ModelFolder
 from bertforge.model.int8 import INT8_SCHEME, WEIGHT_RANGE
@@ -270,6 +270,7 @@ def _write_onnx(src: Path, out: Path, wrapper, args, names, axes, expected, kind
         raise BertforgeError(f"--model {src}: the ONNX graph differs from PyTorch by {diff:.2e} "
                              f"(> {PARITY_TOL}); not written")
     os.replace(tmp, out / "model.onnx")
+    note_written(out / "model.onnx")
     record: dict[str, Any] = {"kind": kind, "format": "onnx", "opset": opset, "inputs": list(feeds),
                               "outputs": names, "fp32_max_abs_diff": diff, "fused_nodes": fused}
     if int8:
@@ -289,4 +290,5 @@ def _write_onnx(src: Path, out: Path, wrapper, args, names, axes, expected, kind
         record["int8_mean_cosine"] = float(np.mean(np.sum(e0 * q0, 1) / (np.linalg.norm(e0, axis=1)
                                                                         * np.linalg.norm(q0, axis=1))))
         os.replace(qtmp, out / "model.int8.onnx")
+        note_written(out / "model.int8.onnx")
     return record

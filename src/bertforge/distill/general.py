@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertforge.config.positions import check_length, fit_length
 from bertforge.data.corpus import iter_documents
 from bertforge.data.dataset import Collator
 from bertforge.data.masking import Masker
@@ -36,6 +37,9 @@ from bertforge.model.folder import ModelFolder
 from bertforge.model.heads import MaskedLM
 from bertforge.io.rundir import claim_output_dir
 from bertforge.tokenization import Tokenizer
+
+
+DEFAULT_SEQ_LEN = 128
 
 
 @dataclass
@@ -51,7 +55,7 @@ class GeneralDistillConfig:
     alpha_cos: float = 1.0
     temperature: float = 2.0
     ce_positions: str = "all"  # all (DistilBERT) | masked (cheaper: the vocabulary projection at 15 % of tokens)
-    seq_len: int = 128
+    seq_len: int | None = None  # None: 128, or the teacher's positions if fewer
     batch_size: int = 32
     lr: float = 5e-4
     max_steps: int | None = None
@@ -185,10 +189,16 @@ def distill_general(cfg: GeneralDistillConfig) -> dict[str, Any]:
     if student_folder is not None:
         check_same_vocab(tok, teacher_dir, student_folder)
     teacher = MaskedLM.from_pretrained(teacher_folder)
+    # the positions rule: trained (and recorded) at the length asked for, or refused; the default fits the teacher
+    if cfg.seq_len is None:
+        cfg.seq_len = fit_length(DEFAULT_SEQ_LEN, teacher.config)
+    check_length(cfg.seq_len, teacher.config, teacher_dir, "--seq-len")
+    if student_folder is not None and student_folder.model_config is not None:
+        check_length(cfg.seq_len, student_folder.model_config, cfg.student_init, "--seq-len")
     if tok.vocab_size != teacher.config.vocab_size:
         raise BertforgeError(f"--teacher {teacher_dir}: its tokenizer has {tok.vocab_size} pieces but the model "
                              f"{teacher.config.vocab_size}")
-    seq_len = min(cfg.seq_len, teacher.config.max_position_embeddings)
+    seq_len = cfg.seq_len
     blocks = pack_corpus(cfg.corpus, tok, seq_len, cfg.max_blocks, cfg.text_col)
     if len(blocks) < (1 if cfg.heldout_corpus else 2):
         raise BertforgeError(f"--corpus: too little text ({len(blocks)} block of {cfg.seq_len} pieces)")

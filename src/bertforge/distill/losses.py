@@ -70,10 +70,18 @@ class TeacherCache:
 
     `fn(indices)` computes a batch of outputs for the given example indices (each row its own tensor, padding
     trimmed); `get(keys, indices)` returns them in order, computing the missing ones in one call. `calls` and
-    `computed` count teacher batches and rows (the tests check each unique input is computed once)."""
+    `computed` count teacher batches and rows (the tests check each unique input is computed once).
 
-    def __init__(self, fn: Callable[[list[int]], list[torch.Tensor]]):
-        self.fn = fn
+    `block` (the keys being the indices 0..total-1): a missing index brings in its whole block of `block`
+    consecutive indices, in one call. Every row is then computed in the same company (the same padding, the same
+    matrix shapes) whichever training batch first asked for it, so its logits do not depend on the order of the
+    batches: a run resumed with an empty cache reproduces the uninterrupted run's losses bit for bit."""
+
+    def __init__(self, fn: Callable[[list[int]], list[torch.Tensor]], block: int | None = None,
+                 total: int | None = None):
+        if block is not None and total is None:
+            raise ValueError("a blocked TeacherCache needs the number of rows (total)")
+        self.fn, self.block, self.total = fn, block, total
         self.store: dict[Hashable, torch.Tensor] = {}
         self.calls = 0
         self.computed = 0
@@ -82,14 +90,21 @@ class TeacherCache:
         missing = [(k, i) for k, i in zip(keys, indices) if k not in self.store]
         # the same key twice in one batch is computed once
         todo = list(dict(missing).items())
-        if todo:
-            with torch.inference_mode():
-                outs = self.fn([i for _, i in todo])
-            self.calls += 1
-            self.computed += len(todo)
-            for (k, _), out in zip(todo, outs):
-                self.store[k] = out.detach().float().cpu().clone()
+        if todo and self.block is not None:
+            for b in sorted({i // self.block for _, i in todo}):
+                rows = range(b * self.block, min((b + 1) * self.block, self.total))
+                self._compute([(i, i) for i in rows])
+        elif todo:
+            self._compute(todo)
         return [self.store[k] for k in keys]
+
+    def _compute(self, todo: list[tuple[Hashable, int]]) -> None:
+        with torch.inference_mode():
+            outs = self.fn([i for _, i in todo])
+        self.calls += 1
+        self.computed += len(todo)
+        for (k, _), out in zip(todo, outs):
+            self.store[k] = out.detach().float().cpu().clone()
 
     def __len__(self) -> int:
         return len(self.store)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertforge.config.positions import check_length
 from bertforge.model.checkpoint import load_pretrained, read_tensors
 from bertforge.distill.init import check_same_vocab
 from bertforge.model.bilstm import BiLSTMStudent, augment, student_from_teacher_embeddings
@@ -33,7 +34,7 @@ from bertforge.model.heads import task_loss
 from bertforge.io.rundir import claim_output_dir
 from bertforge.tasks.batching import TRAIN_KEYS, forward_rows, make_collate, row_length
 from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
-from bertforge.tasks.finetune import encode_data, read_examples, resolve_files
+from bertforge.tasks.finetune import encode_data, fit_task_length, read_examples, resolve_files
 from bertforge.model.folder import ModelFolder
 from bertforge.tasks.folders import install_model, saved_task
 from bertforge.tasks.kinds import kind_for
@@ -41,6 +42,7 @@ from bertforge.tasks.models import build_model, init_from_pretrained, load_task_
 from bertforge.tokenization import Tokenizer
 
 DISTILLABLE_KINDS = ("classify", "regress", "tag")
+TEACHER_BLOCK = 128  # rows the teacher runs at once (TeacherCache's fixed blocks)
 
 
 @dataclass
@@ -146,7 +148,8 @@ class Distiller(nn.Module):
 
 
 def _student(cfg: TaskDistillConfig, teacher: nn.Module, teacher_tok: Tokenizer, teacher_dir: Path, kind: str,
-             num_labels: int) -> nn.Module:
+             num_labels: int, folder: ModelFolder | None = None) -> nn.Module:
+    """The student `cfg.student` names; `folder`: its model folder, when already opened."""
     spec = cfg.student
     if spec == "bilstm":
         return student_from_teacher_embeddings(teacher, kind, num_labels, teacher_tok.pad_token_id,
@@ -157,7 +160,7 @@ def _student(cfg: TaskDistillConfig, teacher: nn.Module, teacher_tok: Tokenizer,
         except ValueError:
             raise BertforgeError(f"--student {spec}: expected layers:N (N an integer), bilstm or a directory") from None
         return layer_student(teacher, kind, num_labels, n)
-    folder = ModelFolder.open(spec, "--student")
+    folder = ModelFolder.open(folder or spec, "--student")
     check_same_vocab(teacher_tok, teacher_dir, folder)
     student, _ = init_from_pretrained(folder, kind, num_labels)
     return student
@@ -192,6 +195,12 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
                           data_config=cfg.data_config, train_limit=cfg.train_limit, eval_limit=cfg.eval_limit, progress=cfg.progress,
                           batch_size=cfg.batch_size)
     kind = kind_for(fcfg, saved, labels)
+    fit_task_length(kind, teacher_folder)  # the positions rule: the teacher's positions, then a student folder's
+    student_folder = None
+    if cfg.student != "bilstm" and not cfg.student.startswith("layers:"):  # a model folder (or Hub id)
+        student_folder = ModelFolder.open(cfg.student, "--student")
+        if student_folder.model_config is not None:
+            check_length(kind.max_len, student_folder.model_config, cfg.student, "--max-seq-len")
     files = resolve_files(fcfg, kind)
     train, evaluation = read_examples(fcfg, kind, files=files)  # every data problem before any model is loaded
     tokenizer = teacher_folder.tokenizer()
@@ -203,7 +212,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     if cfg.teacher_precision == "bf16":
         teacher.to(torch.bfloat16)
     set_seed(cfg.seed)
-    student = _student(cfg, teacher, tokenizer, teacher_dir, kind_name, kind.num_labels)
+    student = _student(cfg, teacher, tokenizer, teacher_dir, kind_name, kind.num_labels, student_folder)
     bilstm = isinstance(student, BiLSTMStudent)
     precision = cfg.precision or ("fp32" if bilstm else default_precision(device))
     data = encode_data(fcfg, kind, train, evaluation, tokenizer)
@@ -223,9 +232,10 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
 
     def teacher_logits(indices: list[int]) -> list[torch.Tensor]:
         return [o["logits"] for o in forward_rows(teacher, [rows[i] for i in indices], tokenizer.pad_token_id,
-                                                  128, ("logits",), progress=False)]
+                                                  TEACHER_BLOCK, ("logits",), progress=False)]
 
-    cache = TeacherCache(teacher_logits) if cfg.alpha > 0 else None
+    # fixed blocks of rows: a row's logits never depend on which batch asked first (a resume is bit-exact)
+    cache = TeacherCache(teacher_logits, block=TEACHER_BLOCK, total=len(rows)) if cfg.alpha > 0 else None
     soft_kind = "regress" if bilstm or kind_name == "regress" else kind_name
     model = Distiller(student, cache, kind_name, cfg.alpha, cfg.temperature, soft_kind)
     info = kind.info() | {"distilled_from": str(teacher_dir), "student": cfg.student, "alpha": cfg.alpha,

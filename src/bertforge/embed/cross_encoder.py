@@ -16,6 +16,7 @@ import torch
 
 from bertforge.model.checkpoint import load_pretrained
 from bertforge.config import ModelConfig
+from bertforge.config.positions import fit_length
 from bertforge.errors import BertforgeError
 from bertforge.families import ENCODER
 from bertforge.model.folder import ModelFolder
@@ -30,7 +31,7 @@ class CrossEncoder(SequenceClassifier):
         kind = "regress" if num_labels == 1 else "classify"
         super().__init__(encoder_config(cfg, kind), num_labels, regression=kind == "regress")
         self.tokenizer = tokenizer
-        self.max_length = min(max_length, cfg.max_position_embeddings - cfg.position_offset)
+        self.max_length = fit_length(max_length, cfg)
 
     @torch.inference_mode()
     def predict(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32,

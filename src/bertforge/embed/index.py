@@ -1,16 +1,18 @@
 """A FAISS vector index on disk, tied to the model that made its vectors.
 
 Layout of an index directory:
-  index.faiss   the FAISS index (row r = r-th document), inner product on L2-normalised vectors (= cosine)
-  docs.jsonl    {"id", "text"} per row, in row order
-  meta.json     kind, dim, count, model path, pooling, the model fingerprint, and the sha256 of the two files above
+  meta.json       kind, dim, count, model path, pooling, the model fingerprint, the generation G, and the sha256
+                  of the generation's two files:
+  index.G.faiss   the FAISS index (row r = r-th document), inner product on L2-normalised vectors (= cosine)
+  docs.G.jsonl    {"id", "text"} per row, in row order
 
-A save is one commit: the new index and documents are written beside the old ones (index.faiss.next,
-docs.jsonl.next), then meta.json, holding their checksums, is renamed into place (the commit: one pointer), then
-the new files are renamed over the old. load() takes, for each file, the one whose checksum meta.json records, so a
-process killed at any moment leaves the old index (meta.json not yet switched) or the new one (switched; the
-.next files stand in until renamed). A bit flip is an error, not wrong answers. Indexes written before checksums
-were recorded still load.
+A save is one commit: generation G+1's files are written under their own names beside G's (never over a file
+meta.json names), then meta.json naming G+1 is renamed into place (the commit: one pointer), then the files of every
+other generation are removed. load() follows meta.json. So any number of kills at any moment leaves the last
+committed index: before the commit meta.json names G, whose files nothing has touched; after it, G+1, complete.
+What an interrupted save left is removed by the next save. A bit flip is an error, not wrong answers. An index
+written by an older version (index.faiss, docs.jsonl, maybe a pending *.next) still loads; its next save rewrites it
+in this layout.
 The fingerprint (sha256 of the encoder weights + pooling/head config, see `SentenceEncoder.fingerprint`) is checked
 on every add and query, so an index never mixes vectors of two models.
 """
@@ -20,6 +22,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,12 +31,16 @@ import numpy as np
 
 from bertforge.embed.modules import SentenceEncoder
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write, atomic_write_text, fsync_dir, write_errors
+from bertforge.io.manifest import sha256_file
+from bertforge.io.read import read_json
+from bertforge.io.write import atomic_write, atomic_write_text, fsync_dir, remove_stale_temps, write_errors
 from bertforge.io.rundir import is_locked
 
 INDEX_TYPES = ("flat", "hnsw", "ivf")
-CHECKED_FILES = ("index.faiss", "docs.jsonl")
-NEXT = ".next"  # suffix of a saved file that is committed (meta.json names its checksum) but not yet renamed
+CHECKED_FILES = ("index.faiss", "docs.jsonl")  # the names of an older version's layout (one generation, no number)
+NEXT = ".next"  # the older layout's suffix of a committed file not yet renamed
+# every name a generation, an older layout or an interrupted save leaves (temporaries aside)
+_INDEX_FILE = re.compile(r"^(?:index\.(\d+)\.faiss|docs\.(\d+)\.jsonl|index\.faiss(?:\.next)?|docs\.jsonl(?:\.next)?)$")
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 200, 128
 
 
@@ -48,14 +55,6 @@ def _faiss():
 def require_faiss() -> None:
     """Fail at once, before a model is loaded or a corpus embedded, when faiss is missing."""
     _faiss()
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def ivf_lists(n: int) -> int:
@@ -145,20 +144,22 @@ class VectorIndex:
         meta_path = path / "meta.json"
         if not meta_path.is_file():
             raise BertforgeError(f"{path}: not an index directory (no meta.json)")
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise BertforgeError(f"{meta_path}: not valid JSON ({err})") from None
-        missing = [k for k in ("kind", "count", "fingerprint") if k not in meta]
-        if missing:
-            raise BertforgeError(f"{meta_path}: missing field {missing[0]!r}")
-        sums = meta.get("checksums") or {}
-        # before faiss parses a damaged file; the committed file may still carry its .next name
-        files = {name: _committed(path, name, sums.get(name)) for name in CHECKED_FILES}
+        for attempt in range(5):  # another process may commit a save (and remove our generation) meanwhile
+            meta = _read_meta(meta_path)
+            try:
+                files = _committed_files(path, meta)  # checked before faiss parses a damaged file
+                return cls._read(path, files, meta, faiss)
+            except (BertforgeError, FileNotFoundError):
+                if attempt == 4 or _read_meta(meta_path) == meta:
+                    raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _read(cls, path: Path, files: dict[str, Path], meta: dict[str, Any], faiss) -> "VectorIndex":
         try:
             index = faiss.read_index(str(files["index.faiss"]))
         except RuntimeError as err:
-            raise BertforgeError(f"{path / 'index.faiss'}: cannot be read ({str(err).splitlines()[0]})") from None
+            raise BertforgeError(f"{files['index.faiss']}: cannot be read ({str(err).splitlines()[0]})") from None
         ids, texts = [], []
         docs = files["docs.jsonl"]
         if not docs.is_file():
@@ -172,8 +173,8 @@ class VectorIndex:
                 except (json.JSONDecodeError, KeyError, TypeError):
                     raise BertforgeError(f"{docs}:{n}: expected a JSON object with id and text") from None
         if not (index.ntotal == len(ids) == meta["count"]):
-            raise BertforgeError(f"{path}: index.faiss has {index.ntotal} vectors, docs.jsonl {len(ids)} documents, "
-                                 f"meta.json says {meta['count']} (interrupted write?)")
+            raise BertforgeError(f"{path}: {files['index.faiss'].name} has {index.ntotal} vectors, {docs.name} "
+                                 f"{len(ids)} documents, meta.json says {meta['count']} (interrupted write?)")
         if meta["kind"] == "hnsw":
             index.hnsw.efSearch = meta["hnsw"]["efSearch"]
         if meta["kind"] == "ivf":
@@ -181,23 +182,25 @@ class VectorIndex:
         return cls(path, index, ids, texts, meta)
 
     def save(self) -> None:
-        """Write index and documents as .next files, commit by replacing meta.json, then rename them into place
-        (see the module docstring: a kill at any point leaves the old index or the new one)."""
+        """Write the next generation's files, commit by replacing meta.json, then remove the other generations'
+        files (see the module docstring: any number of kills at any moment leaves the last committed index)."""
         faiss = _faiss()
+        generation = _generation(self.meta) + 1
+        names = _names(generation)
         checksums = {}
 
         def write_index(tmp: str) -> None:
             faiss.write_index(self.index, tmp)
-            checksums["index.faiss"] = sha256_file(tmp)  # of the bytes that are renamed into place
+            checksums[names["index.faiss"]] = sha256_file(tmp)  # of the bytes that are renamed into place
 
-        atomic_write(self.path / ("index.faiss" + NEXT), write_index)
+        atomic_write(self.path / names["index.faiss"], write_index)
         docs = "".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in zip(self.ids, self.texts))
-        atomic_write_text(self.path / ("docs.jsonl" + NEXT), docs)
-        checksums["docs.jsonl"] = hashlib.sha256(docs.encode("utf-8")).hexdigest()
-        self.meta["count"] = len(self.ids)
-        self.meta["checksums"] = checksums
-        atomic_write_text(self.path / "meta.json", json.dumps(self.meta, indent=2) + "\n")  # the commit
-        _settle(self.path)
+        atomic_write_text(self.path / names["docs.jsonl"], docs)
+        checksums[names["docs.jsonl"]] = hashlib.sha256(docs.encode("utf-8")).hexdigest()
+        meta = {**self.meta, "count": len(self.ids), "generation": generation, "checksums": checksums}
+        atomic_write_text(self.path / "meta.json", json.dumps(meta, indent=2) + "\n")  # the commit
+        self.meta = meta
+        _remove_other_generations(self.path, set(names.values()))
 
     # ---- use ---------------------------------------------------------------------------------------------------
     def check_model(self, model: SentenceEncoder) -> None:
@@ -249,25 +252,73 @@ def rerank(hits: list[Hit], query: str, cross_encoder, batch_size: int = 32) -> 
     return [Hit(r + 1, hits[i].score, hits[i].id, hits[i].text, float(scores[i])) for r, i in enumerate(order)]
 
 
-def _committed(path: Path, name: str, want: str | None) -> Path:
-    """The file meta.json describes: `name`, or `name`.next between the commit and its rename."""
+def _names(generation: int) -> dict[str, str]:
+    return {"index.faiss": f"index.{generation}.faiss", "docs.jsonl": f"docs.{generation}.jsonl"}
+
+
+def _generation(meta: dict[str, Any]) -> int:
+    """The committed generation (0: an index of the older layout, whose files carry no number)."""
+    return meta.get("generation", 0)
+
+
+def _read_meta(meta_path: Path) -> dict[str, Any]:
+    meta = read_json(meta_path)
+    missing = [k for k in ("kind", "count", "fingerprint") if k not in meta]
+    if missing:
+        raise BertforgeError(f"{meta_path}: missing field {missing[0]!r}")
+    generation = meta.get("generation", 0)
+    if type(generation) is not int or generation < 0:
+        raise BertforgeError(f"{meta_path}: generation must be a whole number >= 0 (got {generation!r})")
+    if not isinstance(meta.get("checksums") or {}, dict):
+        raise BertforgeError(f"{meta_path}: checksums must be an object")
+    return meta
+
+
+def _committed_files(path: Path, meta: dict[str, Any]) -> dict[str, Path]:
+    """{role: file} of the generation meta.json commits, each checked against its recorded sha256."""
+    sums = meta.get("checksums") or {}
+    generation = _generation(meta)
+    if generation:
+        files = {}
+        for role, name in _names(generation).items():
+            files[role] = path / name
+            if not files[role].is_file():
+                raise BertforgeError(f"{files[role]}: missing (meta.json commits generation {generation}); "
+                                     "rebuild with bertforge index build")
+            if sha256_file(files[role]) != sums.get(name):
+                raise _damaged(path, files[role])
+        return files
+    return {name: _committed_legacy(path, name, sums.get(name)) for name in CHECKED_FILES}
+
+
+def _committed_legacy(path: Path, name: str, want: str | None) -> Path:
+    """An older version's layout: `name`, or `name`.next between its commit and its rename."""
     if want is None:  # an index from before checksums
         return path / name
     for candidate in (path / name, path / (name + NEXT), path / name):  # the rename may happen meanwhile
         if candidate.is_file() and sha256_file(candidate) == want:
             return candidate
+    raise _damaged(path, path / name)
+
+
+def _damaged(path: Path, file: Path) -> BertforgeError:
     if is_locked(path):
-        raise BertforgeError(f"{path}: another bertforge run is writing this index (index add); "
-                             "try again when it has finished")
-    raise BertforgeError(f"{path / name}: checksum mismatch, the file is damaged; rebuild with "
-                         "bertforge index build")
+        return BertforgeError(f"{path}: another bertforge run is writing this index (index add); "
+                              "try again when it has finished")
+    return BertforgeError(f"{file}: checksum mismatch, the file is damaged; rebuild with bertforge index build")
 
 
-def _settle(path: Path) -> None:
-    """After the commit: rename each .next file over the old one (load() reads either meanwhile)."""
-    for name in CHECKED_FILES:
-        with write_errors(path / name):
-            os.replace(path / (name + NEXT), path / name)
+def _remove_other_generations(path: Path, keep: set[str]) -> None:
+    """After the commit: the files of earlier generations, the older layout's and any an interrupted save left
+    (its temporaries too, once their writer is gone)."""
+    for name in sorted(os.listdir(path)):
+        if name not in keep and _INDEX_FILE.match(name):
+            with write_errors(path / name, "cannot remove"):
+                try:
+                    os.unlink(path / name)
+                except FileNotFoundError:
+                    pass
+    remove_stale_temps(path)
     fsync_dir(path)
 
 

@@ -25,6 +25,7 @@ from bertforge.embed.encode import encode as encode_texts
 from bertforge.errors import BertforgeError
 from bertforge.io.read import read_json
 from bertforge.model.heads import mean_pool
+from bertforge.config.positions import check_length, fit_length
 from bertforge.families import ENCODER
 from bertforge.model import Encoder
 from bertforge.model.folder import ModelFolder
@@ -53,8 +54,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.bert = encoder
         self.tokenizer = tokenizer
-        limit = encoder.config.max_position_embeddings - encoder.config.position_offset
-        self.max_seq_length = min(int(max_seq_length), limit)
+        self.max_seq_length = fit_length(int(max_seq_length), encoder.config)
         self.do_lower_case = do_lower_case
 
     @property
@@ -86,8 +86,14 @@ class Transformer(nn.Module):
         onnxruntime."""
         path = folder.path
         cfg = read_json(path / "sentence_bert_config.json") if (path / "sentence_bert_config.json").is_file() else {}
+        max_len = cfg.get("max_seq_length")
+        if max_len is not None:  # recorded: the positions rule (a default is fitted to the positions instead)
+            source = f"{path / 'sentence_bert_config.json'}: max_seq_length"
+            if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
+                raise BertforgeError(f"{source} must be a whole number >= 1 (got {max_len!r})")
+            check_length(max_len, folder.config_for(ENCODER, verb="an encoder"), path, source)
         tok = folder.tokenizer()
-        max_len = cfg.get("max_seq_length") or _tokenizer_max_length(path) or 512
+        max_len = max_len or _tokenizer_max_length(path) or 512
         if onnx is None:
             encoder = Encoder.from_pretrained(folder)
         else:

@@ -16,9 +16,11 @@ What a claim guarantees (docs/reliability.md lists the test for each):
   - if the block fails, a directory the claim created is removed again when nothing but the claim's own files
     is in it (no empty output folders after a failed run);
   - the directory is never one of the verb's inputs, inside one or holding one (`protect_inputs`, set by the CLI);
-  - D/.bertforge-written.json (written at release) lists what the run wrote; `overwrite` deletes only those
-    names and RUN_MARKERS, never a file the user put there; a failed run that left no checkpoints/ is not in
-    the way of the next run (its files are removed by the next claim).
+  - D/.bertforge-written.json (io.manifest) lists each file bertforge's writers wrote there, with its size and
+    sha256, as they write it; `overwrite` deletes only those that still match, never a file the user put there
+    (a folder without that record, from an older version: its RUN_MARKERS); a failed run that left no
+    checkpoints/ is not in the way of the next run (its files are removed by the next claim);
+  - the claim's own files (.lock, run_options.json, the manifest) are never written through a link.
 One process per run claims the directory (rank 0 of a distributed job); flock locks are per open file.
 """
 from __future__ import annotations
@@ -35,15 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write_text, ensure_dir, new_file_mode, remove_stale_temps, write_errors
+from bertforge.io.manifest import MANIFEST_FILE, WrittenFiles, unlink_if_link
+from bertforge.io.write import (add_write_listener, atomic_write_text, ensure_dir, new_file_mode, remove_stale_temps,
+                                remove_write_listener, write_errors)
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
 OPTIONS_FILE = "run_options.json"
-MANIFEST_FILE = ".bertforge-written.json"  # what bertforge wrote here: all that `overwrite` may delete
 _CLAIM_FILES = {LOCK_FILE, OPTIONS_FILE, MANIFEST_FILE}
-# Names bertforge writes at the top of an output directory; one of them marks a folder `overwrite` may clear.
+# Names bertforge writes at the top of an output directory: what `overwrite` clears in a folder that has no
+# manifest (written by a version that kept none).
 RUN_MARKERS = {OPTIONS_FILE, "config.json", "model.safetensors", "checkpoints", "best", "metrics.jsonl",
                "eval_results.json", "results.json", "tokenizer.json", "modules.json", "meta.json", "index.faiss",
                "manifest.json", "trainer_state.pt"}
@@ -102,7 +106,8 @@ class DirLock:
         path = directory / LOCK_FILE
         for _attempt in range(5):
             with write_errors(path, "cannot create the lock file"):
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, new_file_mode())
+                unlink_if_link(path)  # the pid is written into the lock file: never into a link's target
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, new_file_mode())
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -144,6 +149,16 @@ def lock_dir(path: str | Path, what: str = "--out") -> DirLock:
     return DirLock.acquire(Path(path), what)
 
 
+def lock_and_record(path: str | Path, what: str = "--out") -> "RunDir":
+    """Lock an existing output folder for an update (e.g. `index add`) and record what bertforge writes there in
+    its manifest, beside what it recorded before. release() it when done; an update never marks the folder failed."""
+    path = Path(path)
+    run = RunDir(path, DirLock.acquire(path, what), created=False)
+    earlier = WrittenFiles.read(path)
+    run.start_recording(WrittenFiles(path, earlier.files if earlier else {}, skip=frozenset(_CLAIM_FILES)))
+    return run
+
+
 def is_locked(path: str | Path) -> bool:
     """Whether a run holds `path` right now (a probe: takes nothing, creates nothing)."""
     try:
@@ -166,36 +181,32 @@ class RunDir:
 
     def __init__(self, path: Path, lock: DirLock, created: bool):
         self.path, self.lock, self.created = path, lock, created
-        # names in the folder when the claim was granted, and those an earlier run recorded as its own;
-        # None until the claim is granted (a refused claim records nothing)
-        self.before: set[str] | None = None
-        self.written: set[str] = set()
+        self.record: WrittenFiles | None = None  # what this run writes here; None until the claim is granted
+
+    def start_recording(self, record: WrittenFiles) -> None:
+        """From now on every file bertforge's writers write under the folder goes into its manifest."""
+        self.record = record
+        add_write_listener(record.note)
 
     def release(self, failed: bool = False) -> None:
         if self.lock.fd < 0:
             return
         leftovers = _entries(self.path) if self.path.is_dir() else None
-        if leftovers and self.before is not None:  # what appeared while we held the lock is ours
-            self._record(leftovers, failed)
+        if self.record is not None:
+            remove_write_listener(self.record.note)
+            if leftovers:
+                self.record.failed = failed
+                self.record.resumable = not failed or _resumable(leftovers)
+                self.record.flush()
         if failed and leftovers is not None and not leftovers:  # the failed run wrote nothing: undo the claim
-            (self.path / OPTIONS_FILE).unlink(missing_ok=True)
-            (self.path / MANIFEST_FILE).unlink(missing_ok=True)
+            for name in (OPTIONS_FILE, MANIFEST_FILE):
+                (self.path / name).unlink(missing_ok=True)
         self.lock.release()
         if failed and leftovers is not None and not leftovers and self.created:
             try:
                 self.path.rmdir()
             except OSError:  # something appeared meanwhile: keep it
                 pass
-
-    def _record(self, entries: list[Path], failed: bool) -> None:
-        names = {p.name for p in entries}
-        written = sorted((self.written | (names - (self.before or set()))) & names)
-        payload = {"written": written, "failed": failed,
-                   "resumable": not failed or _resumable(entries)}
-        try:
-            atomic_write_text(self.path / MANIFEST_FILE, json.dumps(payload, indent=2) + "\n")
-        except BertforgeError as err:  # the run's own outcome matters more than the record of it
-            log.warning("%s", err)
 
     def __enter__(self) -> "RunDir":
         return self
@@ -231,30 +242,36 @@ def claim_output_dir(path: str | Path, *, resume: bool, overwrite: bool, options
     run = RunDir(path, lock, created)
     try:
         remove_stale_temps(path)  # we hold the lock: any writer that left these is gone
-        entries = _entries(path)
         label = f"{what} {path}" if what else str(path)
-        manifest = _read_manifest(path)
-        written = set(manifest.get("written", ()))
-        if entries and not resume and not manifest.get("resumable", True) and {e.name for e in entries} <= written:
-            # a failed run that left nothing to resume from (e.g. only data/): not in the corrected rerun's way
-            _clear(entries, label)
-            entries, written = [], set()
+        if (path / OPTIONS_FILE).is_symlink():
+            if resume:
+                raise BertforgeError(f"{path / OPTIONS_FILE} is a link to {os.readlink(path / OPTIONS_FILE)}; a "
+                                     "run's record lives in its folder, never behind a link: remove the link")
+            (path / OPTIONS_FILE).unlink()
+        entries = _entries(path)
+        manifest = WrittenFiles.read(path)  # None: no manifest we trust (none, a link, an older format)
+        if entries and not resume and manifest is not None and manifest.failed and not manifest.resumable:
+            # a failed run that left nothing to resume from (e.g. only data/): not in the corrected rerun's way,
+            # unless something else is in the folder too
+            matching = manifest.matching()
+            if all(manifest.owns(e, matching) for e in entries):
+                manifest.clear(matching)
+                entries = _entries(path)
         if entries and not resume and not overwrite:
             raise BertforgeError(f"{label} already holds {_describe(entries)}; "
                                  f"{_choices(what, resume_flag, overwrite_flag)}")
         record = _read_record(path)
+        carried: dict[str, Any] = {}
         if entries and overwrite:
-            ours = [e for e in entries if e.name in written or e.name in RUN_MARKERS]
-            if not ours:
-                raise BertforgeError(f"{label} holds files bertforge did not write ({_describe(entries)}); "
-                                     f"{overwrite_flag} only replaces an earlier bertforge run: choose another {what}")
-            _clear(ours, label)
+            _clear_earlier_run(path, entries, manifest, label, what, overwrite_flag)
             (path / MANIFEST_FILE).unlink(missing_ok=True)
-            kept = [e for e in entries if e not in ours]
+            kept = _entries(path)
             if kept:  # never delete what bertforge did not write: say it stays
-                log.warning("%s: kept %s (not written by bertforge)", label, _names(kept))
-            entries, written, record = kept, set(), None
-        run.before, run.written = {e.name for e in entries}, written
+                log.warning("%s: kept %s (not written by bertforge, or changed since)", label, _names(kept))
+            record = None
+        elif resume and manifest is not None:
+            carried = manifest.files
+        run.start_recording(WrittenFiles(path, carried, skip=frozenset(_CLAIM_FILES)))
         if resume and record is not None:
             _check_resume(record, _plain(options or {}), _plain(fingerprint or {}), set(may_change), what,
                           resume_flag)
@@ -266,6 +283,24 @@ def claim_output_dir(path: str | Path, *, resume: bool, overwrite: bool, options
         run.release(failed=True)
         raise
     return run
+
+
+def _clear_earlier_run(path: Path, entries: list[Path], manifest: WrittenFiles | None, label: str, what: str,
+                       overwrite_flag: str | None) -> None:
+    """`overwrite`: delete the earlier run's files: those its manifest records and that still match it, or, in a
+    folder without a manifest, its RUN_MARKERS; refuse a folder where nothing is bertforge's."""
+    if manifest is not None:
+        matching = manifest.matching()
+        ours: list[Path] = [e for e in entries if any(rel.split("/")[0] == e.name for rel in matching)]
+    else:
+        ours = [e for e in entries if e.name in RUN_MARKERS]
+    if not ours:
+        raise BertforgeError(f"{label} holds files bertforge did not write ({_describe(entries)}); "
+                             f"{overwrite_flag} only replaces an earlier bertforge run: choose another {what}")
+    if manifest is not None:
+        manifest.clear(matching)
+    else:
+        _clear(ours, label)
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------------
@@ -283,18 +318,6 @@ def _resumable(entries: list[Path]) -> bool:
 def _names(entries: list[Path]) -> str:
     names = [p.name + ("/" if p.is_dir() else "") for p in entries[:3]]
     return ", ".join(names) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
-
-
-def _read_manifest(path: Path) -> dict[str, Any]:
-    """D/.bertforge-written.json, or {} (a run from before the manifest, or none: only RUN_MARKERS are ours)."""
-    try:
-        record = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}  # unreadable: trust nothing in it (overwrite falls back to RUN_MARKERS)
-    if not isinstance(record, dict) or not isinstance(record.get("written", []), list) or not all(isinstance(n, str) and "/" not in n and n not in ("", ".", "..")
-                                               for n in record.get("written", ())):
-        return {}
-    return record
 
 
 def _describe(entries: list[Path]) -> str:

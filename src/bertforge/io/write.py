@@ -7,7 +7,9 @@
   - a device or FIFO (/dev/null, /dev/full, a named pipe) is written in place, never renamed over;
   - a new file gets mode 0o666 & ~umask (an existing file keeps its mode), like any shell redirection;
   - OSError (ENOSPC, EIO, EROFS, ...) and torch's "unexpected pos" / "PytorchStreamWriter failed" become a
-    BertforgeError naming the path: "runs/x/model.safetensors: cannot write: No space left on device".
+    BertforgeError naming the path: "runs/x/model.safetensors: cannot write: No space left on device";
+  - every file it writes is reported to `note_written`, so the claim of the run folder (io.rundir) records what
+    bertforge wrote there; writers that fill a folder or stream into a file call `note_written` themselves.
 """
 from __future__ import annotations
 
@@ -188,6 +190,30 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+# ---- what bertforge wrote ----------------------------------------------------------------------------------------
+# The claims of output folders (io.rundir) listen here, so that they record only what bertforge's own writers
+# wrote, never a file that merely appeared in the folder while a run held it.
+_LISTENERS: list[Callable[[Path], None]] = []
+
+
+def add_write_listener(listener: Callable[[Path], None]) -> None:
+    _LISTENERS.append(listener)
+
+
+def remove_write_listener(listener: Callable[[Path], None]) -> None:
+    with contextlib.suppress(ValueError):
+        _LISTENERS.remove(listener)
+
+
+def note_written(path: str | Path) -> None:
+    """Report that bertforge has just written `path`: a file, or a directory it filled (all files under it).
+    `atomic_write` calls it; a writer that renames, appends or fills a folder by other means calls it after."""
+    if _LISTENERS:
+        target = Path(os.path.realpath(path))
+        for listener in list(_LISTENERS):
+            listener(target)
+
+
 # ---- files ---------------------------------------------------------------------------------------------------------
 def new_file_mode() -> int:
     """0o666 masked by the process umask: the mode `open()` would give a new file."""
@@ -230,6 +256,7 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
             os.replace(tmp, target)
             tmp = None
         _fsync_dir(target.parent)
+        note_written(target)
     finally:
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from bertforge.model.checkpoint import load_pretrained
+from bertforge.config.positions import check_length
 from bertforge.data import ShardedCorpus
 from bertforge.errors import BertforgeError
 from bertforge.families import DECODER, ENCODER
@@ -57,8 +58,7 @@ def build_model(opts: PretrainOptions, tok) -> nn.Module:
         if opts.recipe.objective == RTD_OBJECTIVE and "rtd" not in cfg.family.head_classes:
             raise BertforgeError(f"--init-from {src}: a {cfg.model_type} checkpoint cannot continue as ELECTRA "
                                  "(replaced-token detection)")
-        if opts.seq_len > cfg.max_position_embeddings - cfg.position_offset and not cfg.family.relative_positions:
-            raise BertforgeError(f"--seq-len {opts.seq_len} exceeds {src}'s max_position_embeddings")
+        check_length(opts.seq_len, cfg, src, "--seq-len")
         check_model_fits_recipe(cfg, opts.recipe, f"--init-from {src}")
         model = build_objective(opts.recipe.objective, cfg, keep_pooler=True)
         load_objective(model, src)

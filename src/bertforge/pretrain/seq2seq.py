@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from bertforge.families import FAMILIES
+from bertforge.config.positions import check_length
 from bertforge.config.seq2seq import Seq2SeqConfig, compose_seq2seq
 from bertforge.data.masking import IGNORE_INDEX
 from bertforge.data.seq2seq import INFILLING, SPAN_CORRUPTION, Seq2SeqCollator, Seq2SeqPretrainingDataset, make_noise
@@ -84,6 +85,7 @@ def build_seq2seq(recipe, size: str, tok, seq_len: int, init_from: Path | None =
     if cfg is None or cfg.model_type != recipe.model_type:
         raise BertforgeError(f"--init-from {init_from}: a {getattr(cfg, 'model_type', folder.kind)} checkpoint cannot "
                              f"continue --recipe {recipe.name} (a {recipe.model_type} model)")
+    check_length(seq_len, cfg, init_from, "--seq-len")
     return Seq2SeqObjective.from_pretrained(folder).train()
 
 

@@ -1,12 +1,14 @@
 """The HTTP app: routes, limits, JSON errors, auth, timing headers and metrics around the batcher and the models.
 
 Every error is JSON `{"error": message, "type": kind, "field": name-or-null}` with its status: 401 (missing or
-wrong bearer token), 404 (unknown model or route, or a model that does not serve the route), 413 (too many inputs,
-an input over the model's length without `truncate`, a body over the byte limit), 422 (malformed JSON, wrong
-types, an input the model refuses), 429 (the queue is full: retry later), 503 (starting or stopping).
+wrong bearer token), 404 (unknown model or route, or a model that does not serve the route), 408 (headers or body
+slower than the read timeout), 413 (too many inputs, an input over the model's length without `truncate`, a body
+over the byte limit), 422 (malformed JSON, wrong types, an input the model refuses, `dimensions` a model cannot
+give), 429 (the queue is full: retry later), 503 (starting or stopping, or too many open connections).
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
 import time
@@ -41,6 +43,8 @@ class ServeOptions:
     max_body_bytes: int = 8 << 20  # request body size; more is 413
     api_key: str | None = None     # bearer token every route but /health needs
     batches_in_flight: int = 2     # handed to the inference thread at once: one computing, one filling
+    read_timeout_s: float = 30.0   # a request's headers, then its body, must arrive within this (else 408)
+    max_connections: int = 512     # open connections; one more gets 503 at once (serve.limits)
 
 
 class ApiError(Exception):
@@ -67,8 +71,9 @@ def _field_name(loc: tuple) -> str:
 
 class Around:
     """Around every HTTP request: the bearer token (401), the body limit (413: a Content-Length over it at once, a
-    chunked body as soon as the bytes read pass it), JSON as the body's type, the in-flight gauge, the
-    X-Total-Time-Ms header and the request metrics."""
+    chunked body as soon as the bytes read pass it), the body's deadline (408: the whole body within
+    `read_timeout_s` of the headers), JSON as the body's type, the in-flight gauge, the X-Total-Time-Ms header and
+    the request metrics."""
 
     def __init__(self, app: Any, opts: ServeOptions, metrics: Metrics) -> None:
         self.app, self.opts, self.metrics = app, opts, metrics
@@ -101,26 +106,39 @@ class Around:
                 scope["headers"] = [(k, v) for k, v in scope["headers"] if k != b"content-type"] \
                     + [(b"content-type", b"application/json")]
 
-            received, refused, started = 0, False, False
+            received, refused, started, body_done = 0, False, False, False
+
+            async def refuse(code: int, message: str, kind: str) -> dict:
+                # the client gets the error at once and the connection is closed (the rest of the body is never
+                # read); the app sees a disconnect
+                nonlocal refused, status
+                refused, status = True, code
+                if not started:
+                    await _error(code, message, "body", kind, {"Connection": "close", "X-Total-Time-Ms":
+                                                               f"{(time.perf_counter() - start) * 1000:.2f}"}
+                                 )(scope, receive, send)
+                return {"type": "http.disconnect"}
 
             async def limited_receive() -> dict:
-                # A body without Content-Length (chunked) is counted as it streams in: past the limit the client
-                # gets 413 at once (and the connection is closed, so the rest is never read) and the app sees a
-                # disconnect, so at most one chunk over the limit is ever held.
-                nonlocal received, refused, status
+                # A body without Content-Length (chunked) is counted as it streams in: past the limit 413, so at
+                # most one chunk over the limit is ever held; a body still incomplete read_timeout_s after the
+                # headers: 408 (a client trickling bytes holds no connection for long)
+                nonlocal received, body_done
                 if refused:
                     return {"type": "http.disconnect"}
-                message = await receive()
+                if body_done:  # e.g. waiting for the client to disconnect: no deadline
+                    return await receive()
+                left = start + opts.read_timeout_s - time.perf_counter()
+                try:
+                    message = await asyncio.wait_for(receive(), max(left, 0.0))
+                except asyncio.TimeoutError:
+                    return await refuse(408, f"the request body took over {opts.read_timeout_s:g} s", "timeout")
                 if message["type"] == "http.request":
+                    body_done = not message.get("more_body", False)
                     received += len(message.get("body", b""))
                     if received > opts.max_body_bytes:
-                        refused, status = True, 413
-                        if not started:
-                            await _error(413, f"request body over the limit of {opts.max_body_bytes} bytes",
-                                         "body", "too_large", {"Connection": "close", "X-Total-Time-Ms":
-                                                               f"{(time.perf_counter() - start) * 1000:.2f}"}
-                                         )(scope, receive, send)
-                        return {"type": "http.disconnect"}
+                        return await refuse(413, f"request body over the limit of {opts.max_body_bytes} bytes",
+                                            "too_large")
                 return message
 
             async def timed_send(message: dict) -> None:
@@ -264,6 +282,13 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
     async def openai_embeddings(body: S.OpenAIEmbeddingRequest) -> JSONResponse:
         if body.encoding_format not in ("float", "base64"):
             raise ApiError(422, "encoding_format: expected 'float' or 'base64'", "encoding_format", "invalid_field")
+        # OpenAI shortens only models trained for it (Matryoshka) and refuses `dimensions` for the others; no
+        # model bertforge serves declares that training, so only the model's own size is accepted
+        served = pick(body.model, EMBED)
+        if body.dimensions is not None and body.dimensions != served.dim:
+            raise ApiError(422, f"dimensions: {served.name} gives {served.dim}-dimensional embeddings and was not "
+                                f"trained to be shortened (Matryoshka); leave dimensions out or give {served.dim}",
+                           "dimensions", "invalid_field")
         model, vecs, lengths, job = await vectors(body, as_list(body.input, "input"), "input")
         data = [{"object": "embedding", "index": i,
                  "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode()

@@ -33,6 +33,7 @@ class EmbedRequest(_Request):
 class OpenAIEmbeddingRequest(_Request):
     input: Texts
     encoding_format: Text = "float"
+    dimensions: Annotated[StrictInt, Field(ge=1)] | None = None  # only the model's own size (see serve.app)
     truncate: StrictBool = False
 
 

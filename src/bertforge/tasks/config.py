@@ -55,6 +55,7 @@ class FinetuneConfig:
     text_col: str | None = None
     text_pair_col: str | None = None
     label_col: str | None = None
+    labels: tuple[str, ...] = ()  # tag tasks: entity types besides conll's own (--task tag: the only ones allowed)
     resume: bool = False
     precision: str | None = None  # None: training in `training_precision`, evaluation in fp32
     group_by_length: bool = True

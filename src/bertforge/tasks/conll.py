@@ -5,7 +5,7 @@ Standard library only; malformed input raises ``BertforgeError("<file>:<line>: <
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +39,17 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
     return out
 
 
-def read_conll(path: str | Path, tag_col: int | None = -1, scheme: str = "auto") -> list[TaggingExample]:
+# CoNLL-2003's entity types (Tjong Kim Sang & De Meulder 2003): `--task conll` holds a file to them (plus --labels)
+CONLL2003_TYPES = ("LOC", "MISC", "ORG", "PER")
+
+
+def read_conll(path: str | Path, tag_col: int | None = -1, scheme: str = "auto",
+               types: Collection[str] | None = None) -> list[TaggingExample]:
     """CoNLL-2003 style: one ``token POS chunk NER`` line per word (whitespace separated), a blank line between
     sentences, ``-DOCSTART-`` lines skipped. ``tag_col`` picks the tag column (default -1, the last: NER; 1
     POS, 2 chunk; None for an untagged token-per-line file). ``scheme``: "auto" converts to IOB2 when IOB1 is
-    detected, "iob1" always converts, "iob2" keeps the tags as they are."""
+    detected, "iob1" always converts, "iob2" keeps the tags as they are. ``types``: the entity types the file may
+    use (None: any); another is refused at its first file:line."""
     if scheme not in ("auto", "iob1", "iob2"):
         raise BertforgeError(f"unknown tag scheme {scheme!r} (use auto, iob1 or iob2)")
     p = require_file(path)
@@ -82,7 +88,7 @@ def read_conll(path: str | Path, tag_col: int | None = -1, scheme: str = "auto")
             first_seen[parts[tag_col]] = _where(p, n)
     flush()
     if tag_col is not None:
-        check_tags(sents, first_seen)
+        check_tags(sents, first_seen, types)
         convert_scheme(sents, scheme)
     return sents
 
@@ -94,8 +100,8 @@ def convert_scheme(sents: Sequence[TaggingExample], scheme: str) -> None:
             s.tags = iob1_to_iob2(s.tags)
 
 
-def read_tagged_table(source: Any, tokens_col: Any = None, tags_col: Any = None,
-                      scheme: str = "auto") -> list[TaggingExample]:
+def read_tagged_table(source: Any, tokens_col: Any = None, tags_col: Any = None, scheme: str = "auto",
+                      types: Collection[str] | None = None) -> list[TaggingExample]:
     """Tagged sentences from a table (JSONL, JSON, Parquet, a saved or hub dataset, data in memory): a column of
     word lists ("tokens", else "words") and one of tag lists ("tags", else "ner_tags"); integer tags are named by
     the dataset's class labels (the Hub's conll2003). Checked and converted as `read_conll` does."""
@@ -120,7 +126,7 @@ def read_tagged_table(source: Any, tokens_col: Any = None, tags_col: Any = None,
         for t in tags:
             first_seen.setdefault(t, row.where)
         sents.append(TaggingExample(list(tokens), list(tags), guid=f"{table.stem}-{len(sents)}"))
-    check_tags(sents, first_seen)
+    check_tags(sents, first_seen, types)
     convert_scheme(sents, scheme)
     return sents
 
@@ -129,9 +135,11 @@ _IOB_TAG = re.compile(r"^(O|[BIES]-\S+)$")
 RARE_TYPE_MIN_ENTITIES = 50  # below this many entities in a file, a type seen once is no evidence of a typo
 
 
-def check_tags(sents: Sequence[TaggingExample], first_seen: dict[str, str]) -> None:
+def check_tags(sents: Sequence[TaggingExample], first_seen: dict[str, str],
+               types: Collection[str] | None = None) -> None:
     """In an IOB-tagged file (some tag starts with B- or I-): a tag that is no IOB tag is refused with where it is
-    first seen (it would train a label of its own); an entity type seen once among many entities is warned about
+    first seen (it would train a label of its own), and so is an entity type outside `types` when the task has a
+    set of them (conll's, widened by --labels); an entity type seen once among many entities is warned about
     once, naming it (a typo such as B-PSR trains an extra label, but rare types exist, so it is not refused).
     `first_seen`: each tag's first place ("file:line"), in reading order."""
     if not any(t.startswith(("B-", "I-")) for t in first_seen):
@@ -139,6 +147,9 @@ def check_tags(sents: Sequence[TaggingExample], first_seen: dict[str, str]) -> N
     for tag, at in first_seen.items():
         if not _IOB_TAG.match(tag):
             raise BertforgeError(f"{at}: tag {tag!r} is not an IOB tag (O, B-TYPE or I-TYPE)")
+        if types is not None and tag != "O" and tag[2:] not in types:
+            raise BertforgeError(f"{at}: entity type {tag[2:]!r} ({tag}) is not one of the task's "
+                                 f"({', '.join(sorted(types))}); a typo? A type of its own: pass --labels {tag[2:]}")
     chunks: dict[str, int] = {}
     for s in sents:
         prev = "O"

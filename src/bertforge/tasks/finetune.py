@@ -171,7 +171,8 @@ def run_options(cfg: FinetuneConfig, model_dir: Path, train_file: Any,
         "task": cfg.task, "model": absolute(model_dir), "train": absolute(train_file), "eval": absolute(eval_file),
         "data_config": cfg.data_config,
         "text_col": cfg.text_col, "text_pair_col": cfg.text_pair_col, "label_col": cfg.label_col,
-        "max_seq_len": cfg.max_seq_len, "doc_stride": cfg.doc_stride, "max_query_length": cfg.max_query_length,
+        "labels": ",".join(cfg.labels) or None, "max_seq_len": cfg.max_seq_len, "doc_stride": cfg.doc_stride,
+        "max_query_length": cfg.max_query_length,
         "source_col": cfg.source_col, "target_col": cfg.target_col, "max_target_len": cfg.max_target_len,
         "num_beams": cfg.num_beams,
         "train_limit": cfg.train_limit, "limit": cfg.eval_limit, "batch_size": cfg.batch_size, "lr": cfg.lr,
@@ -217,20 +218,31 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> FinetuneResult:
         return _finetune_claimed(cfg, folder, kind, files)
 
 
+def fit_task_length(kind: TaskKind, model: "str | Path | ModelFolder", flag: str | None = "--max-seq-len") -> None:
+    """The positions rule (config.positions) for a task's input length, `kind.max_len`: chosen by `flag`, or
+    recorded in the model's config.json (a fine-tuned model), it must fit the model's positions; the default is
+    shortened to them. flag=None: the length came from the model's own config.json."""
+    from bertforge.config.positions import check_length, fit_length
+    from bertforge.tasks.config import default_max_len
+
+    folder = ModelFolder.open(model)
+    mcfg, model_dir = folder.model_config, folder.path
+    if mcfg is None:  # the BiLSTM student: no positions
+        return
+    saved = (folder.task or {}).get("max_seq_len")
+    if saved is not None and kind.max_len == saved:
+        check_length(kind.max_len, mcfg, model_dir, f"{model_dir / 'config.json'}: max_seq_len")
+    elif flag is not None and kind.max_len != default_max_len(kind.name):
+        check_length(kind.max_len, mcfg, model_dir, flag)
+    else:
+        kind.max_len = fit_length(kind.max_len, mcfg)
+
+
 def check_model_fits(cfg: FinetuneConfig, kind: TaskKind, folder: ModelFolder) -> None:
     """Before any work: an input length the model's position table cannot hold (an IndexError at the first long
     text otherwise), and a model fine-tuned for a task of another kind (a head of the wrong shape otherwise)."""
-    from bertforge.config import ModelConfig
-    from bertforge.tasks.config import default_max_len
-
+    fit_task_length(kind, folder)
     model_dir = folder.path
-    # encoder-decoders (their own Seq2SeqConfig) and the BiLSTM student have no position table here
-    mcfg = folder.model_config if isinstance(folder.model_config, ModelConfig) else None
-    positions = mcfg.max_position_embeddings - mcfg.position_offset if mcfg else 0
-    learned = mcfg is not None and mcfg.learned_positions
-    if learned and cfg.max_seq_len != default_max_len(kind.name) and kind.max_len > positions:
-        raise BertforgeError(f"--max-seq-len {kind.max_len} is longer than the {positions} positions of {model_dir}; "
-                             f"use --max-seq-len {positions} or less")
     task = folder.task
     if task is not None and task.get("kind") not in (None, kind.name):
         words = {"classify": "classification", "regress": "regression", "tag": "tagging", "qa": "question answering",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write, write_errors
+from bertforge.io.write import atomic_write, note_written, write_errors
 from bertforge.model.folder import ModelFolder
 from bertforge.tasks.config import TASK_KINDS
 
@@ -46,6 +46,7 @@ def install_model(src: Path, dst: Path, move: bool) -> None:
         elif move:
             with write_errors(dst / name):
                 os.replace(src / name, dst / name)
+            note_written(dst / name)
         else:
             atomic_write(dst / name, lambda tmp, f=src / name: shutil.copyfile(f, tmp))
 

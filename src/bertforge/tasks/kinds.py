@@ -31,7 +31,7 @@ from bertforge.tasks import squad as S
 from bertforge.tasks.batching import qa_logits, unpad
 from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
 from bertforge.tasks.inputs import input_columns
-from bertforge.tasks.conll import read_conll, read_tagged_table, tag_list, warn_long_sentences
+from bertforge.tasks.conll import CONLL2003_TYPES, read_conll, read_tagged_table, tag_list, warn_long_sentences
 from bertforge.tasks.kind_base import DEV_STEMS, Encoded, TaskKind  # noqa: F401 (re-exported)
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.seq2seq import Seq2SeqKind
@@ -156,6 +156,9 @@ class TagKind(TaskKind):
         super().__init__(cfg, saved, labels)
         self.fixed = self.labels is not None  # a saved model's tags; otherwise every file read adds its tags
         self.seen: list = []
+        # the entity types a training file may use: conll's (and --labels), --labels alone for another task, or any
+        given = set(cfg.labels)
+        self.types = None if self.fixed else set(CONLL2003_TYPES) | given if cfg.task == "conll" else given or None
 
     def check(self, examples: list, source: Any, labelled: bool = True) -> None:
         super().check(examples, source, labelled)
@@ -165,7 +168,10 @@ class TagKind(TaskKind):
                                  f"({', '.join(self.labels or ())})")
 
     def read(self, source: Any) -> list:
-        examples = read_conll(source) if inputs.is_conll_file(source) else read_tagged_table(source)
+        if inputs.is_conll_file(source):
+            examples = read_conll(source, types=self.types)
+        else:
+            examples = read_tagged_table(source, types=self.types)
         warn_long_sentences(examples, source_name(source), self.max_len)
         if not self.fixed:
             self.seen += examples

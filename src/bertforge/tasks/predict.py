@@ -25,6 +25,7 @@ def predict(model_dir: Any, inputs: Any, batch_size: int = 64, device: str = "au
     own where the input has them, else the usual names)."""
     from bertforge.io.tables import single_source
     from bertforge.model.folder import ModelFolder
+    from bertforge.tasks.finetune import fit_task_length
     from bertforge.tasks.folders import saved_task
     from bertforge.tasks.kinds import kind_from_saved
     from bertforge.device import resolve_device
@@ -34,6 +35,7 @@ def predict(model_dir: Any, inputs: Any, batch_size: int = 64, device: str = "au
     check_precision(precision, run_on, allowed=("fp32", "bf16", "fp16"))
     folder = ModelFolder.open(model_dir)
     kind = kind_from_saved(folder.path, *saved_task(folder), text_col=text_col, text_pair_col=text_pair_col)
+    fit_task_length(kind, folder, flag=None)  # the length its config.json records must fit its positions
     source = single_source(inputs, split, config)
     examples = kind.read_inputs(source)
     kind.check(examples, source, labelled=False)  # before the model is loaded

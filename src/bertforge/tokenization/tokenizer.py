@@ -169,6 +169,7 @@ class Tokenizer:
         if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0:
             top = max(tok.backend.get_vocab(with_added_tokens=True).values(), default=-1)
             if top >= vocab:
+                _check_model_config(config)  # a config.json that does not describe its weights is to blame first
                 raise BertforgeError(f"{path}: the tokenizer has ids up to {top} but config.json's vocab_size is "
                                      f"{vocab}: the tokenizer belongs to another model")
         return tok
@@ -412,3 +413,16 @@ class Tokenizer:
 def _as_list(ids: Any) -> list[int]:
     """Accept lists, numpy arrays and tensors of ids."""
     return ids.tolist() if hasattr(ids, "tolist") else [int(i) for i in ids]
+
+
+def _check_model_config(config: Path) -> None:
+    """Read a model folder's config.json as its model would be (the field table, the weights' shapes): a
+    vocab_size the weights do not have is the config's fault, not the tokenizer's."""
+    from bertforge.config.hf import check_against_weights, config_from_dict
+    from bertforge.families import FAMILIES
+
+    if not config.is_file():
+        return
+    d = read_config_json(config)
+    if d.get("model_type") in FAMILIES:
+        check_against_weights(config_from_dict(d, str(config)), config.parent / "model.safetensors", str(config))

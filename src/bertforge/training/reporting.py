@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import BertforgeError
+from bertforge.io.write import note_written
 from bertforge.training.state import TIMING_KEYS, MetricsLog, metrics_part, speed_part
 
 REPORT_TO = ("tensorboard", "mlflow")
@@ -52,7 +53,51 @@ def parse_report_to(values: Sequence[str] | str | None, flag: str = "--report-to
         except ImportError:
             raise BertforgeError(f"{flag} {name} needs the {package} package: "
                                  f"pip install 'bertforge[{extra}]'") from None
+    if "mlflow" in chosen:
+        check_mlflow_store()
     return tuple(chosen)
+
+
+# MLflow's HTTP client retries a server that does not answer for minutes (7 retries, exponential back-off): the
+# check below asks once, briefly; the run then retries a little (the user's own settings win, if any).
+_MLFLOW_CHECK = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+_MLFLOW_RUN = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+               "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+_checked_stores: set[str] = set()
+
+
+def is_file_store(uri: str) -> bool:
+    """A local folder (a path, or a file: URI): MLflow's file store."""
+    return uri.startswith("file:") or "://" not in uri
+
+
+def check_mlflow_store() -> None:
+    """Before any work, the store a run will log to: MLFLOW_TRACKING_URI unset is a file store in OUT/mlruns; a
+    folder (a path or a file: URI) is a file store there, which MLflow 3 keeps behind MLFLOW_ALLOW_FILE_STORE
+    (set for it here); any other URI is asked for one experiment, once and briefly. A store that cannot be used
+    is one line naming MLFLOW_TRACKING_URI and why."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri or uri in _checked_stores:
+        return
+    if is_file_store(uri):
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    saved = {k: os.environ.get(k) for k in _MLFLOW_CHECK}
+    os.environ.update({k: v for k, v in _MLFLOW_CHECK.items() if saved[k] is None})
+    try:
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(uri).search_experiments(max_results=1)
+    except Exception as err:  # noqa: BLE001 -- whatever the store's failure, the run cannot log to it
+        reason = " ".join(str(err).split())[:300] or type(err).__name__
+        raise BertforgeError(f"MLFLOW_TRACKING_URI {uri}: the MLflow store cannot be used ({reason}); start the "
+                             "server or fix the URI, or unset it to log into OUT/mlruns") from None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+    for key, value in _MLFLOW_RUN.items():
+        os.environ.setdefault(key, value)
+    _checked_stores.add(uri)
 
 
 def scalars(record: dict[str, Any]) -> dict[str, float]:
@@ -100,9 +145,11 @@ class TensorBoardReporter(Reporter):
     def __init__(self, log_dir: Path, resumed_at: int | None, params: dict[str, Any]):
         from torch.utils.tensorboard import SummaryWriter
 
+        self.log_dir = Path(log_dir)
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=None if resumed_at is None else resumed_at + 1)
         if params and resumed_at is None:
             self.writer.add_text("run_options", "    " + json.dumps(params, indent=2).replace("\n", "\n    "))
+        self._note_events()
 
     def write(self, record: dict[str, Any]) -> None:
         for tag, value in scalars(record).items():
@@ -110,6 +157,12 @@ class TensorBoardReporter(Reporter):
 
     def close(self) -> None:
         self.writer.close()
+        self._note_events()
+
+    def _note_events(self) -> None:
+        """The event files this process writes (events.out.tfevents.TIME.HOST.PID.N) are bertforge's output."""
+        for path in self.log_dir.glob(f"events.out.tfevents.*.{os.getpid()}.*"):
+            note_written(path)
 
 
 class MlflowReporter(Reporter):
@@ -120,6 +173,7 @@ class MlflowReporter(Reporter):
         from mlflow.tracking import MlflowClient
 
         uri = os.environ.get("MLFLOW_TRACKING_URI")
+        self.store = None if uri else out_dir / "mlruns"  # a store of its own in OUT: bertforge's output
         if not uri:
             # MLflow 3 keeps its file store behind this switch; a local folder next to the run is what a user
             # without a tracking server wants (point MLFLOW_TRACKING_URI at a server or database otherwise)
@@ -162,6 +216,8 @@ class MlflowReporter(Reporter):
         error = sys.exc_info()[0]
         status = "FINISHED" if error is None else "KILLED" if issubclass(error, KeyboardInterrupt) else "FAILED"
         self.client.set_terminated(self.run_id, status=status)
+        if self.store is not None:
+            note_written(self.store)
 
 
 def open_reporters(out_dir: Path, report_to: Iterable[str], logging_dir: str | Path | None,

@@ -21,7 +21,7 @@ from safetensors import SafetensorError
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.io.write import atomic_write, atomic_write_text, write_errors
+from bertforge.io.write import atomic_write, atomic_write_text, note_written, write_errors
 
 log = logging.getLogger("bertforge.train")
 
@@ -98,6 +98,7 @@ def atomic_write_dir(final: Path, write: Callable[[Path], None]) -> Path:
         os.replace(final, old)
     os.replace(tmp, final)
     _fsync_dir(final.parent)
+    note_written(final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -185,6 +185,7 @@ def test_second_process_is_refused_while_the_first_holds_the_folder(tmp_path):
     holder = start_holder(out)
     try:
         assert is_locked(out)
+        (tmp_path / "m").mkdir()  # a model name is resolved (a folder, or a Hub id) before the verb claims --out
         proc = cli("embed-train", "--model", str(tmp_path / "m"), "--train", str(tmp_path / "t.tsv"), "--out", str(out))
         one_line(proc, f"{out} is in use by another bertforge run (pid {holder.pid})")
         with pytest.raises(BertforgeError, match=f"pid {holder.pid}"):

@@ -14,4 +14,4 @@ FAMILY = Family(
     ),
     presets={"electra-small": ("mini", dict(num_hidden_layers=12, embedding_size=128)),  # Clark et al., Table 6
              "electra-base": ("base", {})},
-    use_pooler=False, factorised=True, causal_encoder=True)
+    use_pooler=False, factorised=True, causal_encoder=True, lm_head_activation="gelu")

@@ -72,6 +72,22 @@ def refuse_unsupported(source: str, family: str, d: dict[str, Any], supported: d
 
 
 @dataclass(frozen=True)
+class TokenizerLayout:
+    """A family's SentencePiece (Unigram) tokenizer as transformers' own tokenizer class rebuilds it on load: the
+    special tokens, their ids (`first` at ids 0, 1, ..., then the pieces, then `last`), how a pair is joined and the
+    normaliser / pre-tokenizer / decoder (`pipeline(backend, lowercase)`). Saved under `tokenizer_class`, so
+    transformers' AutoTokenizer picks the same class and encodes alike."""
+
+    tokenizer_class: str                 # tokenizer_config.json's class, e.g. "XLMRobertaTokenizer"
+    roles: dict[str, str]                # pad / unk / cls / sep / mask -> token
+    first: tuple[str, ...]               # the special tokens at ids 0, 1, ... in this order
+    last: tuple[str, ...]                # the special tokens after the pieces (the mask token)
+    pair: str                            # "segments": CLS A SEP B SEP, types 0 / 1; "double_separator": CLS A SEP
+                                         # SEP B SEP, all type 0
+    pipeline: Callable[[Any, bool], None] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class Family:
     """What one member of the BERT family fixes: its Hugging Face names, its ModelConfig settings, its config.json
     schema and its tensor names."""
@@ -122,6 +138,17 @@ class Family:
     # Sparse long attention (`bertforge.model.sparse`): "longformer" (sliding window + global tokens) or "big_bird"
     # (block-sparse window + global + random blocks); None: full attention.
     sparse: str | None = None
+    # What transformers' classes of the family put on the encoder, and how its inputs look:
+    lm_head_activation: str | None = None  # the MLM transform's activation (None: hidden_act)
+    # sequence classification and multiple choice: "pooler" (the encoder's pooler, then a linear layer),
+    # "first_token_mlp" (dense-tanh-out_proj on the first token, no pooler: RobertaClassificationHead) or
+    # "own_pooler" (a pooler the head always has, pretrained or not, stored beside the encoder: ContextPooler)
+    classifier_head: str = "pooler"
+    pooler_activation: str = "tanh"
+    one_segment: bool = False            # pair inputs share one token type; the separator alone marks the boundary
+    # Names another layout of the family's files gives the same tensors (read, never written).
+    alternative_weight_rules: Rules = ()
+    tokenizer: TokenizerLayout | None = None  # the family's own SentencePiece layout (None: the kind's)
     # A gated MLP has two input matrices: 2/3 of the size's intermediate width keeps the parameter count and the
     # FLOPs of the ungated MLP (Shazeer 2020), so a size means the same compute in every family.
     intermediate_scale: float = 1.0

@@ -22,4 +22,5 @@ def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) 
 FAMILY = Family("longformer", "Longformer", "longformer", write_config=config_json, read_config=settings,
                 weight_rules=(*LM_HEAD_RULES, (r"^bert\.", "longformer.")),
                 vocab_size=50265, pad_token_id=1, max_position_embeddings=4098, type_vocab_size=1, layer_norm_eps=1e-5,
-                positions_after_padding=True, keeps_token_ids=True, sparse="longformer")
+                positions_after_padding=True, keeps_token_ids=True, sparse="longformer", lm_head_activation="gelu",
+                classifier_head="first_token_mlp", one_segment=True)

@@ -100,4 +100,4 @@ FAMILY = Family(
     vocab_size=50368, pad_token_id=50283, type_vocab_size=0, max_position_embeddings=8192, layer_norm_eps=1e-5,
     dropout=0.0, use_pooler=False, norm_position="pre", position_embedding_type="rotary", gated_mlp=True, bias=False,
     bias_switches=True, keeps_token_ids=True, local_attention=128, global_attn_every_n_layers=3,
-    rope_theta=160000.0, initializer_cutoff_factor=2.0, intermediate_scale=2 / 3)
+    rope_theta=160000.0, initializer_cutoff_factor=2.0, intermediate_scale=2 / 3, one_segment=True)

@@ -20,4 +20,5 @@ def config_json(cfg: Any) -> dict[str, Any]:
 FAMILY = Family("roberta", "Roberta", "roberta", write_config=config_json,
                 weight_rules=(*LM_HEAD_RULES, (r"^bert\.", "roberta.")), presets={"roberta-base": ("base", {})},
                 vocab_size=50265, pad_token_id=1, max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5,
-                positions_after_padding=True, causal_encoder=True)
+                positions_after_padding=True, causal_encoder=True, lm_head_activation="gelu",
+                classifier_head="first_token_mlp", one_segment=True)

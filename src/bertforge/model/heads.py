@@ -57,10 +57,9 @@ class LMTransform(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.embedding_size, bias=cfg.head_bias)
-        # RoBERTa's lm_head and ELECTRA's generator hard-code erf GELU; BERT / ALBERT / DistilBERT / ModernBERT
-        # use hidden_act (ModernBERT's classifier_activation, which bertforge keeps equal to it).
-        self.act = activation("gelu" if cfg.model_type in ("roberta", "electra", "longformer")
-                              else cfg.hidden_act)
+        # RoBERTa's lm_head and ELECTRA's generator hard-code erf GELU (`Family.lm_head_activation`); BERT / ALBERT /
+        # DistilBERT / ModernBERT use hidden_act (ModernBERT's classifier_activation, which bertforge keeps equal).
+        self.act = activation(cfg.family.lm_head_activation or cfg.hidden_act)
         self.LayerNorm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -242,8 +241,7 @@ class MaskedLM(nn.Module):
         return model.eval()
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        save_pretrained(self, path, self.config, architecture=ARCHITECTURES[("mlm", self.config.model_type)],
-                        tokenizer=tokenizer)
+        save_pretrained(self, path, self.config, architecture=architecture("mlm", self.config), tokenizer=tokenizer)
 
 
 class PreTrainingModel(nn.Module):
@@ -267,8 +265,7 @@ class PreTrainingModel(nn.Module):
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
         kind = "pretraining" if self.cls.seq_relationship is not None else "mlm"
-        save_pretrained(self, path, self.config, architecture=ARCHITECTURES[(kind, self.config.model_type)],
-                        tokenizer=tokenizer)
+        save_pretrained(self, path, self.config, architecture=architecture(kind, self.config), tokenizer=tokenizer)
 
 
 class ReplacedTokenDetector(nn.Module):
@@ -285,7 +282,7 @@ class ReplacedTokenDetector(nn.Module):
         return self.discriminator_predictions(hidden)
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        save_pretrained(self, path, self.config, architecture="ElectraForPreTraining", tokenizer=tokenizer)
+        save_pretrained(self, path, self.config, architecture=architecture("rtd", self.config), tokenizer=tokenizer)
 
 
 class XLNetLM(nn.Module):
@@ -315,7 +312,7 @@ class XLNetLM(nn.Module):
         save_pretrained(self, path, self.config, architecture="XLNetLMHeadModel", tokenizer=tokenizer)
 
 
-# The transformers class that loads each wrapper, per family.
+# The transformers class that loads each wrapper, where it is not the family's `<prefix><suffix>` (`architecture`).
 ARCHITECTURES = {
     ("mlm", "bert"): "BertForMaskedLM", ("mlm", "roberta"): "RobertaForMaskedLM",
     ("mlm", "albert"): "AlbertForMaskedLM", ("mlm", "distilbert"): "DistilBertForMaskedLM",
@@ -323,5 +320,13 @@ ARCHITECTURES = {
     ("mlm", "longformer"): "LongformerForMaskedLM", ("mlm", "big_bird"): "BigBirdForMaskedLM",
     ("pretraining", "bert"): "BertForPreTraining", ("pretraining", "albert"): "AlbertForPreTraining",
     ("ltr", "bert"): "BertLMHeadModel", ("ltr", "roberta"): "RobertaForCausalLM",
-    ("ltr", "electra"): "ElectraForCausalLM",
+    ("ltr", "electra"): "ElectraForCausalLM", ("rtd", "electra"): "ElectraForPreTraining",
 }
+_SUFFIX = {"mlm": "ForMaskedLM", "pretraining": "ForPreTraining", "ltr": "ForCausalLM", "rtd": "Model"}
+
+
+def architecture(kind: str, cfg: ModelConfig) -> str:
+    """The transformers class that loads a wrapper of `kind` (mlm, pretraining, ltr, rtd) of cfg's family: the
+    table's entry, else the family's `<prefix>ForMaskedLM` / `ForPreTraining` / `ForCausalLM`; a replaced-token
+    detector of a family without a discriminator class loads as the family's bare encoder."""
+    return ARCHITECTURES.get((kind, cfg.model_type)) or cfg.family.hf_prefix + _SUFFIX[kind]

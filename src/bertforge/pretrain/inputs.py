@@ -72,10 +72,10 @@ def collator_for(ds: PretrainingDataset, recipe: Recipe, one_segment: bool = Fal
 
 
 def single_segment(cfg: ModelConfig, recipe: Recipe) -> bool:
-    """Pair inputs fed to a RoBERTa encoder (type_vocab_size 1) use one segment id for both segments, as RoBERTa
-    itself does; the [SEP] between them still marks the boundary. ModernBERT has no token types at all."""
-    return (recipe.input_format in PAIR_FORMATS and cfg.type_vocab_size < 2
-            and cfg.model_type in ("roberta", "modernbert", "longformer"))
+    """Pair inputs fed to an encoder of a one-segment family (`Family.one_segment`: RoBERTa's type_vocab_size 1,
+    ModernBERT's and DeBERTa-v3's none) use one segment id for both segments, as those models do; the separator
+    between them still marks the boundary."""
+    return recipe.input_format in PAIR_FORMATS and cfg.type_vocab_size < 2 and cfg.family.one_segment
 
 
 def check_model_fits_recipe(cfg: ModelConfig, recipe: Recipe, source: str) -> None:

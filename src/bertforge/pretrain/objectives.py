@@ -29,7 +29,7 @@ from torch import nn
 
 from bertforge.config import ModelConfig
 from bertforge.model.heads import (ARCHITECTURES, MaskedLM, PreTrainingModel, ReplacedTokenDetector,
-                                   SentenceRelationHead, XLNetLM, masked_lm_loss, vocab_loss)
+                                   SentenceRelationHead, XLNetLM, architecture, masked_lm_loss, vocab_loss)
 from bertforge.model import DecoderLM, activation, permutation_mask, target_mapping_of
 from bertforge.model.sparse.layout import task_global_mask
 
@@ -87,8 +87,7 @@ class MLMObjective(PreTrainingModel):
         kind = "pretraining" if self.relation is not None else "mlm"
         if (kind, self.config.model_type) not in ARCHITECTURES:
             kind = "mlm"  # RoBERTa / ELECTRA have no *ForPreTraining with a sentence head in transformers
-        save_pretrained(self, path, self.config, architecture=ARCHITECTURES[(kind, self.config.model_type)],
-                        tokenizer=tokenizer)
+        save_pretrained(self, path, self.config, architecture=architecture(kind, self.config), tokenizer=tokenizer)
 
 
 class SpanBoundaryHead(nn.Module):
@@ -334,8 +333,7 @@ class LeftToRightObjective(MaskedLM):
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
         from bertforge.model.checkpoint import save_pretrained
-        save_pretrained(self, path, self.config, architecture=ARCHITECTURES[("ltr", self.config.model_type)],
-                        tokenizer=tokenizer)
+        save_pretrained(self, path, self.config, architecture=architecture("ltr", self.config), tokenizer=tokenizer)
 
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", "electra", "mlm+wso", "mlm+sso", "structbert", "plm",

@@ -46,15 +46,18 @@ HEAD_KINDS = ("classify", "regress", "tag", "qa", "choice")
 HF_PREFIX = {name: family.hf_prefix for name, family in FAMILIES.items()}  # "Bert", "Roberta", ...
 HF_SUFFIX = {"classify": "ForSequenceClassification", "regress": "ForSequenceClassification",
              "tag": "ForTokenClassification", "qa": "ForQuestionAnswering", "choice": "ForMultipleChoice"}
-ROBERTA_HEAD = ("roberta", "longformer")  # sequence classifiers with RobertaClassificationHead's layout
 FEATURE_MODES = ("last", "second_last", "sum_last4", "concat_last4", "weighted")
 HEADS = ("linear", "bilstm")
 
 
 def encoder_config(cfg: ModelConfig, kind: str) -> ModelConfig:
     """`cfg` as HF builds the encoder for `kind`: no pooler (add_pooling_layer=False) for tagging, QA and RoBERTa
-    sequence classification, whose heads do not read it."""
-    no_pooler = kind in ("tag", "qa") or (kind in ("classify", "regress") and cfg.model_type in ROBERTA_HEAD)
+    sequence classification, whose heads do not read it; always one for the sequence heads of a family whose
+    head owns its pooler (DeBERTa's ContextPooler: initialised afresh when the checkpoint has none)."""
+    head = cfg.family.classifier_head
+    if head == "own_pooler" and kind in ("classify", "regress", "choice"):
+        return cfg if cfg.use_pooler else cfg.replace(use_pooler=True)
+    no_pooler = kind in ("tag", "qa") or (kind in ("classify", "regress") and head == "first_token_mlp")
     return cfg.replace(use_pooler=False) if no_pooler and cfg.use_pooler else cfg
 
 
@@ -131,7 +134,7 @@ class SequenceClassifier(_TaskModel):
             raise BertforgeError(f"regression needs num_labels=1, got {num_labels}")
         self.kind = "regress" if regression else "classify"
         self.num_labels = num_labels
-        self.roberta_head = cfg.model_type in ROBERTA_HEAD
+        self.roberta_head = cfg.family.classifier_head == "first_token_mlp"
         if self.roberta_head:
             self.classifier: nn.Module = RobertaClassificationHead(cfg.hidden_size, num_labels, self.dropout)
             self._init_head(self.classifier.dense, self.classifier.out_proj)

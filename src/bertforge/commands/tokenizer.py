@@ -11,6 +11,10 @@ from bertforge.data.corpus import find_files, iter_texts
 from bertforge.errors import BertforgeError
 from bertforge.tokenization.tokenizer import TOKENIZER_KINDS
 from bertforge.tokenization import Tokenizer
+from bertforge.families import FAMILIES
+
+# the families whose tokenizer has a SentencePiece layout of its own (special tokens, ids, pipeline)
+LAYOUT_FAMILIES = tuple(name for name, fam in FAMILIES.items() if fam.tokenizer is not None)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,14 +31,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "vocab.txt for WordPiece). The same corpus and options always give the same files.",
         epilog="kinds: wordpiece = BERT (## continuation, [CLS]/[SEP]/[MASK]); bpe = RoBERTa byte-level BPE "
                "(<s>/</s>/<mask>, always cased); unigram = ALBERT (▁ word starts); gpt2 = GPT-2 byte-level BPE "
-               "(one special token, <|endoftext|>; nothing added around a text; always cased).")
+               "(one special token, <|endoftext|>; nothing added around a text; always cased). --family lays a "
+               "unigram tokenizer out as that family's own: deberta-v2 = [PAD] [CLS] [SEP] [UNK] at 0-3, [MASK] "
+               "last; xlm-roberta = <s> <pad> </s> <unk> at 0-3, <mask> last, always cased.")
     train.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
                        help="text files, folders (every .txt/.txt.gz/.jsonl inside) or glob patterns")
-    train.add_argument("--kind", choices=TOKENIZER_KINDS, default="wordpiece", help="tokenizer model (default: wordpiece)")
+    train.add_argument("--kind", choices=TOKENIZER_KINDS, default=None,
+                       help="tokenizer model (default: wordpiece; unigram with --family)")
+    train.add_argument("--family", choices=LAYOUT_FAMILIES, default=None,
+                       help="a unigram tokenizer in this family's layout (its special tokens and ids, its "
+                            "normalisation; saved for transformers' class of the family)")
     train.add_argument("--vocab-size", type=COUNT, default=30522, metavar="N", help="vocabulary size (default: 30522)")
     train.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer to")
-    train.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
-                       help="lower-case and strip accents (wordpiece, unigram; default: on; bpe is always cased)")
+    train.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
+                       help="lower-case and strip accents (wordpiece, unigram; default: on, off with --family as "
+                            "the families' own tokenizers are cased; bpe and xlm-roberta are always cased)")
     train.add_argument("--min-frequency", type=COUNT0, default=2, metavar="N",
                        help="minimum pair/word frequency for a merge (wordpiece, bpe; default: 2)")
     train.add_argument("--model-max-length", type=COUNT, default=512, metavar="N",
@@ -61,15 +72,22 @@ def _output_dir(path: str) -> Path:
 def run_train(args: argparse.Namespace) -> int:
     """Train, save and print a one-line summary."""
     start = time.perf_counter()
+    kind = args.kind or ("unigram" if args.family else "wordpiece")
+    layout = FAMILIES[args.family].tokenizer if args.family else None
+    if layout is not None and kind != "unigram":
+        raise BertforgeError(f"--family {args.family}: its tokenizer is a SentencePiece unigram one; use --kind "
+                             f"unigram (not {kind})")
     files = find_files(args.corpus)  # a missing file or a pattern matching nothing is named here
     from bertforge.io.rundir import claim_output_dir
     out = _output_dir(args.out)
     # an existing tokenizer (or anything else) in --out is refused like every verb's earlier output
     with claim_output_dir(out, resume=False, overwrite=args.overwrite, resume_flag=None):
-        tok = Tokenizer.train(iter_texts(files), kind=args.kind, vocab_size=args.vocab_size,
-                              lowercase=args.lowercase, min_frequency=args.min_frequency, show_progress=True,
-                              model_max_length=args.model_max_length, workers=args.workers)
+        tok = Tokenizer.train(iter_texts(files), kind=kind, vocab_size=args.vocab_size,
+                              lowercase=args.lowercase if args.lowercase is not None else layout is None,
+                              min_frequency=args.min_frequency, show_progress=True,
+                              model_max_length=args.model_max_length, workers=args.workers, layout=layout)
         tok.save_pretrained(out)
     seconds = time.perf_counter() - start
-    print(f"trained {args.kind} tokenizer: vocab {tok.vocab_size}, {len(files)} file(s), {seconds:.1f} s -> {args.out}")
+    what = f"{kind} ({layout.tokenizer_class} layout)" if layout is not None else kind
+    print(f"trained {what} tokenizer: vocab {tok.vocab_size}, {len(files)} file(s), {seconds:.1f} s -> {args.out}")
     return 0

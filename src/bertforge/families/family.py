@@ -85,6 +85,7 @@ class TokenizerLayout:
     pair: str                            # "segments": CLS A SEP B SEP, types 0 / 1; "double_separator": CLS A SEP
                                          # SEP B SEP, all type 0
     pipeline: Callable[[Any, bool], None] = field(compare=False, repr=False)
+    cased: bool = False                  # the class never lower-cases (no do_lower_case to save)
 
 
 @dataclass(frozen=True)

@@ -75,14 +75,15 @@ def prepare_tokenizer(opts: PretrainOptions, corpus_paths: list[str], is_main: b
         # A resumed run must keep its tokenizer; a fresh one reuses it only when it is what would be trained
         # anyway: same kind, same vocabulary size, same corpus files (paths, sizes, mtimes).
         old = Tokenizer.from_pretrained(out_tok)
-        if opts.resume or (old.kind == opts.recipe.tokenizer_kind and old.vocab_size == vocab
-                           and _fingerprint_matches(out_tok, fingerprint)):
+        if opts.resume or (old.kind == opts.recipe.tokenizer_kind and old.layout == opts.recipe.tokenizer_layout
+                           and old.vocab_size == vocab and _fingerprint_matches(out_tok, fingerprint)):
             return old
     barrier()  # every rank has looked at the old tokenizer before rank 0 replaces it
     if is_main:
         t0 = time.perf_counter()
+        layout = opts.recipe.tokenizer_layout  # a family's own layout is cased, as the family's tokenizer is
         tok = Tokenizer.train(iter_texts(corpus_paths), kind=opts.recipe.tokenizer_kind, vocab_size=vocab,
-                              model_max_length=max(512, opts.seq_len),
+                              model_max_length=max(512, opts.seq_len), lowercase=layout is None, layout=layout,
                               workers=opts.workers or os.cpu_count() or 1)  # same tokenizer for any count
         tok.save_pretrained(out_tok)
         _write_fingerprint(out_tok, fingerprint)

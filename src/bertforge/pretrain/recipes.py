@@ -102,6 +102,13 @@ class Recipe:
         return self
 
     @property
+    def tokenizer_layout(self):
+        """The family's own SentencePiece layout (`Family.tokenizer`: DeBERTa-v3's, XLM-R's) when the recipe trains
+        a unigram tokenizer for such a family, else None (the kind's own layout)."""
+        family = FAMILIES.get(self.model_type)
+        return family.tokenizer if family is not None and self.tokenizer_kind == "unigram" else None
+
+    @property
     def sentence_task(self) -> str | None:
         """What `sentence_label` means in the batches: "nsp", "sop", "sso" (StructBERT) or None."""
         return {"mlm+nsp": "nsp", "mlm+sop": "sop", "mlm+sso": "sso", "structbert": "sso"}.get(self.objective)

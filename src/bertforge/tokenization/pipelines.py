@@ -15,6 +15,9 @@ from typing import Any
 from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, processors
 from tokenizers import Tokenizer as Backend
 
+from bertforge.families import FAMILIES
+from bertforge.families.family import TokenizerLayout
+
 TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram", "gpt2", "t5")
 _MODEL_KIND = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
 ROLES = ("pad", "unk", "cls", "sep", "mask")
@@ -32,6 +35,9 @@ SPECIAL_TOKENS: dict[str, dict[str, str]] = {
 HF_TOKENIZER_CLASS = {"wordpiece": "BertTokenizerFast", "bpe": "RobertaTokenizerFast", "unigram": "AlbertTokenizerFast",
                       "gpt2": "GPT2TokenizerFast", "t5": "T5Tokenizer"}
 ENDOFTEXT = "<|endoftext|>"
+# The families' own SentencePiece layouts (DeBERTa-v2's, XLM-RoBERTa's), by the transformers class that loads them.
+LAYOUTS: dict[str, TokenizerLayout] = {fam.tokenizer.tokenizer_class: fam.tokenizer
+                                       for fam in FAMILIES.values() if fam.tokenizer is not None}
 N_SENTINELS = 100  # T5's extra_ids
 
 
@@ -69,10 +75,20 @@ def _albert_pipeline(backend: Backend, lowercase: bool) -> None:
     backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
 
 
-def _set_post_processor(backend: Backend, kind: str, specials: dict[str, str]) -> None:
+def layout_named(tokenizer_class: Any) -> TokenizerLayout | None:
+    """The family layout a tokenizer_config.json's class names ("XLMRobertaTokenizer[Fast]"), or None."""
+    return LAYOUTS.get(tokenizer_class.removesuffix("Fast")) if isinstance(tokenizer_class, str) else None
+
+
+def _set_post_processor(backend: Backend, kind: str, specials: dict[str, str],
+                        layout: TokenizerLayout | None = None) -> None:
     cls, sep = specials["cls"], specials["sep"]
     cls_id, sep_id = backend.token_to_id(cls), backend.token_to_id(sep)
-    if kind == "bpe":  # <s> A </s></s> B </s>, all type ids 0
+    if layout is not None and layout.pair == "double_separator":  # <s> A </s></s> B </s>, all type ids 0
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 {sep}:0 $B:0 {sep}:0",
+            special_tokens=[(cls, cls_id), (sep, sep_id)])
+    elif kind == "bpe":  # <s> A </s></s> B </s>, all type ids 0
         backend.post_processor = processors.RobertaProcessing((sep, sep_id), (cls, cls_id),
                                                               trim_offsets=True, add_prefix_space=False)
     elif kind == "gpt2":  # GPT-2 adds nothing around a text
@@ -99,7 +115,10 @@ def _sentinel_tokens() -> list[AddedToken]:
     return [AddedToken(sentinel(k), special=True, normalized=False) for k in reversed(range(N_SENTINELS))]
 
 
-def _special_added_tokens(kind: str) -> list[AddedToken]:
+def _special_added_tokens(kind: str, layout: TokenizerLayout | None = None) -> list[AddedToken]:
+    """The special tokens in id order (a family layout's: its first ones, then its last)."""
+    if layout is not None:
+        return [AddedToken(tok, special=True, normalized=False) for tok in (*layout.first, *layout.last)]
     # RoBERTa's <mask> swallows the space before it, so "a <mask> b" masks the word " b"-style tokens correctly.
     unique = dict.fromkeys(t for t in SPECIAL_TOKENS[kind].values() if t is not None)  # GPT-2's one, once
     return [AddedToken(tok, special=True, normalized=False, lstrip=(kind == "bpe" and tok == "<mask>"))

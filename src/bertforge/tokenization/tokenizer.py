@@ -11,7 +11,10 @@ The pipelines are the ones transformers' BertTokenizerFast / RobertaTokenizerFas
 GPT2TokenizerFast build, so a saved directory loads in `transformers.AutoTokenizer` and encodes identically. The
 "gpt2" kind is RoBERTa's byte-level BPE with GPT-2's conventions: one special token, <|endoftext|> (document
 separator, bos and eos), nothing added around a text, and no mask token (`mask_token` is None). The "t5" kind is
-T5's Unigram layout with 100 sentinels (bertforge.tokenizer_pipelines); its cls and sep are both </s>.
+T5's Unigram layout with 100 sentinels (bertforge.tokenizer_pipelines); its cls and sep are both </s>. A family may
+have a Unigram layout of its own (`Family.tokenizer`: DeBERTa-v2's [PAD] [CLS] [SEP] [UNK] ... [MASK], XLM-RoBERTa's
+<s> <pad> </s> <unk> ... <mask>): trained with `layout=`, recognised on load by tokenizer_config.json's class, and
+saved under that class, so transformers' own tokenizer class rebuilds the same pipeline.
 """
 from __future__ import annotations
 
@@ -29,10 +32,12 @@ from tokenizers.models import BPE, Unigram, WordPiece
 from bertforge.errors import BertforgeError
 from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write_text
-from bertforge.tokenization.pipelines import (ENDOFTEXT, HF_TOKENIZER_CLASS, TOKENIZER_KINDS, N_SENTINELS, ROLES, SPECIAL_TOKENS,
-                                              _albert_pipeline, _bert_pipeline, _json_lowercases, _MODEL_KIND,
-                                              _roberta_pipeline, _sentinel_tokens, _set_post_processor,
-                                              _special_added_tokens, _t5_pipeline, _token_str, sentinel)
+from bertforge.families.family import TokenizerLayout
+from bertforge.tokenization.pipelines import (ENDOFTEXT, HF_TOKENIZER_CLASS, LAYOUTS, TOKENIZER_KINDS, N_SENTINELS, ROLES,
+                                              SPECIAL_TOKENS, _albert_pipeline, _bert_pipeline, _json_lowercases,
+                                              _MODEL_KIND, _roberta_pipeline, _sentinel_tokens, _set_post_processor,
+                                              _special_added_tokens, _t5_pipeline, _token_str, layout_named,
+                                              sentinel)
 from bertforge.tokenization.train import canonical_unigram, checked_texts, train_wordpiece
 
 # ----------------------------------------------------------------------------------------------- Tokenizer
@@ -41,7 +46,8 @@ class Tokenizer:
     """A `tokenizers.Tokenizer` plus its kind and special tokens, with bertforge's batch-encoding API."""
 
     def __init__(self, backend: Backend, kind: str | None = None, specials: dict[str, str] | None = None,
-                 do_lower_case: bool | None = None, model_max_length: int = 512):
+                 do_lower_case: bool | None = None, model_max_length: int = 512,
+                 layout: TokenizerLayout | None = None):
         model_type = type(backend.model).__name__
         vocab = backend.get_vocab(with_added_tokens=True)
         kind = kind or _MODEL_KIND.get(model_type)
@@ -52,12 +58,13 @@ class Tokenizer:
         if kind not in TOKENIZER_KINDS:
             raise BertforgeError(f"unsupported tokenizer model {model_type!r} (expected WordPiece, BPE or Unigram)")
         self.kind = kind
+        self.layout = layout if kind == "unigram" else None  # a family's own SentencePiece layout
         self.backend = backend
         # Padding / truncation are set per call, never stored in the backend (nor in a saved tokenizer.json).
         backend.no_padding()
         backend.no_truncation()
         self._lock = threading.Lock()  # guards the per-call padding/truncation state of the shared backend
-        chosen = dict(SPECIAL_TOKENS[kind])
+        chosen = dict(self.layout.roles if self.layout is not None else SPECIAL_TOKENS[kind])
         for role, tok in (specials or {}).items():
             if tok is not None and role in chosen:
                 chosen[role] = tok
@@ -79,11 +86,13 @@ class Tokenizer:
     def __getstate__(self) -> dict:
         """What travels to worker processes (corpus preparation, DataLoader): the tokenizer.json string."""
         return {"json": self.backend.to_str(), "kind": self.kind, "specials": self.specials,
-                "do_lower_case": self.do_lower_case, "model_max_length": self.model_max_length}
+                "do_lower_case": self.do_lower_case, "model_max_length": self.model_max_length,
+                "layout": None if self.layout is None else self.layout.tokenizer_class}
 
     def __setstate__(self, state: dict) -> None:
         self.backend = Backend.from_str(state["json"])
         self.kind, self.specials = state["kind"], dict(state["specials"])
+        self.layout = LAYOUTS.get(state.get("layout"))
         self.do_lower_case, self.model_max_length = state["do_lower_case"], state["model_max_length"]
         self._lock = threading.Lock()
 
@@ -92,7 +101,8 @@ class Tokenizer:
     @classmethod
     def train(cls, texts: Iterable[str], kind: str = "wordpiece", vocab_size: int = 30522,
               lowercase: bool = True, min_frequency: int = 2, show_progress: bool = False,
-              model_max_length: int = 512, workers: int = 1) -> "Tokenizer":
+              model_max_length: int = 512, workers: int = 1,
+              layout: TokenizerLayout | None = None) -> "Tokenizer":
         """Train a tokenizer on texts (documents as strings: read corpus files with
         `bertforge.data.corpus.iter_texts`). The same texts and options always give the same tokenizer.
 
@@ -100,12 +110,17 @@ class Tokenizer:
         are. T5's `vocab_size` counts its 100 sentinels.
         `min_frequency` applies to WordPiece and BPE (the Unigram trainer has none). `workers` > 1 counts the
         words of a large WordPiece corpus in that many processes (see bertforge.tokenizer_train.word_counts).
+        `layout`: a family's own Unigram layout (`Family.tokenizer`): its special tokens, their ids and its
+        pipeline (kind "unigram" only).
         """
         if kind not in TOKENIZER_KINDS:
             raise BertforgeError(f"unknown tokenizer kind {kind!r} (choose from {', '.join(TOKENIZER_KINDS)})")
+        if layout is not None and kind != "unigram":
+            raise BertforgeError(f"a family's SentencePiece layout ({layout.tokenizer_class}) is a unigram "
+                                 f"tokenizer, not {kind}")
         if isinstance(texts, (str, bytes, os.PathLike)):
             raise TypeError("Tokenizer.train takes an iterable of texts, not a single string or path")
-        specials = _special_added_tokens(kind)
+        specials = _special_added_tokens(kind, layout)
         if vocab_size <= len(specials) + (N_SENTINELS if kind == "t5" else 0):
             raise BertforgeError(f"vocab_size {vocab_size} is too small (the {len(specials)} special tokens alone)")
         seen = [0]
@@ -126,22 +141,29 @@ class Tokenizer:
             backend.train_from_iterator(texts, trainer=trainer)
         else:
             t5 = kind == "t5"
-            lowercase = lowercase and not t5
+            lowercase = lowercase and not t5 and not (layout is not None and layout.cased)
             backend = Backend(Unigram())
             if t5:
                 _t5_pipeline(backend)
+            elif layout is not None:
+                layout.pipeline(backend, lowercase)
             else:
                 _albert_pipeline(backend, lowercase)
-            trainer = trainers.UnigramTrainer(vocab_size=vocab_size - (N_SENTINELS if t5 else 0),
-                                              special_tokens=specials, unk_token="<unk>", show_progress=show_progress)
+            last = layout.last if layout is not None else ()  # after the pieces: the layout's [MASK] / <mask>
+            first = specials[:len(specials) - len(last)]
+            unk = layout.roles["unk"] if layout is not None else "<unk>"
+            trainer = trainers.UnigramTrainer(vocab_size=vocab_size - (N_SENTINELS if t5 else 0) - len(last),
+                                              special_tokens=first, unk_token=unk, show_progress=show_progress)
             backend.train_from_iterator(texts, trainer=trainer)
-            backend = canonical_unigram(backend, len(specials))
+            backend = canonical_unigram(backend, len(first), append=last)
             if t5:  # after the pieces, as in T5's vocabulary
                 backend.add_special_tokens(_sentinel_tokens())
+            backend.add_special_tokens(specials[len(first):])
         if not seen[0]:
             raise BertforgeError("no text to train the tokenizer on")
-        _set_post_processor(backend, kind, SPECIAL_TOKENS[kind])
-        return cls(backend, kind, SPECIAL_TOKENS[kind], do_lower_case=lowercase, model_max_length=model_max_length)
+        roles = layout.roles if layout is not None else SPECIAL_TOKENS[kind]
+        _set_post_processor(backend, kind, roles, layout)
+        return cls(backend, kind, roles, do_lower_case=lowercase, model_max_length=model_max_length, layout=layout)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> "Tokenizer":
@@ -183,7 +205,8 @@ class Tokenizer:
             except Exception as err:  # the Rust side raises plain Exception on malformed files
                 raise BertforgeError(f"{tok_json}: not a valid tokenizer.json ({err})") from None
             try:
-                return cls(backend, None, specials, do_lower_case=lower, model_max_length=max_len)
+                return cls(backend, None, specials, do_lower_case=lower, model_max_length=max_len,
+                           layout=layout_named(config.get("tokenizer_class")))
             except BertforgeError as err:
                 raise BertforgeError(f"{tok_json}: {err}") from None
         vocab_txt = directory / "vocab.txt"
@@ -235,9 +258,12 @@ class Tokenizer:
                            "additional_special_tokens": [sentinel(k) for k in range(N_SENTINELS)]}
         elif self.kind != "wordpiece":
             special_map.update(bos_token=token_entry(s["cls"]), eos_token=token_entry(s["sep"]))
-        config: dict[str, Any] = {"tokenizer_class": HF_TOKENIZER_CLASS[self.kind], "do_lower_case": self.do_lower_case,
+        tokenizer_class = HF_TOKENIZER_CLASS[self.kind] if self.layout is None else self.layout.tokenizer_class
+        config: dict[str, Any] = {"tokenizer_class": tokenizer_class, "do_lower_case": self.do_lower_case,
                                   "model_max_length": self.model_max_length, **special_map}
-        if self.kind == "wordpiece":
+        if self.layout is not None:  # the family class's own options (it rebuilds its pipeline from them)
+            config.update(add_prefix_space=True, split_by_punct=False)
+        elif self.kind == "wordpiece":
             config.update(tokenize_chinese_chars=True, strip_accents=None)
         elif self.kind == "bpe":
             config.update(add_prefix_space=False, trim_offsets=True, errors="replace")
@@ -384,7 +410,8 @@ class Tokenizer:
         ids = [cls, *ids_a, sep]
         if ids_b is None:
             return ids, [0] * len(ids)
-        if self.kind == "bpe":  # <s> A </s></s> B </s>, RoBERTa has no segment embeddings
+        double = self.layout.pair == "double_separator" if self.layout is not None else self.kind == "bpe"
+        if double:  # <s> A </s></s> B </s>, RoBERTa has no segment embeddings
             ids += [sep, *ids_b, sep]
             return ids, [0] * len(ids)
         second = [*ids_b, sep]

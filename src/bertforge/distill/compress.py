@@ -265,8 +265,11 @@ def _write_onnx(src: Path, out: Path, wrapper, args, names, axes, expected, kind
         torch.onnx.export(wrapper, args, str(tmp), input_names=list(axes)[:3], output_names=names,
                           dynamic_axes=axes, opset_version=opset, dynamo=False, do_constant_folding=True)
     fused = _optimise(tmp, fuse_config) if fuse_config is not None else {}
-    feeds = {k: v.numpy() for k, v in zip(("input_ids", "attention_mask", "token_type_ids"), args)}
-    got = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"]).run(names, feeds)
+    session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
+    # the inputs the graph kept: a model without token types (DeBERTa-v3, DistilBERT) has no token_type_ids
+    given = {k: v.numpy() for k, v in zip(("input_ids", "attention_mask", "token_type_ids"), args)}
+    feeds = {i.name: given[i.name] for i in session.get_inputs()}
+    got = session.run(names, feeds)
     diff = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
     if diff > PARITY_TOL:
         raise BertforgeError(f"--model {src}: the ONNX graph differs from PyTorch by {diff:.2e} "

@@ -18,7 +18,10 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
                "factorisation order predicted); gpt = left-to-right LM (GPT-2 layout decoder) on packed text, "
                "GPT-2 byte-level BPE; the context is --seq-len; "
                "modern = ModernBERT: pre-norm, rotary, GeGLU, local/global attention, MLM only at 30%, packed rows, "
-               "warm-up/stable/1-sqrt-decay schedule (BPE)")
+               "warm-up/stable/1-sqrt-decay schedule (BPE); deberta-v3 = replaced-token detection on a DeBERTa "
+               "encoder (disentangled relative attention), a half-depth generator, gradient-disentangled "
+               "embedding sharing (Unigram in DeBERTa's layout). --family puts a recipe's objective on another "
+               "family (e.g. --recipe electra on a DeBERTa encoder)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -130,7 +133,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules) -> None:
+    from bertforge.families import FAMILIES, MODEL_TYPES
+    from bertforge.pretrain.objectives import EMBEDDING_SHARING, trains_rtd_as_itself
+    rtd = ", ".join(name for name, fam in FAMILIES.items() if trains_rtd_as_itself(fam))
     p.add_argument("--recipe", choices=list(recipes), default="bert", help="pretraining recipe (default: bert)")
+    p.add_argument("--family", choices=MODEL_TYPES, metavar="FAMILY",
+                   help="the model family instead of the recipe's (its objective must suit it: replaced-token "
+                        f"detection on {rtd}; sentence tasks on bert or albert; ...): {', '.join(MODEL_TYPES)}")
+    p.add_argument("--embedding-sharing", choices=EMBEDDING_SHARING,
+                   help="replaced-token detection: what generator and discriminator share: none, shared (the "
+                        "embedding module, ELECTRA's default) or gdes (gradient-disentangled: the discriminator "
+                        "reads stop_gradient(generator tables) + its own zero-initialised ones, deberta-v3's)")
     p.add_argument("--size", choices=sizes, default=None,
                    help="model size (default: bert-mini; bert-tiny for the built-in demo corpus)")
     p.add_argument("--objective", choices=objectives, help="override the recipe's objective")
@@ -190,7 +203,8 @@ def run_pretrain(args: argparse.Namespace) -> int:
     trackers = tracking(args)  # a missing tracker library: one line before any work
     recipe = resolve(args.recipe, objective=args.objective, masking=args.masking, dynamic=args.dynamic,
                      input_format=args.input_format, dupe_factor=args.dupe_factor, plm_k=args.plm_k,
-                     mask_prob=args.mask_prob, schedule=args.schedule)
+                     mask_prob=args.mask_prob, schedule=args.schedule, model_type=args.family,
+                     embedding_sharing=args.embedding_sharing)
     embedded = args.corpus is None and args.data is None
     if args.corpus is not None and args.data is not None:
         raise BertforgeError("give --corpus or --data, not both")

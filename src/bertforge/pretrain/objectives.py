@@ -20,6 +20,7 @@ attention_mask only (`data.LMCollator`).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +148,12 @@ class SpanBERTObjective(MLMObjective):
 
 
 def generator_config(disc: ModelConfig, divisor: int = 4) -> ModelConfig:
-    """ELECTRA's generator: hidden, intermediate and heads divided by `divisor`, same embedding size
-    (so the embeddings can be shared; an `embeddings_project` maps E to the smaller hidden size)."""
+    """The generator of replaced-token detection. A family that can factorise its embeddings (ELECTRA): hidden,
+    intermediate and heads divided by `divisor`, same embedding size (so the embeddings can be shared; an
+    `embeddings_project` maps E to the smaller hidden size). One that cannot (DeBERTa-v3): the same width and half
+    the depth (He et al. 2023), so its embeddings are the discriminator's width."""
+    if not disc.family.factorised:
+        return disc.replace(num_hidden_layers=max(1, disc.num_hidden_layers // 2), use_pooler=False, extra={})
     hidden = max(disc.hidden_size // divisor, 16)
     heads = max(disc.num_attention_heads // divisor, 1)
     while hidden % heads:
@@ -158,24 +163,94 @@ def generator_config(disc: ModelConfig, divisor: int = 4) -> ModelConfig:
                         embedding_size=disc.embedding_size, use_pooler=False, extra={})
 
 
-class ELECTRAObjective(nn.Module):
-    """Replaced-token detection (Clark et al. 2020).
+EMBEDDING_SHARING = ("none", "shared", "gdes")
 
-    The generator (a small MaskedLM sharing the discriminator's embedding module: word, position and token-type
-    tables are the same Parameter objects) is trained with MLM. Replacements are sampled from its softmax without
-    gradient; the discriminator labels every non-pad token replaced (1) or original (0); a sample equal to the
-    original token counts as original. loss = mlm + rtd_weight * BCE.
+
+def trains_rtd_as_itself(cfg: Any) -> bool:
+    """Whether replaced-token detection keeps the family of `cfg` (a ModelConfig or a Family): ELECTRA's own, and
+    a family whose positions are no learned table (DeBERTa); the rest train in ELECTRA's layout (the same BERT
+    encoder under ELECTRA's names)."""
+    return cfg.model_type == "electra" or cfg.position_embedding_type != "absolute"
+GDES_DELTA = "gdes_delta.safetensors"  # the discriminator's own embedding tables (E_delta), for an exact resume
+
+
+class GradientDisentangledEmbedding(nn.Module):
+    """A table of the discriminator read as E_D = sg(E_G) + E_delta (He et al. 2023, gradient-disentangled embedding
+    sharing): the generator's table without its gradient, plus a table of the discriminator's own that starts at
+    zero. The RTD loss trains E_delta only; E_G learns from the generator's MLM loss alone, so the two losses no
+    longer pull one table two ways. `source` is the generator's module, held outside this module's parameters."""
+
+    def __init__(self, source: nn.Embedding):
+        super().__init__()
+        self._source = (source,)
+        self.delta = nn.Parameter(torch.zeros_like(source.weight))
+        self.padding_idx = source.padding_idx
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self._source[0].weight.detach() + self.delta
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight, self.padding_idx)
+
+
+class ELECTRAObjective(nn.Module):
+    """Replaced-token detection (Clark et al. 2020; He et al. 2023 for DeBERTa-v3).
+
+    The generator (a small MaskedLM: `generator_config`) is trained with MLM. Replacements are sampled from its
+    softmax without gradient; the discriminator labels every non-pad token replaced (1) or original (0); a sample
+    equal to the original token counts as original. loss = mlm + rtd_weight * BCE.
+    `embedding_sharing` says what the two share: "shared", the whole embedding module (word, position and
+    token-type tables are the same Parameter objects: ELECTRA's); "none", nothing; "gdes", the tables as
+    sg(generator's) + a zero-initialised table of the discriminator's own (`GradientDisentangledEmbedding`,
+    DeBERTa-v3's), the embedding LayerNorm shared as in "shared", so that the two differ only in where the
+    tables' gradients go. A checkpoint's discriminator holds E_G + E_delta: a plain model of its family.
+    A family whose positions are not a learned table (DeBERTa's relative attention) trains as itself; the others
+    in ELECTRA's layout, which transformers loads as ElectraForPreTraining.
     """
 
-    def __init__(self, cfg: ModelConfig, generator_divisor: int = 4, rtd_weight: float = 50.0):
+    def __init__(self, cfg: ModelConfig, generator_divisor: int = 4, rtd_weight: float = 50.0,
+                 embedding_sharing: str = "shared"):
         super().__init__()
-        self.config = cfg if cfg.model_type == "electra" else cfg.replace(model_type="electra", use_pooler=False)
-        self.rtd_weight = rtd_weight
+        if embedding_sharing not in EMBEDDING_SHARING:
+            raise ValueError(f"embedding_sharing must be one of {EMBEDDING_SHARING}, got {embedding_sharing!r}")
+        self.config = cfg if trains_rtd_as_itself(cfg) else cfg.replace(model_type="electra", use_pooler=False)
+        self.rtd_weight, self.embedding_sharing = rtd_weight, embedding_sharing
         self.discriminator = ReplacedTokenDetector(self.config)
         self.generator = MaskedLM(generator_config(self.config, generator_divisor))
-        # Share the whole embedding module; the generator's tied decoder then points at the shared word table.
-        self.generator.bert.embeddings = self.discriminator.bert.embeddings
-        self.generator.cls.predictions.decoder.weight = self.discriminator.bert.embeddings.word_embeddings.weight
+        disc, gen = self.discriminator.bert.embeddings, self.generator.bert.embeddings
+        if embedding_sharing == "shared":
+            # Share the whole embedding module; the generator's tied decoder then points at the shared word table.
+            self.generator.bert.embeddings = disc
+            self.generator.cls.predictions.decoder.weight = disc.word_embeddings.weight
+        elif embedding_sharing == "gdes":
+            for table in self._tables(gen):
+                setattr(disc, table, GradientDisentangledEmbedding(getattr(gen, table)))
+            disc.LayerNorm = gen.LayerNorm
+
+    @staticmethod
+    def _tables(embeddings: nn.Module) -> list[str]:
+        return [name for name in ("word_embeddings", "position_embeddings", "token_type_embeddings")
+                if isinstance(getattr(embeddings, name, None), nn.Embedding)]
+
+    @contextmanager
+    def plain_discriminator(self):
+        """The discriminator with plain tables holding E_G + E_delta while inside (gdes; else as it is): what is
+        saved, and what a checkpoint loads into. On leaving, E_delta = table - E_G (so a loaded table sets it)."""
+        disc = self.discriminator.bert.embeddings
+        gdes = {name: m for name, m in disc.named_children() if isinstance(m, GradientDisentangledEmbedding)}
+        for name, m in gdes.items():
+            plain = nn.Embedding(*m.delta.shape, padding_idx=m.padding_idx, device=m.delta.device, dtype=m.delta.dtype)
+            with torch.no_grad():
+                plain.weight.copy_(m.weight)
+            setattr(disc, name, plain)
+        try:
+            yield self.discriminator
+        finally:
+            for name, m in gdes.items():
+                with torch.no_grad():
+                    m.delta.copy_(getattr(disc, name).weight - m._source[0].weight)
+                setattr(disc, name, m)
 
     def forward(self, input_ids, mlm_labels, attention_mask=None, token_type_ids=None, **_: Any):
         positions = mlm_labels.ne(IGNORE)
@@ -202,12 +277,39 @@ class ELECTRAObjective(nn.Module):
         return self.generator(input_ids, attention_mask, token_type_ids, positions=positions)
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        """discriminator/ (ElectraForPreTraining), generator/ (ElectraForMaskedLM), and the discriminator at the
-        top level, so `from_pretrained(path)` gives the model one fine-tunes."""
+        """discriminator/ (ElectraForPreTraining; DeBERTa: DebertaV2Model plus the RTD head), generator/
+        (<Family>ForMaskedLM), and the discriminator at the top level, so `from_pretrained(path)` gives the model
+        one fine-tunes; with gdes also E_delta itself (GDES_DELTA), so that a resumed run continues exactly."""
         path = Path(path)
-        self.discriminator.save_pretrained(path / "discriminator", tokenizer=tokenizer)
-        self.generator.save_pretrained(path / "generator", tokenizer=tokenizer)
-        self.discriminator.save_pretrained(path, tokenizer=tokenizer)
+        delta = {f"{name}.delta": m.delta.detach().cpu().contiguous()
+                 for name, m in self.discriminator.bert.embeddings.named_children()
+                 if isinstance(m, GradientDisentangledEmbedding)}
+        with self.plain_discriminator() as disc:
+            disc.save_pretrained(path / "discriminator", tokenizer=tokenizer)
+            self.generator.save_pretrained(path / "generator", tokenizer=tokenizer)
+            disc.save_pretrained(path, tokenizer=tokenizer)
+        if delta:
+            from safetensors.torch import save_file
+
+            from bertforge.io.write import atomic_write
+            atomic_write(path / GDES_DELTA, lambda tmp: save_file(delta, tmp))
+
+    def load_pretrained(self, path: str | Path) -> None:
+        """Read what `save_pretrained` wrote (a discriminator alone, e.g. a fine-tunable checkpoint, also does: its
+        generator then starts afresh)."""
+        from bertforge.model.checkpoint import load_pretrained
+
+        path = Path(path)
+        if (path / "generator").is_dir():
+            load_pretrained(self.generator, path / "generator")
+        with self.plain_discriminator() as disc:
+            load_pretrained(disc, path / "discriminator" if (path / "discriminator").is_dir() else path)
+        if (path / GDES_DELTA).is_file():  # exactly, rather than the table minus E_G
+            from safetensors.torch import load_file
+
+            with torch.no_grad():
+                for name, tensor in load_file(str(path / GDES_DELTA)).items():
+                    getattr(self.discriminator.bert.embeddings, name.removesuffix(".delta")).delta.copy_(tensor)
 
 
 class StructBERTObjective(MLMObjective):
@@ -347,8 +449,10 @@ def uses_pooler(name: str) -> bool:
     return name in SENTENCE_OBJECTIVES
 
 
-def build_objective(name: str, cfg: ModelConfig, keep_pooler: bool = False) -> nn.Module:
-    """The objective module named `name` (one of OBJECTIVES) for encoder config `cfg`.
+def build_objective(name: str, cfg: ModelConfig, keep_pooler: bool = False,
+                    embedding_sharing: str = "shared") -> nn.Module:
+    """The objective module named `name` (one of OBJECTIVES) for encoder config `cfg` (`embedding_sharing`: what
+    replaced-token detection's generator and discriminator share, `EMBEDDING_SHARING`).
 
     Objectives without a sentence task drop the pooler (as BertForMaskedLM does): an untrained layer in the
     checkpoint helps nobody, and DDP rejects parameters that get no gradient. `keep_pooler` keeps a pooler the
@@ -365,7 +469,7 @@ def build_objective(name: str, cfg: ModelConfig, keep_pooler: bool = False) -> n
     if name == "span+sbo":
         return SpanBERTObjective(cfg)
     if name == "electra":
-        return ELECTRAObjective(cfg)
+        return ELECTRAObjective(cfg, embedding_sharing=embedding_sharing)
     if name in ("mlm+wso", "mlm+sso", "structbert"):
         return StructBERTObjective(cfg, word=name != "mlm+sso", sentence=name != "mlm+wso")
     if name == "plm":

@@ -14,8 +14,10 @@ from bertforge.config.sizes import SIZES
 from bertforge.config import CAUSAL_ENCODERS, ModelConfig, compose
 from bertforge.families import FAMILIES
 from bertforge.families import SEQ2SEQ_FAMILIES
+from bertforge.families.deberta_v2 import FAMILY as DEBERTA_V2
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.objectives import LEFT_TO_RIGHT, OBJECTIVES, SENTENCE_OBJECTIVES
+from bertforge.pretrain.objectives import (EMBEDDING_SHARING, LEFT_TO_RIGHT, OBJECTIVES, SENTENCE_OBJECTIVES,
+                                           trains_rtd_as_itself)
 from bertforge.pretrain.seq2seq import SEQ2SEQ_OBJECTIVES
 from bertforge.training.optim import SCHEDULES
 
@@ -41,11 +43,18 @@ class Recipe:
     plm_k: int = 6             # XLNet: predict the last 1/K of each factorisation order (K = 6, Yang et al. 2019)
     schedule: str = "linear"   # linear: warm-up + linear decay (BERT); wsd: warm-up, stable, 1-sqrt decay
     span_mean: float = 3.0     # T5: mean noise span length; BART: the Poisson mean of its span lengths
+    embedding_sharing: str = "shared"  # RTD: what generator and discriminator share (none | shared | gdes)
 
     def with_(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def validate(self) -> "Recipe":
+        if self.model_type not in FAMILIES and self.model_type not in SEQ2SEQ_FAMILIES:
+            raise BertforgeError(f"--family: unknown {self.model_type!r} (choose from "
+                                 f"{', '.join([*FAMILIES, *SEQ2SEQ_FAMILIES])})")
+        if self.embedding_sharing not in EMBEDDING_SHARING:
+            raise BertforgeError(f"--embedding-sharing: unknown {self.embedding_sharing!r} "
+                                 f"(choose from {', '.join(EMBEDDING_SHARING)})")
         if self.objective not in OBJECTIVES + tuple(SEQ2SEQ_OBJECTIVES):
             raise BertforgeError(f"--objective: unknown {self.objective!r} "
                                  f"(choose from {', '.join(OBJECTIVES + tuple(SEQ2SEQ_OBJECTIVES))})")
@@ -166,6 +175,12 @@ RECIPES: dict[str, Recipe] = {
     # (2e-4 for ELECTRA-Base/Large vs BERT's 1e-4, Table 6).
     "electra": Recipe("electra", "electra", "token", dynamic=True, input_format="full-sentences",
                       tokenizer_kind="wordpiece", model_type="electra", lr_scale=2.0),
+    # He et al. 2023 (DeBERTa-v3): ELECTRA's replaced-token detection on a DeBERTa encoder (relative attention, no
+    # absolute positions), a generator of the same width and half the depth, gradient-disentangled embedding
+    # sharing, a SentencePiece (Unigram) vocabulary in DeBERTa's layout; ELECTRA's rate and RTD weight (50).
+    "deberta-v3": Recipe("deberta-v3", "electra", "token", dynamic=True, input_format="full-sentences",
+                         tokenizer_kind="unigram", model_type=DEBERTA_V2.model_type, lr_scale=2.0,
+                         embedding_sharing="gdes"),
     # Wang et al. 2020: BERT's setup with NSP replaced by the three-way sentence-structural task and the
     # word-structural one (5% of trigrams shuffled) added to MLM.
     "structbert": Recipe("structbert", "structbert", "token", dynamic=False, input_format="segment-pair",
@@ -196,10 +211,19 @@ RECIPES: dict[str, Recipe] = {
 
 
 def resolve(name: str, **overrides) -> Recipe:
-    """The named recipe with flag overrides (None = keep the recipe's value), validated."""
+    """The named recipe with flag overrides (None = keep the recipe's value), validated. `model_type` (--family)
+    swaps the recipe's family for another whose model can take its objective."""
     if name not in RECIPES:
         raise BertforgeError(f"--recipe: unknown {name!r} (choose from {', '.join(RECIPES)})")
     recipe = RECIPES[name].with_(**overrides)
+    if overrides.get("embedding_sharing") is not None and recipe.objective != "electra":
+        raise BertforgeError(f"--embedding-sharing is what replaced-token detection's generator and discriminator "
+                             f"share; --recipe {name} trains {recipe.objective}")
+    family = overrides.get("model_type")
+    if family in FAMILIES and recipe.objective == "electra" and not trains_rtd_as_itself(FAMILIES[family]):
+        able = ", ".join(name for name, fam in FAMILIES.items() if trains_rtd_as_itself(fam))
+        raise BertforgeError(f"--family {family}: replaced-token detection trains ELECTRA's layout or a family "
+                             f"whose positions are no learned table ({able}), not a {family} model")
     if overrides.get("objective") == "span+sbo" and overrides.get("masking") is None:
         recipe = recipe.with_(masking="span")
     return recipe.validate()

@@ -30,7 +30,7 @@ from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write_text
 from bertforge.pretrain.inputs import check_model_fits_recipe
 from bertforge.pretrain.metrics import stuck_at_baseline
-from bertforge.pretrain.objectives import ELECTRAObjective, build_objective, uses_pooler
+from bertforge.pretrain.objectives import ELECTRAObjective, build_objective, trains_rtd_as_itself, uses_pooler
 from bertforge.pretrain.options import PretrainOptions, auto_threads, schedule
 from bertforge.pretrain.outdir import claim_out
 from bertforge.pretrain.prepare import barrier, corpus_paths, prepare_data, prepare_tokenizer
@@ -51,12 +51,13 @@ def build_model(opts: PretrainOptions, tok) -> nn.Module:
         src = opts.init_from
         cfg = ModelConfig.from_file(src / "discriminator" if (src / "discriminator").is_dir() else src)
         cfg = cfg.replace(extra={})
-        if opts.recipe.objective == "electra" and cfg.model_type != "electra":
+        if opts.recipe.objective == "electra" and not trains_rtd_as_itself(cfg):
             raise BertforgeError(f"--init-from {src}: a {cfg.model_type} checkpoint cannot continue as ELECTRA")
         if opts.seq_len > cfg.max_position_embeddings - cfg.position_offset and not cfg.family.relative_positions:
             raise BertforgeError(f"--seq-len {opts.seq_len} exceeds {src}'s max_position_embeddings")
         check_model_fits_recipe(cfg, opts.recipe, f"--init-from {src}")
-        model = build_objective(opts.recipe.objective, cfg, keep_pooler=True)
+        model = build_objective(opts.recipe.objective, cfg, keep_pooler=True,
+                                embedding_sharing=opts.recipe.embedding_sharing)
         load_objective(model, src)
         return model
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -67,7 +68,7 @@ def build_model(opts: PretrainOptions, tok) -> nn.Module:
         cfg = cfg.replace(extra={"cls_token_id": tok.cls_token_id, "sep_token_id": tok.sep_token_id,
                                  "bos_token_id": tok.cls_token_id, "eos_token_id": tok.sep_token_id})
     check_model_fits_recipe(cfg, opts.recipe, f"--recipe {opts.recipe.name}")
-    return build_objective(opts.recipe.objective, cfg)
+    return build_objective(opts.recipe.objective, cfg, embedding_sharing=opts.recipe.embedding_sharing)
 
 
 def save_fn_for(tok):
@@ -83,12 +84,7 @@ def load_objective(model: nn.Module, directory: Path) -> None:
         s2s.load_seq2seq(model, directory)
         return
     if isinstance(model, ELECTRAObjective):
-        if (directory / "discriminator").is_dir():
-            load_pretrained(model.discriminator, directory / "discriminator")
-        else:
-            load_pretrained(model.discriminator, directory)
-        if (directory / "generator").is_dir():
-            load_pretrained(model.generator, directory / "generator")
+        model.load_pretrained(directory)
         return
     load_pretrained(model, directory)
 

@@ -72,6 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--save-every", type=COUNT, metavar="N", help="checkpoint every N steps (default: at the end)")
     pre.add_argument("--log-every", type=COUNT, default=10, metavar="N", help="log every N steps (default: 10)")
     pre.add_argument("--eval-batches", type=COUNT, default=20, metavar="N", help="held-out batches (default: 20)")
+    pre.add_argument("--heldout", nargs="+", metavar="NAME=PATH", default=[],
+                     help="more held-out corpora, each scored by masked-token accuracy at the end like the held-out "
+                          "split (e.g. one per language: --heldout de=de.txt fr=fr.txt); keep them out of --corpus")
     pre.add_argument("--heldout-fraction", type=FRACTION, default=None, metavar="F",
                      help="share of documents held out for evaluation (default: what --data's manifest says; "
                           "0.05 for shards prepared here)")
@@ -223,9 +226,23 @@ def run_pretrain(args: argparse.Namespace) -> int:
         init_from=Path(args.init_from) if args.init_from else None, heldout_fraction=args.heldout_fraction,
         eval_batches=args.eval_batches, log_every=args.log_every, save_every=args.save_every,
         workers=args.workers, threads=args.threads, progress=not args.no_progress, device=args.device,
-        compile=args.compile, **trackers)
+        compile=args.compile, heldout_sets=heldout_sets(args.heldout), **trackers)
     pretrain(opts)
     return 0
+
+
+def heldout_sets(specs: list[str]) -> dict[str, list[str]]:
+    """--heldout NAME=PATH ... -> {NAME: [PATH]} (a PATH without NAME= is named by its file's stem); a missing file
+    or a name given twice is one line."""
+    from bertforge.data import find_files
+    sets: dict[str, list[str]] = {}
+    for spec in specs:
+        name, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).name.split(".")[0], "", spec)
+        if not name or not path or name in sets:
+            raise BertforgeError(f"--heldout {spec}: give NAME=PATH with a name of its own")
+        find_files([path])  # names a missing file or an empty pattern
+        sets[name] = [path]
+    return sets
 
 
 def run_ablate(args: argparse.Namespace) -> int:

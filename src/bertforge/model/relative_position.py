@@ -124,30 +124,38 @@ class DisentangledSelfAttention(SelfAttention):
         self.table_dropout = Dropout(cfg.hidden_dropout_prob)  # transformers' pos_dropout, once per layer
         self.scale = 1.0 / math.sqrt(self.head_dim * (1 + len(self.terms)))
 
-    def position_bias(self, q: torch.Tensor, k: torch.Tensor, relative: RelativePositions) -> torch.Tensor | None:
-        """c2p + p2c [B, heads, T, T], already scaled; None without terms. q, k: [B, heads, T, d]."""
+    def position_bias(self, q: torch.Tensor, k: torch.Tensor, relative: RelativePositions,
+                      mask: torch.Tensor | None = None) -> torch.Tensor | None:
+        """c2p + p2c [B, heads, T, T], scaled, with `mask`'s keys at the dtype's lowest value; None without terms.
+        q, k: [B, heads, T, d] (views of the fused projection)."""
         if not self.terms:
             return None
         table = self.table_dropout(relative.table)
         index = relative.index.expand(q.shape[0], self.n_heads, -1, -1)
         bias = None
         if "c2p" in self.terms:  # q_i . pk[r(i - j)]: scores against every row, then each key's row picked
-            pk = self._heads(self.key if self.share else self.pos_key_proj, table)
-            bias = torch.gather(q @ pk.transpose(-1, -2), -1, index)
+            bias = torch.gather(self._scores(q, self.key if self.share else self.pos_key_proj, table), -1, index)
         if "p2c" in self.terms:  # k_j . pq[r(i - j)]: per key j its row for each query i, then transposed
-            pq = self._heads(self.query if self.share else self.pos_query_proj, table)
-            p2c = torch.gather(k @ pq.transpose(-1, -2), -1, index.transpose(-1, -2)).transpose(-1, -2)
+            scores = self._scores(k, self.query if self.share else self.pos_query_proj, table)
+            p2c = torch.gather(scores, -1, index.transpose(-1, -2)).transpose(-1, -2)
             bias = p2c if bias is None else bias + p2c
-        return bias * self.scale
+        if mask is not None:  # in place: the bias is this call's own tensor (attend would copy it to mask it)
+            bias.masked_fill_(~mask, torch.finfo(bias.dtype).min)
+        return bias
+
+    def _scores(self, x: torch.Tensor, proj: nn.Module, table: torch.Tensor) -> torch.Tensor:
+        """x [B, heads, T, d] against the table's rows projected by `proj`, scaled: [B, heads, T, R]. One batched
+        product per head over all B x T rows (x's batch and position dims merge into a view of the projection),
+        so neither x nor the projected rows are copied out per batch element, as a broadcast matmul would."""
+        B, h, T, d = x.shape
+        rows = proj(table).view(table.shape[0], h, d).permute(1, 2, 0) * self.scale  # [heads, d, R]
+        flat = x.transpose(0, 1).reshape(h, B * T, d)
+        return torch.bmm(flat, rows).view(h, B, T, -1).transpose(0, 1)
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         if isinstance(self.query, nn.Linear):
             return super().project(x)
         return torch.cat([self.query(x), self.key(x), self.value(x)], -1)  # an int8 inference copy's modules
-
-    def _heads(self, proj: nn.Module, table: torch.Tensor) -> torch.Tensor:
-        """[R, H] -> per-head [heads, R, d]."""
-        return proj(table).view(table.shape[0], self.n_heads, self.head_dim).transpose(0, 1)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, eager: bool = False,
                 head_mask: torch.Tensor | None = None, kv_cache=None, rotary=None,
@@ -156,9 +164,9 @@ class DisentangledSelfAttention(SelfAttention):
             raise ValueError("disentangled attention takes the encoder's RelativePositions, no cache or rotary")
         B, T, _ = x.shape
         q, k, v = self.project(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        ctx, probs = attend(q, k, v, mask, self.dropout_p if self.training else 0.0,
-                            eager or self.attn_implementation == "eager", head_mask,
-                            bias=self.position_bias(q, k, relative), scale=self.scale)
+        bias = self.position_bias(q, k, relative, mask)
+        ctx, probs = attend(q, k, v, mask if bias is None else None, self.dropout_p if self.training else 0.0,
+                            eager or self.attn_implementation == "eager", head_mask, bias=bias, scale=self.scale)
         return ctx.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim), probs
 
 

@@ -9,7 +9,8 @@
     OUT/speed.jsonl       the timing of the training records (tokens_per_s, elapsed_s), same steps
     OUT/curves.png        when matplotlib is installed
     OUT/config.json, model.safetensors, tokenizer files   the final model (ELECTRA: + discriminator/, generator/)
-    OUT/eval_results.json held-out metrics, baselines, fill-mask examples (a decoder: samples); tokens and wall times
+    OUT/eval_results.json held-out metrics, baselines, fill-mask examples (a decoder: samples); tokens and wall times;
+                          each --heldout corpus's MLM numbers (tokenised into OUT/heldout/NAME)
     OUT/run_options.json, OUT/.lock   the claim on OUT (see outdir.py): one run at a time, checked resumes
 """
 from __future__ import annotations
@@ -158,6 +159,8 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
                              seed=opts.seed, drop_last=True, rank=rank, world_size=world)
     if is_main:
         kind.heldout(held_corpus, train_corpus)
+        if opts.heldout_sets:  # tokenised and masked now: a bad file fails before training, not after
+            kind.named_heldout(opts.heldout_sets, opts.out / "heldout")
     lr, warmup, size = schedule(opts, model.config)
     warned: list[int] = []
 
@@ -206,6 +209,8 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
         }
         if warned:
             result["stuck_at_baseline_step"] = warned[0]
+        if opts.heldout_sets:
+            result["heldout_sets"] = kind.named_metrics(model)
         if opts.extra_eval is not None:
             result["common"] = opts.extra_eval(model)
         atomic_write_text(opts.out / "eval_results.json", json.dumps(result, indent=2) + "\n")

@@ -24,13 +24,12 @@ import os
 import platform
 import statistics
 import tempfile
-import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
-from bench_common import bench_lock, save
+from bench_common import bench_lock, save, timed
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -62,22 +61,12 @@ def batch(cfg, size: int, seq: int, device: torch.device) -> dict[str, torch.Ten
     return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=mask, labels=labels).items()}
 
 
-def timer(fn, device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - t
-
-
 def compare(name: str, ours_fn, theirs_fn, repeats: int, device: torch.device) -> dict:
     ours_fn(), theirs_fn()  # warm-up
     ours, theirs = [], []
     for _ in range(repeats):
-        ours.append(timer(ours_fn, device))
-        theirs.append(timer(theirs_fn, device))
+        ours.append(timed(ours_fn, device))
+        theirs.append(timed(theirs_fn, device))
     ratios = [t / o for o, t in zip(ours, theirs)]
     row = {"measure": name, "bertforge_ms": 1000 * statistics.median(ours),
            "transformers_ms": 1000 * statistics.median(theirs), "ratio": statistics.median(ratios),

@@ -28,20 +28,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
-POS, NEG = ["good", "great", "fine", "superb"], ["bad", "awful", "terrible", "dull"]
-FILLER = "the movie film plot actor was is very a and of in".split()
+from test_finetune_cli import FILLER, NEG, POS, write_sst  # noqa: E402
+
 LONG = "the film was very good and the plot was fine " * 18  # hundreds of tokens: past every bucket of the model
-
-
-def _sst(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, n, seed in (("train", 64, 0), ("dev", 32, 1)):
-        rng, lines = random.Random(seed), ["sentence\tlabel"]
-        for _ in range(n):
-            y = rng.randint(0, 1)
-            lines.append(" ".join(rng.choices(FILLER, k=4) + [rng.choice(POS if y else NEG)]) + f"\t{y}")
-        (folder / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +45,10 @@ def work(tmp_path_factory) -> Path:
     cfg = compose("deberta-v2", "tiny", vocab_size=tok.vocab_size, position_buckets=16, max_relative_positions=64)
     torch.manual_seed(0)
     MaskedLM(cfg).save_pretrained(root / "mlm", tokenizer=tok)
-    assert main(["finetune", "--task", "sst2", "--data", str(_sst(root / "sst")), "--model", str(root / "mlm"),
-                 "--out", str(root / "clf"), "--epochs", "2", "--lr", "1e-3", "--batch-size", "16",
-                 "--precision", "fp32", "--no-progress"]) == 0
+    assert main(["finetune", "--task", "sst2", "--data", str(write_sst(root / "sst", 64, 32)), "--model",
+                 str(root / "mlm"),
+                 "--out", str(root / "clf"), "--epochs", "2", "--lr", "1e-3", "--batch-size", "16", "--precision",
+                 "fp32", "--no-progress"]) == 0
     (root / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n"
                                            for t in ("the movie was good", "awful plot", LONG)))
     return root

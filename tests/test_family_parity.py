@@ -67,6 +67,22 @@ def hf_class(model_type: str, suffix: str):
     return getattr(transformers, HF_PREFIX[model_type] + suffix)
 
 
+def loaded_whole(cls, path, **kwargs):
+    """transformers' `cls` read from `path`, with no missing and no unexpected key."""
+    ref, info = cls.from_pretrained(path, output_loading_info=True, **kwargs)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    return ref.eval()
+
+
+def their_random(cls, hf_config: dict, path, **kwargs):
+    """transformers' own randomly initialised `cls` (norms and biases perturbed), saved at `path`."""
+    torch.manual_seed(1)
+    ref = cls(transformers.AutoConfig.for_model(**hf_config), **kwargs).eval()
+    randomise(ref)
+    ref.save_pretrained(path)
+    return ref
+
+
 @pytest.mark.parametrize("model_type", list(CONFIGS))
 def test_encoder_both_ways(tmp_path, model_type):
     cfg = CONFIGS[model_type]
@@ -74,21 +90,15 @@ def test_encoder_both_ways(tmp_path, model_type):
     ours = Encoder(cfg).eval()
     randomise(ours)
     ours.save_pretrained(tmp_path / "ours")
-    ref, info = hf_class(model_type, "Model").from_pretrained(tmp_path / "ours", output_loading_info=True,
-                                                                **BARE[model_type])
-    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ref = loaded_whole(hf_class(model_type, "Model"), tmp_path / "ours", **BARE[model_type])
     b = batch(cfg)
     with torch.no_grad():
-        mine, theirs = ours(**b, output_hidden_states=True), ref.eval()(**b, output_hidden_states=True)
+        mine, theirs = ours(**b, output_hidden_states=True), ref(**b, output_hidden_states=True)
     assert len(mine.hidden_states) == len(theirs.hidden_states) == cfg.num_hidden_layers + 1
     for a, h in zip(mine.hidden_states, theirs.hidden_states):
         close_on_real_tokens(a, h, b["attention_mask"])
     # transformers' own random model, read by bertforge with nothing left initialised
-    torch.manual_seed(1)
-    ref = hf_class(model_type, "Model")(transformers.AutoConfig.for_model(**cfg.to_hf_dict()),
-                                        **BARE[model_type]).eval()
-    randomise(ref)
-    ref.save_pretrained(tmp_path / "theirs")
+    ref = their_random(hf_class(model_type, "Model"), cfg.to_hf_dict(), tmp_path / "theirs", **BARE[model_type])
     back = Encoder.from_pretrained(tmp_path / "theirs")
     with torch.no_grad():
         close_on_real_tokens(back(**b).last_hidden_state, ref(**b).last_hidden_state, b["attention_mask"])
@@ -102,15 +112,11 @@ def test_masked_lm_both_ways(tmp_path, model_type):
     randomise(ours)
     ours.save_pretrained(tmp_path / "ours")
     cls = hf_class(model_type, "ForMaskedLM")
-    ref, info = cls.from_pretrained(tmp_path / "ours", output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ref = loaded_whole(cls, tmp_path / "ours")
     b = batch(cfg)
     with torch.no_grad():
-        close_on_real_tokens(ours(**b), ref.eval()(**b).logits, b["attention_mask"])
-    torch.manual_seed(1)
-    ref = cls(transformers.AutoConfig.for_model(**cfg.to_hf_dict())).eval()
-    randomise(ref)
-    ref.save_pretrained(tmp_path / "theirs")
+        close_on_real_tokens(ours(**b), ref(**b).logits, b["attention_mask"])
+    ref = their_random(cls, cfg.to_hf_dict(), tmp_path / "theirs")
     back = MaskedLM(ModelConfig.from_file(tmp_path / "theirs"))
     assert load_pretrained(back, tmp_path / "theirs") == []
     with torch.no_grad():
@@ -128,18 +134,14 @@ def test_sequence_classifier_both_ways(tmp_path, model_type):
     randomise(model)
     save_task_model(model, tmp_path / "ours", ["a", "b", "c"], {"name": "t"})
     cls = hf_class(model_type, "ForSequenceClassification")
-    ref, info = cls.from_pretrained(tmp_path / "ours", output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ref = loaded_whole(cls, tmp_path / "ours")
     b = batch(cfg)
     with torch.no_grad():
-        torch.testing.assert_close(model.eval()(**b)["logits"], ref.eval()(**b).logits, atol=1e-5, rtol=0)
+        torch.testing.assert_close(model.eval()(**b)["logits"], ref(**b).logits, atol=1e-5, rtol=0)
         again, task, labels = load_task_model(tmp_path / "ours")
         torch.testing.assert_close(again(**b)["logits"], ref(**b).logits, atol=1e-5, rtol=0)
     assert labels == ["a", "b", "c"]
-    torch.manual_seed(1)
-    ref = cls(transformers.AutoConfig.for_model(**cfg.to_hf_dict(), num_labels=2)).eval()
-    randomise(ref)
-    ref.save_pretrained(tmp_path / "theirs")
+    ref = their_random(cls, {**cfg.to_hf_dict(), "num_labels": 2}, tmp_path / "theirs")
     back = build_model(ModelConfig.from_file(tmp_path / "theirs"), "classify", 2)
     assert load_pretrained(back, tmp_path / "theirs") == []
     with torch.no_grad():
@@ -157,13 +159,12 @@ def test_other_task_heads_load_in_transformers(tmp_path, model_type, kind, suffi
     model, _ = init_from_pretrained(tmp_path / "base", kind, n)
     randomise(model)
     save_task_model(model, tmp_path / "ours", [f"L{i}" for i in range(n)] if kind == "tag" else None, {"name": "t"})
-    ref, info = hf_class(model_type, suffix).from_pretrained(tmp_path / "ours", output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ref = loaded_whole(hf_class(model_type, suffix), tmp_path / "ours")
     b = batch(cfg)
     if kind == "choice":
         b = {k: torch.stack([v, v.flip(0)], 1).contiguous() for k, v in b.items()}  # [3 examples, 2 choices, T]
     with torch.no_grad():
-        ours, theirs = model.eval()(**b), ref.eval()(**b)
+        ours, theirs = model.eval()(**b), ref(**b)
     for key in ("start_logits", "end_logits") if kind == "qa" else ("logits",):
         mask = b["attention_mask"] if kind != "choice" else torch.ones(1)
         close_on_real_tokens(ours[key], getattr(theirs, key), mask)
@@ -175,7 +176,7 @@ def test_deberta_attention_maps_are_transformers(tmp_path):
     ours = Encoder(cfg).eval()
     randomise(ours)
     ours.save_pretrained(tmp_path)
-    ref = transformers.DebertaV2Model.from_pretrained(tmp_path).eval()
+    ref = loaded_whole(transformers.DebertaV2Model, tmp_path)
     b = batch(cfg)
     with torch.no_grad():
         mine, theirs = ours(**b, output_attentions=True), ref(**b, output_attentions=True)
@@ -190,20 +191,17 @@ def test_deberta_legacy_mlm_head_reads_and_is_written_in_the_new_layout(tmp_path
     the layout of Microsoft's checkpoints, and says legacy: false."""
     cfg = CONFIGS["deberta-v2"]
     hf_dict = {k: v for k, v in cfg.to_hf_dict().items() if k != "legacy"}
-    torch.manual_seed(3)
-    ref = transformers.DebertaV2ForMaskedLM(transformers.AutoConfig.for_model(**hf_dict)).eval()
+    ref = their_random(transformers.DebertaV2ForMaskedLM, hf_dict, tmp_path / "legacy")
     assert ref.config.legacy
-    randomise(ref)
-    ref.save_pretrained(tmp_path / "legacy")
     ours = MaskedLM.from_pretrained(tmp_path / "legacy")
     b = batch(cfg)
     with torch.no_grad():
         close_on_real_tokens(ours(**b), ref(**b).logits, b["attention_mask"])
     ours.save_pretrained(tmp_path / "new")
-    new, info = transformers.DebertaV2ForMaskedLM.from_pretrained(tmp_path / "new", output_loading_info=True)
-    assert not new.config.legacy and not info["missing_keys"] and not info["unexpected_keys"], info
+    new = loaded_whole(transformers.DebertaV2ForMaskedLM, tmp_path / "new")
+    assert not new.config.legacy
     with torch.no_grad():
-        close_on_real_tokens(new.eval()(**b).logits, ref(**b).logits, b["attention_mask"])
+        close_on_real_tokens(new(**b).logits, ref(**b).logits, b["attention_mask"])
 
 
 @pytest.mark.parametrize("field,value,says", [

@@ -26,7 +26,7 @@ from typing import Any
 from tokenizers import Regex, decoders, normalizers, pre_tokenizers
 
 from bertforge.errors import BertforgeError
-from bertforge.families.family import LAYER, Family, TokenizerLayout, common_fields
+from bertforge.families.family import LAYER, Family, TokenizerLayout, bert_config_json, bert_settings
 
 SELF = LAYER + r"attention\.self\."
 BODY_RULES = (
@@ -45,17 +45,14 @@ LM_PREDICTIONS_RULES = (
 
 
 def config_json(cfg: Any) -> dict[str, Any]:
-    """`cfg` in DebertaV2Config's schema."""
-    return dict(model_type=cfg.model_type, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers,
-                num_attention_heads=cfg.num_attention_heads, intermediate_size=cfg.intermediate_size,
-                hidden_act=cfg.hidden_act, hidden_dropout_prob=cfg.hidden_dropout_prob,
-                attention_probs_dropout_prob=cfg.attention_probs_dropout_prob, type_vocab_size=cfg.type_vocab_size,
-                layer_norm_eps=cfg.layer_norm_eps, relative_attention=True, position_biased_input=False,
-                position_buckets=cfg.position_buckets, max_relative_positions=cfg.max_relative_positions,
-                pos_att_type=list(cfg.relative_attention_terms), share_att_key=cfg.share_relative_projections,
-                norm_rel_ebd="layer_norm" if cfg.norm_relative_embeddings else "none",
-                pooler_hidden_act="gelu", pooler_dropout=0.0, pooler_hidden_size=cfg.hidden_size, legacy=False,
-                **common_fields(cfg))
+    """`cfg` in DebertaV2Config's schema: BertConfig's fields (but its absolute `position_embedding_type`) and
+    DeBERTa's own."""
+    d = {k: v for k, v in bert_config_json(cfg).items() if k != "position_embedding_type"}
+    return {**d, "relative_attention": True, "position_biased_input": False,
+            "position_buckets": cfg.position_buckets, "max_relative_positions": cfg.max_relative_positions,
+            "pos_att_type": list(cfg.relative_attention_terms), "share_att_key": cfg.share_relative_projections,
+            "norm_rel_ebd": "layer_norm" if cfg.norm_relative_embeddings else "none", "pooler_hidden_act": "gelu",
+            "pooler_dropout": 0.0, "pooler_hidden_size": cfg.hidden_size, "legacy": False}
 
 
 def _terms(value: Any, source: str) -> list[str]:
@@ -93,20 +90,13 @@ def settings(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any]) 
         if bad:
             raise BertforgeError(f"{source}: a deberta-v2 model {what} is not supported ({key})")
     norm = [t.strip() for t in str(d.get("norm_rel_ebd") or "none").lower().split("|")]
-    return dict(model_type=fam.model_type, vocab_size=d["vocab_size"], hidden_size=hidden,
-                num_hidden_layers=d["num_hidden_layers"], num_attention_heads=heads,
-                intermediate_size=d["intermediate_size"], hidden_act=d.get("hidden_act", "gelu"),
-                hidden_dropout_prob=d.get("hidden_dropout_prob", 0.1),
-                attention_probs_dropout_prob=d.get("attention_probs_dropout_prob", 0.1),
-                max_position_embeddings=d.get("max_position_embeddings", 512),
-                type_vocab_size=d.get("type_vocab_size", 0), initializer_range=d.get("initializer_range", 0.02),
-                layer_norm_eps=d.get("layer_norm_eps", 1e-7), pad_token_id=d.get("pad_token_id") or 0,
-                use_pooler=ours.get("use_pooler", fam.use_pooler), heads_per_layer=ours.get("heads_per_layer"),
-                position_embedding_type=fam.position_embedding_type, position_buckets=d.get("position_buckets", -1),
-                max_relative_positions=d.get("max_relative_positions", -1),
-                relative_attention_terms=tuple(_terms(d.get("pos_att_type"), source)),
-                share_relative_projections=bool(d.get("share_att_key", False)),
-                norm_relative_embeddings="layer_norm" in norm)
+    return {**bert_settings(fam, d, source, ours), "type_vocab_size": d.get("type_vocab_size", 0),
+            "layer_norm_eps": d.get("layer_norm_eps", 1e-7), "position_embedding_type": fam.position_embedding_type,
+            "position_buckets": d.get("position_buckets", -1),
+            "max_relative_positions": d.get("max_relative_positions", -1),
+            "relative_attention_terms": tuple(_terms(d.get("pos_att_type"), source)),
+            "share_relative_projections": bool(d.get("share_att_key", False)),
+            "norm_relative_embeddings": "layer_norm" in norm}
 
 
 def _tokenizer_pipeline(backend: Any, lowercase: bool) -> None:

@@ -55,7 +55,7 @@ def test_what_each_sharing_mode_shares(sharing):
         assert d is not g and not ({id(p) for p in d.parameters()} & {id(p) for p in g.parameters()})
     else:
         assert isinstance(d.word_embeddings, GradientDisentangledEmbedding) and d.LayerNorm is g.LayerNorm
-        assert float(d.word_embeddings.delta.abs().sum()) == 0.0  # E_delta starts at zero: E_D = E_G at step 0
+        assert not d.word_embeddings.delta.detach().any()  # E_delta starts at zero: E_D = E_G at step 0
         torch.testing.assert_close(d.word_embeddings.weight, g.word_embeddings.weight, rtol=0, atol=0)
     assert len({id(p) for p in model.parameters()}) == len(list(model.parameters()))
 
@@ -95,8 +95,10 @@ def test_gdes_checkpoint_is_a_plain_deberta_and_resumes_exactly(tmp_path):
     model = ELECTRAObjective(tiny(), embedding_sharing="gdes")
     with torch.no_grad():  # a trained E_delta
         model.discriminator.bert.embeddings.word_embeddings.delta.normal_(0, 0.05)
+    before = model.discriminator.bert.embeddings.word_embeddings.delta.detach().clone()
     model.eval().save_pretrained(tmp_path)
     assert (tmp_path / GDES_DELTA).is_file()
+    assert torch.equal(model.discriminator.bert.embeddings.word_embeddings.delta, before)  # saving changes nothing
     merged = (model.generator.bert.embeddings.word_embeddings.weight
               + model.discriminator.bert.embeddings.word_embeddings.delta).detach()
     disc, info = transformers.DebertaV2Model.from_pretrained(tmp_path / "discriminator", output_loading_info=True)

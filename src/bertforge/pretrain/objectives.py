@@ -164,6 +164,7 @@ def generator_config(disc: ModelConfig, divisor: int = 4) -> ModelConfig:
 
 
 EMBEDDING_SHARING = ("none", "shared", "gdes")
+GDES_DELTA = "gdes_delta.safetensors"  # the discriminator's own embedding tables (E_delta), for an exact resume
 
 
 def trains_rtd_as_itself(cfg: Any) -> bool:
@@ -171,7 +172,6 @@ def trains_rtd_as_itself(cfg: Any) -> bool:
     a family whose positions are no learned table (DeBERTa); the rest train in ELECTRA's layout (the same BERT
     encoder under ELECTRA's names)."""
     return cfg.model_type == "electra" or cfg.position_embedding_type != "absolute"
-GDES_DELTA = "gdes_delta.safetensors"  # the discriminator's own embedding tables (E_delta), for an exact resume
 
 
 class GradientDisentangledEmbedding(nn.Module):
@@ -234,9 +234,10 @@ class ELECTRAObjective(nn.Module):
                 if isinstance(getattr(embeddings, name, None), nn.Embedding)]
 
     @contextmanager
-    def plain_discriminator(self):
+    def plain_discriminator(self, loading: bool = False):
         """The discriminator with plain tables holding E_G + E_delta while inside (gdes; else as it is): what is
-        saved, and what a checkpoint loads into. On leaving, E_delta = table - E_G (so a loaded table sets it)."""
+        saved, and what a checkpoint loads into. `loading`: on leaving, E_delta = the loaded table - E_G; otherwise
+        E_delta is left exactly as it was."""
         disc = self.discriminator.bert.embeddings
         gdes = {name: m for name, m in disc.named_children() if isinstance(m, GradientDisentangledEmbedding)}
         for name, m in gdes.items():
@@ -248,8 +249,9 @@ class ELECTRAObjective(nn.Module):
             yield self.discriminator
         finally:
             for name, m in gdes.items():
-                with torch.no_grad():
-                    m.delta.copy_(getattr(disc, name).weight - m._source[0].weight)
+                if loading:
+                    with torch.no_grad():
+                        m.delta.copy_(getattr(disc, name).weight - m._source[0].weight)
                 setattr(disc, name, m)
 
     def forward(self, input_ids, mlm_labels, attention_mask=None, token_type_ids=None, **_: Any):
@@ -302,7 +304,7 @@ class ELECTRAObjective(nn.Module):
         path = Path(path)
         if (path / "generator").is_dir():
             load_pretrained(self.generator, path / "generator")
-        with self.plain_discriminator() as disc:
+        with self.plain_discriminator(loading=True) as disc:
             load_pretrained(disc, path / "discriminator" if (path / "discriminator").is_dir() else path)
         if (path / GDES_DELTA).is_file():  # exactly, rather than the table minus E_G
             from safetensors.torch import load_file

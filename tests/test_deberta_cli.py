@@ -98,6 +98,7 @@ def test_export_writes_the_unfused_graph_that_matches_pytorch(work, tmp_path):
     assert main(["export", "--model", str(work / "clf"), "--format", "onnx", "--out", str(tmp_path / "x")]) == 0
     record = json.loads((tmp_path / "x" / "export.json").read_text())
     assert record["fused_nodes"] == {} and record["inputs"] == ["input_ids", "attention_mask"]  # no token types
+    assert "adds relative-position scores" in record["unfused"]  # and says why the graph is unfused
     graph, _, _ = load_task_model(tmp_path / "x")
     ours, _, _ = load_task_model(work / "clf")
     enc = Tokenizer.from_pretrained(work / "clf")(["awful plot", LONG, "the plot"], max_length=256)

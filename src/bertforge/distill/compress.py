@@ -35,7 +35,7 @@ from bertforge.io.read import read_json
 from bertforge.model import INT8_WEIGHTS, QUANT_FIELD, for_inference, save_int8
 from bertforge.model.folder import inspect_folder
 from bertforge.model.int8 import INT8_SCHEME, WEIGHT_RANGE
-from bertforge.model.onnx import for_export, fusable, onnx_file
+from bertforge.model.onnx import for_export, onnx_file, unfusable
 
 EXPORTABLE = ("encoder", "sentence-encoder", "classify", "regress", "tag", "qa")
 PARITY_TOL = 1e-4
@@ -236,7 +236,8 @@ def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opse
         axes[name] = {0: "batch"} if name in ("sentence_embedding", "pooler_output") or kind in ("classify", "regress") \
             else {0: "batch", 1: "sequence"}
     encoder = _encoder_of(model, kind)
-    fuse = fusable(encoder)
+    why_not = unfusable(encoder)
+    fuse = why_not is None
     if fuse:  # traced from the fusable copy; `expected` above came from the model as it runs in PyTorch
         wrapper = _Exportable(_with_encoder(model, kind, for_export(encoder)), kind).eval()
     with claim_output_dir(out, resume=False, overwrite=overwrite, resume_flag=None, what="--out"):
@@ -249,6 +250,8 @@ def export_onnx(model_dir: str | Path, out: str | Path, int8: bool = False, opse
         finally:  # a write error, a parity failure or an interrupt leaves no partial file behind
             tmp.unlink(missing_ok=True)
             qtmp.unlink(missing_ok=True)
+        if why_not is not None:  # the plain graph, as exact as the fused one; onnxruntime runs it op by op
+            record["unfused"] = why_not
         _copy_tree(src, out, skip={"model.safetensors", "pytorch_model.bin", "run_options.json", "results.json",
                                    "metrics.jsonl", "speed.jsonl", "best_metrics.json"})
         atomic_write_text(out / "export.json", json.dumps(record, indent=2) + "\n")

@@ -17,6 +17,13 @@ from bertforge.families import FAMILIES
 LAYOUT_FAMILIES = tuple(name for name, fam in FAMILIES.items() if fam.tokenizer is not None)
 
 
+def _layouts() -> str:
+    """Each family layout in a few words, for the help text."""
+    return "; ".join(f"{name} = {' '.join(lay.first)} at 0-{len(lay.first) - 1}, {' '.join(lay.last)} last"
+                     + (", always cased" if lay.cased else "")
+                     for name, lay in ((n, FAMILIES[n].tokenizer) for n in LAYOUT_FAMILIES))
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("tokenizer", help="train tokenizers",
                                    description="Train tokenizers for the BERT family.")
@@ -32,8 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog="kinds: wordpiece = BERT (## continuation, [CLS]/[SEP]/[MASK]); bpe = RoBERTa byte-level BPE "
                "(<s>/</s>/<mask>, always cased); unigram = ALBERT (▁ word starts); gpt2 = GPT-2 byte-level BPE "
                "(one special token, <|endoftext|>; nothing added around a text; always cased). --family lays a "
-               "unigram tokenizer out as that family's own: deberta-v2 = [PAD] [CLS] [SEP] [UNK] at 0-3, [MASK] "
-               "last; xlm-roberta = <s> <pad> </s> <unk> at 0-3, <mask> last, always cased.")
+               f"unigram tokenizer out as that family's own: {_layouts()}.")
     train.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
                        help="text files, folders (every .txt/.txt.gz/.jsonl inside) or glob patterns")
     train.add_argument("--kind", choices=TOKENIZER_KINDS, default=None,
@@ -45,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer to")
     train.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
                        help="lower-case and strip accents (wordpiece, unigram; default: on, off with --family as "
-                            "the families' own tokenizers are cased; bpe and xlm-roberta are always cased)")
+                            "the families' own tokenizers are cased; bpe is always cased, and so are some families')")
     train.add_argument("--min-frequency", type=COUNT0, default=2, metavar="N",
                        help="minimum pair/word frequency for a merge (wordpiece, bpe; default: 2)")
     train.add_argument("--model-max-length", type=COUNT, default=512, metavar="N",

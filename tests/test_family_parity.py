@@ -256,3 +256,45 @@ def test_tokenizer_train_family_layout_encodes_as_transformers(tmp_path, model_t
     # build_inputs (pretraining rows, SQuAD windows) joins ids as the post-processor does
     a, b = ours.encode_ids([TEXTS[0], TEXTS[1]])
     assert ours.build_inputs(a, b) == (pair_ours["input_ids"][0], pair_ours["token_type_ids"][0])
+
+
+def test_a_converter_written_deberta_tokenizer_json_loads(tmp_path):
+    """A tokenizer.json as transformers' DebertaV2Converter writes it for Microsoft's spm.model (Unigram with [PAD]
+    [CLS] [SEP] [UNK] at 0-3 and [MASK] at the end; Strip + Replace normaliser, Metaspace, the [CLS] A [SEP] B [SEP]
+    template), built here with `tokenizers`: bertforge reads its layout and encodes single texts and pairs as
+    transformers' DebertaV2Tokenizer does."""
+    import json
+
+    from tokenizers import Regex, Tokenizer as Backend, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import Unigram
+
+    from bertforge.tokenization import Tokenizer
+
+    pieces = ["▁the", "▁cat", "▁sat", "▁on", "▁a", "▁mat", "▁dog", "s", "▁", *"thecamon"]
+    vocab = ([("[PAD]", 0.0), ("[CLS]", 0.0), ("[SEP]", 0.0), ("[UNK]", 0.0)]
+             + [(p, -1.0 - i / 10) for i, p in enumerate(pieces)] + [("[MASK]", 0.0)])
+    backend = Backend(Unigram(vocab, unk_id=3))
+    backend.normalizer = normalizers.Sequence([normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")])
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+    backend.add_special_tokens(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"])
+    backend.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "DebertaV2Tokenizer", "do_lower_case": False, "bos_token": "[CLS]", "eos_token": "[SEP]",
+        "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+        "mask_token": "[MASK]", "split_by_punct": False, "vocab_type": "spm"}))
+    ours = Tokenizer.from_pretrained(tmp_path)
+    assert ours.layout is not None and ours.layout.tokenizer_class == "DebertaV2Tokenizer"
+    assert (ours.pad_token_id, ours.cls_token_id, ours.sep_token_id, ours.unk_token_id, ours.mask_token_id) == \
+        (0, 1, 2, 3, len(vocab) - 1)
+    hf = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    for a, b in [("the cat sat on a mat", None), ("the dogs sat", "on the [MASK]"), ("a cat", "the mat")]:
+        mine = ours([a], None if b is None else [b], return_tensors=None)
+        theirs = hf(a, b)
+        assert mine["input_ids"][0] == theirs["input_ids"] and mine["token_type_ids"][0] == theirs["token_type_ids"]
+    ids_a, ids_b = ours.encode_ids(["the cat", "a mat"])
+    pair = hf("the cat", "a mat")
+    assert ours.build_inputs(ids_a, ids_b) == (pair["input_ids"], pair["token_type_ids"])

@@ -106,7 +106,8 @@ def _tokenizer_pipeline(backend: Any, lowercase: bool) -> None:
     steps += [normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
               normalizers.Strip(left=False, right=True)]
     backend.normalizer = normalizers.Sequence(steps)
-    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
+    metaspace = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    backend.pre_tokenizer = pre_tokenizers.Sequence([metaspace])
     backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
 
 

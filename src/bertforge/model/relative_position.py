@@ -48,7 +48,8 @@ def log_bucket(distance: torch.Tensor, buckets: int, max_position: int) -> torch
     mid = buckets // 2
     inside = (distance < mid) & (distance > -mid)
     magnitude = torch.where(inside, torch.tensor(mid - 1).type_as(distance), torch.abs(distance))
-    log_pos = torch.ceil(torch.log(magnitude / mid) / torch.log(torch.tensor((max_position - 1) / mid)) * (mid - 1)) + mid
+    scale = torch.log(torch.tensor((max_position - 1) / mid))
+    log_pos = torch.ceil(torch.log(magnitude / mid) / scale * (mid - 1)) + mid
     return torch.where(magnitude <= mid, distance.type_as(log_pos), log_pos * sign).long()
 
 

@@ -33,8 +33,8 @@ from bertforge.errors import BertforgeError
 from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write_text
 from bertforge.families.family import TokenizerLayout
-from bertforge.tokenization.pipelines import (ENDOFTEXT, HF_TOKENIZER_CLASS, LAYOUTS, TOKENIZER_KINDS, N_SENTINELS, ROLES,
-                                              SPECIAL_TOKENS, _albert_pipeline, _bert_pipeline, _json_lowercases,
+from bertforge.tokenization.pipelines import (ENDOFTEXT, HF_TOKENIZER_CLASS, LAYOUTS, TOKENIZER_KINDS, N_SENTINELS,
+                                              ROLES, SPECIAL_TOKENS, _albert_pipeline, _bert_pipeline, _json_lowercases,
                                               _MODEL_KIND, _roberta_pipeline, _sentinel_tokens, _set_post_processor,
                                               _special_added_tokens, _t5_pipeline, _token_str, layout_named,
                                               sentinel)

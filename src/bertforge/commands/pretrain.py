@@ -89,10 +89,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.set_defaults(func=run_pretrain)
 
     abl = subparsers.add_parser(
-        "ablate", help="re-run the BERT, RoBERTa, ALBERT, ELECTRA and SpanBERT papers' ablation tables at equal "
-                       "compute (--table), or compare pretraining arms by held-out MLM (--arms)",
-        description="--table bert|roberta|albert|electra|spanbert|all: re-run an ablation table of the BERT, "
-                    "RoBERTa, ALBERT, ELECTRA or SpanBERT paper: pretrain every arm of the paper's table for "
+        "ablate", help="re-run the BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT and DeBERTa-v3 papers' ablation tables "
+                       "at equal compute (--table), or compare pretraining arms by held-out MLM (--arms)",
+        description="--table bert|roberta|albert|electra|spanbert|deberta-v3|all: re-run an ablation table of the "
+                    "BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT or DeBERTa-v3 paper: pretrain every arm of the "
+                    "paper's table for "
                     "the same --budget (or the same FLOPs where the paper compared so), fine-tune each on a fixed "
                     "downstream suite (SST-2, MRPC, RTE, STS-B, CoNLL; SQuAD for spanbert) from --downstream, "
                     "repeat over --seeds, and write TABLE.md / .json / .png with the seed spread and a verdict per "
@@ -101,7 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "dynamic; MLM vs ELECTRA vs XLNet; token vs span masking; ...) for the same budget and compare "
                     "held-out MLM accuracy (ablation.md, .json, .png). --list shows the tables and arms.")
     abl.add_argument("--table", nargs="+", metavar="NAME",
-                     help="bert, roberta, albert, electra, spanbert or all (several allowed)")
+                     help="bert, roberta, albert, electra, spanbert, deberta-v3 or all (several allowed)")
     abl.add_argument("--steps", type=COUNT, metavar="N",
                      help="--table: the same number of pretraining steps per arm instead of the same --budget")
     abl.add_argument("--seeds", type=COUNT, default=2, metavar="N", help="--table: seeds per arm (default: 2)")

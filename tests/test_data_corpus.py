@@ -320,7 +320,7 @@ def test_tokenizer_travels_to_workers_as_its_json(small):
 
     _, _, tok = small
     state = tok.__getstate__()
-    assert set(state) == {"json", "kind", "specials", "do_lower_case", "model_max_length"}
+    assert set(state) == {"json", "kind", "specials", "do_lower_case", "model_max_length", "layout"}
     blob = pickle.dumps(tok)
     assert len(blob) < len(state["json"]) + 1000
     back = pickle.loads(blob)

@@ -241,6 +241,8 @@ def test_tokenizer_train_family_layout_encodes_as_transformers(tmp_path, model_t
                  "--out", str(tmp_path / "tok")]) == 0
     ours = Tokenizer.from_pretrained(tmp_path / "tok")
     assert ours.layout is not None and ours.kind == "unigram"
+    import pickle
+    assert pickle.loads(pickle.dumps(ours)).layout is ours.layout  # workers (corpus preparation) keep the layout
     assert [ours.token_to_id(t) for t in FIRST[model_type]] == [0, 1, 2, 3]
     assert ours.mask_token == MASK[model_type] and ours.mask_token_id == ours.vocab_size - 1 > 60
     hf = transformers.AutoTokenizer.from_pretrained(tmp_path / "tok")

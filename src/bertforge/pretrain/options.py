@@ -3,7 +3,7 @@ the model size: threads, learning rate and warm-up (the precision's is `device.d
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -52,6 +52,8 @@ class PretrainOptions:
     logging_dir: Path | None = None        # TensorBoard's event folder (default: OUT/runs)
     fill_mask_examples: int = 3
     extra_eval: Callable[[nn.Module], dict[str, float]] | None = None  # run on the final model (ablation)
+    # named held-out corpora, each scored like the held-out split at the end (held-out MLM per language ...)
+    heldout_sets: dict[str, list[str]] = field(default_factory=dict)
 
 
 def schedule(opts: PretrainOptions, cfg: ModelConfig) -> tuple[float, float, str]:

@@ -122,6 +122,22 @@ def test_gdes_checkpoint_is_a_plain_deberta_and_resumes_exactly(tmp_path):
         assert torch.equal(p, q), name
 
 
+def test_other_families_train_rtd_in_electras_layout():
+    """A family without a replaced-token detection layout of its own trains it in the one that hosts the others'
+    (ELECTRA's), not in the first family that has one (DeBERTa's file sorts first)."""
+    model = ELECTRAObjective(compose("bert", "tiny", vocab_size=V))
+    assert model.config.model_type == "electra" and model.generator.config.hidden_size == 32  # a quarter wide
+    assert ELECTRAObjective(tiny()).config.model_type == "deberta-v2"
+
+
+def test_a_recipe_on_a_family_with_its_own_tokenizer_trains_that_layout():
+    """--family swaps the tokenizer kind for the family's own layout where the recipe's is of the same model."""
+    assert resolve("xlm-roberta").tokenizer_kind == "xlm-roberta"
+    assert resolve("albert", model_type="xlm-roberta", objective="mlm").tokenizer_kind == "xlm-roberta"
+    assert resolve("roberta", model_type="xlm-roberta").tokenizer_kind == "bpe"  # a BPE recipe keeps its BPE
+    assert resolve("deberta-v3", model_type="electra").tokenizer_kind == "deberta-v2"
+
+
 def test_deberta_v3_recipe_and_family_choice():
     r = resolve("deberta-v3")
     # declared by the family file, with the family's own tokenizer layout

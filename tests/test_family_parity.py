@@ -171,6 +171,45 @@ def test_other_task_heads_load_in_transformers(tmp_path, model_type, kind, suffi
         close_on_real_tokens(ours[key], getattr(theirs, key), mask)
 
 
+def test_deberta_reads_past_its_max_position_embeddings_as_transformers(tmp_path):
+    """The positions rule: DeBERTa's positions are relative, distances past the buckets share the outermost one, so
+    no length is refused (transformers' DebertaV2Model refuses none either); 100 tokens through a model of 64
+    positions and 8 buckets give transformers' states."""
+    from bertforge.config.positions import check_length, position_limit
+
+    cfg = CONFIGS["deberta-v2"]
+    assert position_limit(cfg) is None and check_length(100, cfg, tmp_path, "--max-seq-len") == 100
+    torch.manual_seed(0)
+    ours = Encoder(cfg).eval()
+    randomise(ours)
+    ours.save_pretrained(tmp_path)
+    ref = loaded_whole(transformers.DebertaV2Model, tmp_path)
+    b = batch(cfg, length=100)
+    with torch.no_grad():
+        close_on_real_tokens(ours(**b).last_hidden_state, ref(**b).last_hidden_state, b["attention_mask"])
+
+
+def test_xlm_roberta_recipe_pretrains_a_transformers_checkpoint(tmp_path):
+    """`pretrain --recipe xlm-roberta` (the family file's recipe: RoBERTa's, with XLM-R's own tokenizer layout)
+    writes a tokenizer AutoTokenizer loads as XLMRobertaTokenizer and a model XLMRobertaForMaskedLM loads whole."""
+    import random
+
+    from bertforge.cli import main
+    from bertforge.tokenization import Tokenizer
+
+    rng = random.Random(0)
+    (tmp_path / "c.txt").write_text("\n\n".join(" ".join(rng.choices(TEXTS, k=3)) for _ in range(60)),
+                                    encoding="utf-8")
+    assert main(["pretrain", "--recipe", "xlm-roberta", "--corpus", str(tmp_path / "c.txt"), "--size", "bert-tiny",
+                 "--seq-len", "32", "--batch-size", "8", "--max-steps", "2", "--vocab-size", "120", "--precision",
+                 "fp32", "--no-progress", "--out", str(tmp_path / "run")]) == 0
+    tok = Tokenizer.from_pretrained(tmp_path / "run")
+    assert tok.kind == "xlm-roberta" and tok.mask_token_id == tok.vocab_size - 1
+    assert type(transformers.AutoTokenizer.from_pretrained(tmp_path / "run")).__name__ == "XLMRobertaTokenizer"
+    model = loaded_whole(transformers.XLMRobertaForMaskedLM, tmp_path / "run")
+    assert model.config.model_type == "xlm-roberta"
+
+
 def test_deberta_attention_maps_are_transformers(tmp_path):
     cfg = CONFIGS["deberta-v2"]
     torch.manual_seed(0)

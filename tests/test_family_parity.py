@@ -19,6 +19,8 @@ from bertforge.model.checkpoint import load_pretrained
 from bertforge.model.heads import MaskedLM
 from bertforge.tasks.models import build_model, init_from_pretrained, load_task_model, save_task_model
 
+from test_model_parity import _batch as batch  # three rows, two of them padded
+
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
@@ -26,26 +28,12 @@ SHAPE = dict(vocab_size=120, hidden_size=32, num_hidden_layers=3, num_attention_
 CONFIGS = {
     "xlm-roberta": ModelConfig(model_type="xlm-roberta", pad_token_id=1, type_vocab_size=1, use_pooler=False,
                                max_position_embeddings=66, **SHAPE),
-    # 8 buckets: distances past 4 are log-bucketed in a 14-token batch
+    # 8 buckets: distances past 4 are log-bucketed in a 12-token batch
     "deberta-v2": ModelConfig(**{**FAMILIES["deberta-v2"].settings(), **SHAPE, "max_position_embeddings": 64},
                               position_buckets=8, max_relative_positions=32),
 }
 HF_PREFIX = {"xlm-roberta": "XLMRoberta", "deberta-v2": "DebertaV2"}
 BARE = {"xlm-roberta": dict(add_pooling_layer=False), "deberta-v2": {}}  # the bare model's own arguments
-
-
-def batch(cfg: ModelConfig, length: int = 14) -> dict[str, torch.Tensor]:
-    """Three rows, two of them padded; token types where the family has them."""
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, cfg.vocab_size, (3, length), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, 9:] = 0
-    mask[2, 4:] = 0
-    ids[mask == 0] = cfg.pad_token_id
-    out = {"input_ids": ids, "attention_mask": mask}
-    if cfg.type_vocab_size > 1:
-        out["token_type_ids"] = (torch.arange(length) >= length // 2).long().expand(3, length).clone()
-    return out
 
 
 def randomise(model: torch.nn.Module) -> None:
@@ -55,6 +43,15 @@ def randomise(model: torch.nn.Module) -> None:
         for p in model.parameters():
             if p.ndim == 1:
                 p.add_(torch.randn(p.shape, generator=g) * 0.1)
+
+
+def ours_saved(cls, cfg: ModelConfig, path):
+    """bertforge's `cls` of `cfg`, randomly initialised (norms and biases perturbed) and saved at `path`."""
+    torch.manual_seed(0)
+    ours = cls(cfg).eval()
+    randomise(ours)
+    ours.save_pretrained(path)
+    return ours
 
 
 def close_on_real_tokens(ours: torch.Tensor, theirs: torch.Tensor, mask: torch.Tensor) -> None:
@@ -87,10 +84,7 @@ def their_random(cls, hf_config: dict, path, **kwargs):
 @pytest.mark.parametrize("model_type", list(CONFIGS))
 def test_encoder_both_ways(tmp_path, model_type):
     cfg = CONFIGS[model_type]
-    torch.manual_seed(0)
-    ours = Encoder(cfg).eval()
-    randomise(ours)
-    ours.save_pretrained(tmp_path / "ours")
+    ours = ours_saved(Encoder, cfg, tmp_path / "ours")
     ref = loaded_whole(hf_class(model_type, "Model"), tmp_path / "ours", **BARE[model_type])
     b = batch(cfg)
     with torch.no_grad():
@@ -108,10 +102,7 @@ def test_encoder_both_ways(tmp_path, model_type):
 @pytest.mark.parametrize("model_type", list(CONFIGS))
 def test_masked_lm_both_ways(tmp_path, model_type):
     cfg = CONFIGS[model_type]
-    torch.manual_seed(0)
-    ours = MaskedLM(cfg).eval()
-    randomise(ours)
-    ours.save_pretrained(tmp_path / "ours")
+    ours = ours_saved(MaskedLM, cfg, tmp_path / "ours")
     cls = hf_class(model_type, "ForMaskedLM")
     ref = loaded_whole(cls, tmp_path / "ours")
     b = batch(cfg)
@@ -179,10 +170,7 @@ def test_deberta_reads_past_its_max_position_embeddings_as_transformers(tmp_path
 
     cfg = CONFIGS["deberta-v2"]
     assert position_limit(cfg) is None and check_length(100, cfg, tmp_path, "--max-seq-len") == 100
-    torch.manual_seed(0)
-    ours = Encoder(cfg).eval()
-    randomise(ours)
-    ours.save_pretrained(tmp_path)
+    ours = ours_saved(Encoder, cfg, tmp_path)
     ref = loaded_whole(transformers.DebertaV2Model, tmp_path)
     b = batch(cfg, length=100)
     with torch.no_grad():
@@ -212,10 +200,7 @@ def test_xlm_roberta_recipe_pretrains_a_transformers_checkpoint(tmp_path):
 
 def test_deberta_attention_maps_are_transformers(tmp_path):
     cfg = CONFIGS["deberta-v2"]
-    torch.manual_seed(0)
-    ours = Encoder(cfg).eval()
-    randomise(ours)
-    ours.save_pretrained(tmp_path)
+    ours = ours_saved(Encoder, cfg, tmp_path)
     ref = loaded_whole(transformers.DebertaV2Model, tmp_path)
     b = batch(cfg)
     with torch.no_grad():

@@ -1,8 +1,8 @@
 """What a config.json may hold: one table of fields for every family, checked before anything is built.
 
 `FIELDS` names every config.json field a family's schema reads (BERT's names, GPT-2's, XLNet's, DistilBERT's,
-ModernBERT's, DeBERTa's, T5's, BART's) with what it must be: a whole number in a range, a number in a range, true or false,
-text. A name means the same in every schema that has it (a dropout rate is a rate everywhere), so one table serves
+ModernBERT's, DeBERTa's, T5's, BART's) with what it must be: a whole number in a range, a number in a range, true or
+false, text (or texts). A name means the same in every schema that has it (a dropout rate is a rate everywhere), so one table serves
 every family. `check_fields(d, source)` runs on the raw dict, before the family reads it: "layer_norm_eps": "abc",
 a dropout of 7 or a pad_token_id past the vocabulary is one line naming the file and the field, not a traceback
 from deep inside torch.

@@ -138,13 +138,13 @@ class TokenizerLayout:
     # whitespace runs and line breaks become one space, then NFC, no trailing space, "▁" before every word and no
     # other split (DeBERTa-v2's SentencePiece normaliser; else ALBERT's, or none with normalise=False)
     collapses_whitespace: bool = False
+    keep_accents: bool = False          # tokenizer_config.json says keep_accents (= not lower-cased), as ALBERT's
 
     def special_order(self) -> tuple[list[str], list[str]]:
         """The special tokens in id order: (those before the pieces, those after them, `after_pieces`')."""
         last = [self.specials[role] for role in self.after_pieces]
         first = [t for t in dict.fromkeys(self.specials.values()) if t is not None and t not in last]
         return first, last
-    keep_accents: bool = False          # tokenizer_config.json says keep_accents (= not lower-cased), as ALBERT's
 
 
 @dataclass(frozen=True)

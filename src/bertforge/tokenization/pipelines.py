@@ -100,8 +100,9 @@ def _collapsed_whitespace_pipeline(backend: Backend, lowercase: bool) -> None:
     steps += [normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
               normalizers.Strip(left=False, right=True)]
     backend.normalizer = normalizers.Sequence(steps)
-    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
-    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    metaspace = dict(replacement="▁", prepend_scheme="always")
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(**metaspace)])
+    backend.decoder = decoders.Metaspace(**metaspace)
 
 
 def _set_post_processor(backend: Backend, layout: TokenizerLayout, specials: dict[str, str]) -> None:

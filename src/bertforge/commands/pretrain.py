@@ -206,7 +206,7 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 def run_pretrain(args: argparse.Namespace) -> int:
     from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.options import PretrainOptions
+    from bertforge.pretrain.options import PretrainOptions, named_heldout_sets
     from bertforge.device import default_precision
     from bertforge.pretrain.run import pretrain
     trackers = tracking(args)  # a missing tracker library: one line before any work
@@ -232,24 +232,9 @@ def run_pretrain(args: argparse.Namespace) -> int:
         init_from=Path(args.init_from) if args.init_from else None, heldout_fraction=args.heldout_fraction,
         eval_batches=args.eval_batches, log_every=args.log_every, save_every=args.save_every,
         workers=args.workers, threads=args.threads, progress=args.progress, device=args.device,
-        compile=args.compile, heldout_sets=heldout_sets(args.heldout), **trackers)
+        compile=args.compile, heldout_sets=named_heldout_sets(args.heldout), **trackers)
     pretrain(opts)
     return 0
-
-
-def heldout_sets(specs: list[str]) -> dict[str, list[str]]:
-    """--heldout NAME=PATH ... -> {NAME: [PATH]} (a PATH without NAME= is named by its file's stem); a missing file
-    or a name given twice is one line."""
-    from bertforge.data.corpus import find_files
-
-    sets: dict[str, list[str]] = {}
-    for spec in specs:
-        name, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).name.split(".")[0], "", spec)
-        if not name or not path or name in sets:
-            raise BertforgeError(f"--heldout {spec}: give NAME=PATH with a name of its own")
-        find_files([path])  # names a missing file or an empty pattern
-        sets[name] = [path]
-    return sets
 
 
 def run_ablate(args: argparse.Namespace) -> int:

@@ -40,6 +40,20 @@ def save(path: Path, result: dict) -> None:
     os.replace(tmp, path)
 
 
+def timed(fn: Callable[[], object], device) -> float:
+    """Seconds of one call of `fn`, the GPU's queued work included (a torch.device of type "cuda" is synchronised
+    before and after)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
 def best_time(fn: Callable[[], object], repeats: int, warmup: int = 0) -> float:
     """The fastest of `repeats` timed calls of `fn` (after `warmup` untimed ones), in seconds."""
     for _ in range(warmup):

@@ -33,6 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bench_common import timed  # noqa: E402
 from bertforge.embed import SentenceEncoder  # noqa: E402
 from bertforge.device import resolve_device  # noqa: E402
 
@@ -66,16 +67,6 @@ def random_copy(src: Path, dst: Path) -> Path:
     torch.manual_seed(0)
     save_pretrained(Encoder(cfg), dst, cfg, tokenizer=Tokenizer.from_pretrained(dst))
     return dst
-
-
-def timed(fn, device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - t
 
 
 def main() -> None:

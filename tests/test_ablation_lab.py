@@ -149,6 +149,16 @@ def test_flops_of_bert_base_by_hand():
     assert 6 * n < training_flops_per_token(mlm, t) < 1.5 * 6 * n
 
 
+def test_flops_of_disentangled_attention_by_hand():
+    """DeBERTa-base: BERT-base's layer plus c2p and p2c, each a [T, d] x [d, 2T - 1] product per head."""
+    cfg = compose("deberta-v2", "base")
+    h, i, t = 768, 3072, 128
+    layer = 2 * (4 * h * h + 2 * h * i) + 4 * t * h + 2 * 2 * (2 * t - 1) * h
+    assert encoder_forward_flops(cfg, t) == 12 * layer
+    one_term = cfg.replace(relative_attention_terms=("c2p",))
+    assert encoder_forward_flops(one_term, t) == 12 * (layer - 2 * (2 * t - 1) * h)
+
+
 # ---- a whole table -------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def lab_inputs(tmp_path_factory) -> dict[str, Path]:

@@ -199,9 +199,18 @@ FAMILY_NAME_ALLOWED = {
 }
 
 
+def _family_files() -> dict[str, str]:
+    """Each file of families/ -> the model_type of the family it defines (its `FAMILY`)."""
+    import importlib
+
+    return {path.stem: importlib.import_module(f"bertforge.families.{path.stem}").FAMILY.model_type
+            for path in sorted((SRC / "families").glob("*.py")) if path.stem not in ("__init__", "family")}
+
+
 def _family_names() -> set[str]:
-    """Every family's model_type: the file names of families/ (each file defines one family)."""
-    return {p.stem for p in (SRC / "families").glob("*.py")} - {"__init__", "family"}
+    """Every family's name as a string may spell it: its model_type and its file's name ("deberta-v2",
+    "deberta_v2")."""
+    return {spelling for stem, model_type in _family_files().items() for spelling in (stem, model_type)}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -212,7 +221,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 def family_name_literals(root: Path = SRC) -> list[str]:
     """`module:line: 'name'` for each string constant outside families/ (docstrings excluded) that is a family's
-    model_type, and not on the allow-list."""
+    name (its model_type or its file's), and not on the allow-list."""
     names = _family_names()
     found = []
     for path in sorted(root.rglob("*.py")):
@@ -231,7 +240,9 @@ def family_name_literals(root: Path = SRC) -> list[str]:
 def test_no_family_name_outside_families():
     from bertforge.families import FAMILIES
 
-    assert _family_names() == set(FAMILIES)  # the file names are the model types
+    files = _family_files()
+    assert set(files.values()) == set(FAMILIES)  # one file per family, read off the files themselves
+    assert all(stem == model_type.replace("-", "_") for stem, model_type in files.items()), files  # named for it
     found = family_name_literals()
     assert not found, ("behaviour that differs by family is a field of the family (families/), not a comparison "
                        "with its name:\n" + "\n".join(found))

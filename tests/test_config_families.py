@@ -85,7 +85,8 @@ def test_hf_names_come_from_the_family_table():
     prefixes = {name: fam.weight_prefix for name, fam in FAMILIES.items() if fam.stack != ENCODER_DECODER}
     assert prefixes == {"bert": "bert", "roberta": "roberta", "albert": "albert", "distilbert": "distilbert",
                         "electra": "electra", "xlnet": "transformer", "gpt2": "transformer", "modernbert": "model",
-                        "longformer": "longformer", "big_bird": "bert"}
+                        "longformer": "longformer", "big_bird": "bert", "xlm-roberta": "roberta",
+                        "deberta-v2": "deberta"}
     assert FAMILIES["distilbert"].base_architecture == "DistilBertModel"
     assert FAMILIES["t5"].base_architecture == "T5ForConditionalGeneration"
     for name, fam in FAMILIES.items():

@@ -48,7 +48,7 @@ def test_top_level_help_through_the_console_script_says_what_ablate_is():
     top = subprocess.run([BERTFORGE, "--help"], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "COLUMNS": "200"}).stdout
     line = next(line for line in top.splitlines() if line.split()[:1] == ["ablate"])
-    assert "BERT, RoBERTa, ALBERT, ELECTRA and SpanBERT papers' ablation tables" in line
+    assert "BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT and DeBERTa-v3 papers' ablation tables" in line
 
 
 @pytest.mark.parametrize("verb", VERBS, ids=" ".join)

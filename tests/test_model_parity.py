@@ -85,16 +85,18 @@ SMALL = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_h
              max_position_embeddings=64)
 
 
-def _batch(cfg: ModelConfig) -> dict[str, torch.Tensor]:
+def _batch(cfg: ModelConfig, length: int = 12) -> dict[str, torch.Tensor]:
+    """Three rows of random ids, two of them padded (from 2/3 and 1/3 of the length); token types where the family
+    has them."""
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, cfg.vocab_size, (3, 12), generator=g)
+    ids = torch.randint(5, cfg.vocab_size, (3, length), generator=g)
     mask = torch.ones_like(ids)
-    mask[1, 8:] = 0
-    mask[2, 5:] = 0
+    mask[1, 2 * length // 3:] = 0
+    mask[2, length // 3 + 1:] = 0
     ids[mask == 0] = cfg.pad_token_id
     batch = {"input_ids": ids, "attention_mask": mask}
     if cfg.type_vocab_size > 1:
-        batch["token_type_ids"] = (torch.arange(12) >= 6).long().expand(3, 12).clone()
+        batch["token_type_ids"] = (torch.arange(length) >= length // 2).long().expand(3, length).clone()
     return batch
 
 

@@ -317,3 +317,26 @@ def test_a_run_at_the_baseline_warns_once_with_the_likely_cause(corpus, tmp_path
     assert len(warnings) == 1 and "most frequent token" in warnings[0] and "too few steps" in warnings[0]
     res = json.loads((out / "eval_results.json").read_text())
     assert res["stuck_at_baseline_step"] == 4 and res["heldout"]["mlm_acc"] < res["heldout"]["baseline_acc"] + 0.01
+
+
+def test_named_heldout_corpora_are_scored_at_the_end(corpus, tmp_path):
+    """--heldout NAME=FILE: each file is masked once like the held-out split and scored on the final model (one
+    number per language in a multilingual run); the same text as the training corpus scores like it."""
+    words = corpus.read_text().split()
+    other = tmp_path / "shuffled.txt"
+    shuffled = random.Random(1).sample(words, len(words))
+    other.write_text("\n\n".join(" ".join(shuffled[i:i + 50]) for i in range(0, len(shuffled), 50)) + "\n")
+    out = tmp_path / "run"
+    assert run("pretrain", "--corpus", str(corpus), "--out", str(out), "--max-steps", "3", "--heldout",
+               f"same={corpus}", f"shuffled={other}", *TINY) == 0
+    sets = json.loads((out / "eval_results.json").read_text())["heldout_sets"]
+    assert set(sets) == {"same", "shuffled"}
+    for s in sets.values():
+        assert s["masked_tokens"] > 0 and 0.0 <= s["mlm_acc"] <= 1.0 and s["baseline_acc"] > 0
+    assert (out / "heldout" / "same" / "manifest.json").is_file()
+    with pytest.raises(BertforgeError, match="--heldout same=x: give NAME=PATH with a name of its own"):
+        run("pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "r2"), "--max-steps", "1", "--heldout",
+            f"same={corpus}", "same=x", *TINY)
+    with pytest.raises(BertforgeError, match="--heldout scores masked tokens"):
+        run("pretrain", "--recipe", "gpt", "--corpus", str(corpus), "--out", str(tmp_path / "r3"), "--max-steps",
+            "1", "--heldout", f"x={corpus}", *TINY)

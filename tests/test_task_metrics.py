@@ -51,6 +51,9 @@ def test_correlations_by_hand():
     # ranks [1,2,3,4] vs [1,3,2,4]: sum d^2 = 2 -> rho = 1 - 6*2 / (4*(16-1)) = 0.8
     assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
     assert spearman([1.0, 2.0, 3.0], [2.0, 4.0, 7.0]) == pytest.approx(1.0)
+    # a regressor that predicts one value for everything (an untrained model can) measures no association: 0,
+    # as the MCC of a constant column is, not scipy's NaN (which broke the lab's mean and spread over seeds)
+    assert pearson([0.5, 0.5, 0.5], [1.0, 2.0, 3.0]) == 0.0 and spearman([0.5, 0.5, 0.5], [1.0, 2.0, 3.0]) == 0.0
 
 
 def test_compute_metrics_per_task():

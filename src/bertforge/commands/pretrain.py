@@ -21,7 +21,11 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
                "factorisation order predicted); gpt = left-to-right LM (GPT-2 layout decoder) on packed text, "
                "GPT-2 byte-level BPE; the context is --seq-len; "
                "modern = ModernBERT: pre-norm, rotary, GeGLU, local/global attention, MLM only at 30%, packed rows, "
-               "warm-up/stable/1-sqrt-decay schedule (BPE)")
+               "warm-up/stable/1-sqrt-decay schedule (BPE); deberta-v3 = replaced-token detection on a DeBERTa "
+               "encoder (disentangled relative attention), a half-depth generator, gradient-disentangled "
+               "embedding sharing (Unigram in DeBERTa's layout); xlm-roberta = RoBERTa's recipe on an XLM-R "
+               "encoder, Unigram in XLM-R's layout (a multilingual corpus). --family puts a recipe's objective on "
+               "another family (e.g. --recipe electra on a DeBERTa encoder)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -75,6 +79,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--save-every", type=COUNT, metavar="N", help="checkpoint every N steps (default: at the end)")
     pre.add_argument("--log-every", type=COUNT, default=10, metavar="N", help="log every N steps (default: 10)")
     pre.add_argument("--eval-batches", type=COUNT, default=20, metavar="N", help="held-out batches (default: 20)")
+    pre.add_argument("--heldout", nargs="+", metavar="NAME=PATH", default=[],
+                     help="more held-out corpora, each scored by masked-token accuracy at the end like the held-out "
+                          "split (e.g. one per language: --heldout de=de.txt fr=fr.txt); keep them out of --corpus")
     pre.add_argument("--heldout-fraction", type=FRACTION, default=None, metavar="F",
                      help="share of documents held out for evaluation (default: what --data's manifest says; "
                           "0.05 for shards prepared here)")
@@ -89,10 +96,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.set_defaults(func=run_pretrain, needs=tracker_needs)
 
     abl = subparsers.add_parser(
-        "ablate", help="re-run the BERT, RoBERTa, ALBERT, ELECTRA and SpanBERT papers' ablation tables at equal "
-                       "compute (--table), or compare pretraining arms by held-out MLM (--arms)",
-        description="--table bert|roberta|albert|electra|spanbert|all: re-run an ablation table of the BERT, "
-                    "RoBERTa, ALBERT, ELECTRA or SpanBERT paper: pretrain every arm of the paper's table for "
+        "ablate", help="re-run the BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT and DeBERTa-v3 papers' ablation tables "
+                       "at equal compute (--table), or compare pretraining arms by held-out MLM (--arms)",
+        description="--table bert|roberta|albert|electra|spanbert|deberta-v3|all: re-run an ablation table of the "
+                    "BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT or DeBERTa-v3 paper: pretrain every arm of the "
+                    "paper's table for "
                     "the same --budget (or the same FLOPs where the paper compared so), fine-tune each on a fixed "
                     "downstream suite (SST-2, MRPC, RTE, STS-B, CoNLL; SQuAD for spanbert) from --downstream, "
                     "repeat over --seeds, and write TABLE.md / .json / .png with the seed spread and a verdict per "
@@ -101,7 +109,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "dynamic; MLM vs ELECTRA vs XLNet; token vs span masking; ...) for the same budget and compare "
                     "held-out MLM accuracy (ablation.md, .json, .png). --list shows the tables and arms.")
     abl.add_argument("--table", nargs="+", metavar="NAME",
-                     help="bert, roberta, albert, electra, spanbert or all (several allowed)")
+                     help="bert, roberta, albert, electra, spanbert, deberta-v3 or all (several allowed)")
     abl.add_argument("--steps", type=STEPS, metavar="N",
                      help="--table: the same number of pretraining steps per arm instead of the same --budget")
     abl.add_argument("--seeds", type=COUNT, default=2, metavar="N", help="--table: seeds per arm (default: 2)")
@@ -141,9 +149,19 @@ def _ablate_needs(args: argparse.Namespace) -> tuple[Need, ...]:
 
 
 def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules) -> None:
-    from bertforge.pretrain.recipes import DEFAULT
+    from bertforge.families import FAMILIES, MODEL_TYPES
+    from bertforge.pretrain.recipes import DEFAULT, EMBEDDING_SHARING
 
+    rtd = ", ".join(name for name, fam in FAMILIES.items() if "rtd" in fam.head_classes)
+    pooled = ", ".join(name for name, fam in FAMILIES.items() if "pretraining" in fam.head_classes)
     p.add_argument("--recipe", choices=list(recipes), default=DEFAULT, help=f"pretraining recipe (default: {DEFAULT})")
+    p.add_argument("--family", choices=MODEL_TYPES, metavar="FAMILY",
+                   help="the model family instead of the recipe's (its objective must suit it: replaced-token "
+                        f"detection on {rtd}; sentence tasks on {pooled}; ...): {', '.join(MODEL_TYPES)}")
+    p.add_argument("--embedding-sharing", choices=EMBEDDING_SHARING,
+                   help="replaced-token detection: what generator and discriminator share: none, shared (the "
+                        "embedding module, ELECTRA's default) or gdes (gradient-disentangled: the discriminator "
+                        "reads stop_gradient(generator tables) + its own zero-initialised ones, deberta-v3's)")
     p.add_argument("--size", choices=sizes, default=None,
                    help="model size (default: bert-mini; bert-tiny for the built-in demo corpus)")
     p.add_argument("--objective", choices=objectives, help="override the recipe's objective")
@@ -188,13 +206,14 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 def run_pretrain(args: argparse.Namespace) -> int:
     from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.options import PretrainOptions
+    from bertforge.pretrain.options import PretrainOptions, named_heldout_sets
     from bertforge.device import default_precision
     from bertforge.pretrain.run import pretrain
     trackers = tracking(args)  # a missing tracker library: one line before any work
     recipe = resolve(args.recipe, objective=args.objective, masking=args.masking, dynamic=args.dynamic,
                      input_format=args.input_format, dupe_factor=args.dupe_factor, plm_k=args.plm_k,
-                     mask_prob=args.mask_prob, schedule=args.schedule)
+                     mask_prob=args.mask_prob, schedule=args.schedule, model_type=args.family,
+                     embedding_sharing=args.embedding_sharing)
     embedded = args.corpus is None and args.data is None
     if args.corpus is not None and args.data is not None:
         raise BertforgeError("give --corpus or --data, not both")
@@ -213,7 +232,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
         init_from=Path(args.init_from) if args.init_from else None, heldout_fraction=args.heldout_fraction,
         eval_batches=args.eval_batches, log_every=args.log_every, save_every=args.save_every,
         workers=args.workers, threads=args.threads, progress=args.progress, device=args.device,
-        compile=args.compile, **trackers)
+        compile=args.compile, heldout_sets=named_heldout_sets(args.heldout), **trackers)
     pretrain(opts)
     return 0
 

@@ -10,7 +10,25 @@ from bertforge.commands.bounds import COUNT, COUNT0
 from bertforge.commands.options import add_overwrite_arg, add_progress_arg
 from bertforge.commands.data_options import add_corpus_column_arg
 from bertforge.errors import BertforgeError
-from bertforge.tokenization.pipelines import TOKENIZER_KINDS
+from bertforge.tokenization.pipelines import LAYOUTS, PLAIN_LAYOUTS, TOKENIZER_KINDS
+
+KINDS_HELP = ("kinds: wordpiece = BERT (## continuation, [CLS]/[SEP]/[MASK]); bpe = RoBERTa byte-level BPE "
+              "(<s>/</s>/<mask>, always cased); unigram = ALBERT (▁ word starts); gpt2 = GPT-2 byte-level BPE "
+              "(one special token, <|endoftext|>; nothing added around a text; always cased)")
+
+
+def _family_kinds() -> str:
+    """The other kinds, the families' own layouts, each as its transformers class and its special tokens' ids."""
+    described = []
+    for kind, layout in LAYOUTS.items():
+        if kind in PLAIN_LAYOUTS or f"{kind} =" in KINDS_HELP:
+            continue
+        first, last = layout.special_order()
+        ids = f"{' '.join(first)} at 0-{len(first) - 1}" + (f", {' '.join(last)} last" if last else "") \
+            + (f", {layout.sentinels} sentinels last" if layout.sentinels else "")
+        described.append(f"{kind} = {layout.hf_class} ({layout.model}; {ids}"
+                         + ("; always cased)" if layout.cased else ")"))
+    return "; ".join(described)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,9 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "column, a document a row; Project Gutenberg headers and footers are skipped) and save it in the "
                     "Hugging Face layout (tokenizer.json, tokenizer_config.json, special_tokens_map.json, and "
                     "vocab.txt for WordPiece). The same corpus and options always give the same files.",
-        epilog="kinds: wordpiece = BERT (## continuation, [CLS]/[SEP]/[MASK]); bpe = RoBERTa byte-level BPE "
-               "(<s>/</s>/<mask>, always cased); unigram = ALBERT (▁ word starts); gpt2 = GPT-2 byte-level BPE "
-               "(one special token, <|endoftext|>; nothing added around a text; always cased).")
+        epilog=f"{KINDS_HELP}; {_family_kinds()}.")
     train.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
                        help="text files (.txt, .jsonl, .csv, .tsv, .json, .parquet, save_to_disk folders), folders "
                             "(every such file inside) or glob patterns")

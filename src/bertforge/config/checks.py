@@ -1,8 +1,8 @@
 """What a config.json may hold: one table of fields for every family, checked before anything is built.
 
 `FIELDS` names every config.json field a family's schema reads (BERT's names, GPT-2's, XLNet's, DistilBERT's,
-ModernBERT's, T5's, BART's) with what it must be: a whole number in a range, a number in a range, true or false,
-text. A name means the same in every schema that has it (a dropout rate is a rate everywhere), so one table serves
+ModernBERT's, DeBERTa's, T5's, BART's) with what it must be: a whole number in a range, a number in a range, true or
+false, text (or texts). A name means the same in every schema that has it (a dropout rate is a rate everywhere), so one table serves
 every family. `check_fields(d, source)` runs on the raw dict, before the family reads it: "layer_norm_eps": "abc",
 a dropout of 7 or a pad_token_id past the vocabulary is one line naming the file and the field, not a traceback
 from deep inside torch.
@@ -24,6 +24,7 @@ from bertforge.errors import BertforgeError
 @dataclass(frozen=True)
 class Field:
     kind: str                 # "int" | "number" | "bool" | "text" | "window" (an int, or a list of ints per layer)
+    #                           | "texts" (a text, or a list of texts)
     low: float | None = None
     high: float | None = None
     nullable: bool = True     # null is allowed (the family's default applies)
@@ -59,7 +60,7 @@ FIELDS: dict[str, Field] = _table(
     (("num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
       "decoder_attention_heads"), _HEADS),
     (("hidden_size", "n_embd", "d_model", "dim"), _WIDTH),
-    (("embedding_size", "d_kv", "d_head"), Field("int", 1, MAX_WIDTH)),
+    (("embedding_size", "d_kv", "d_head", "attention_head_size", "pooler_hidden_size"), Field("int", 1, MAX_WIDTH)),
     (("intermediate_size", "d_ff", "d_inner", "hidden_dim", "encoder_ffn_dim", "decoder_ffn_dim"), _FFN),
     (("n_inner",), Field("int", 1, MAX_FFN)),
     (("vocab_size",), Field("int", 1, MAX_VOCAB, nullable=False)),
@@ -67,7 +68,7 @@ FIELDS: dict[str, Field] = _table(
     (("type_vocab_size",), Field("int", 0, MAX_TYPE_VOCAB)),
     (("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout", "activation_dropout",
       "dropout_rate", "resid_pdrop", "embd_pdrop", "attn_pdrop", "mlp_dropout", "embedding_dropout",
-      "classifier_dropout", "qa_dropout", "seq_classif_dropout", "summary_first_dropout"), _RATE),
+      "classifier_dropout", "qa_dropout", "seq_classif_dropout", "summary_first_dropout", "pooler_dropout"), _RATE),
     (("layer_norm_eps", "layer_norm_epsilon", "norm_eps"), _EPS),
     (("initializer_range", "init_std", "initializer_factor"), Field("number", 0, 10)),
     (("initializer_cutoff_factor",), Field("number", 0, 100, open_low=True)),
@@ -80,13 +81,20 @@ FIELDS: dict[str, Field] = _table(
     (("mem_len",), Field("int", 0, MAX_POSITIONS)),
     (("relative_attention_num_buckets",), Field("int", 1, MAX_HEADS)),
     (("relative_attention_max_distance",), Field("int", 1, MAX_POSITIONS)),
+    # DeBERTa's disentangled attention: log buckets and the longest distance told apart (<= 0: none / the
+    # positions), its terms ("c2p|p2c" or a list), the relative table's norm ("layer_norm" or "none")
+    (("position_buckets", "max_relative_positions"), Field("int", -1, MAX_POSITIONS)),
+    (("pos_att_type",), Field("texts")),
+    (("conv_kernel_size",), Field("int", 0, MAX_POSITIONS)),
     (("attention_window",), Field("window", 2, MAX_POSITIONS)),
     (("block_size",), Field("int", 1, MAX_HEADS)),
     (("num_random_blocks",), Field("int", 0, 64)),
     (("tie_word_embeddings", "scale_embedding", "scale_decoder_outputs", "is_decoder", "norm_bias", "mlp_bias",
-      "attention_bias", "decoder_bias", "classifier_bias"), _SWITCH),
+      "attention_bias", "decoder_bias", "classifier_bias", "relative_attention", "position_biased_input",
+      "share_att_key", "legacy"), _SWITCH),
     (("model_type", "hidden_act", "activation_function", "hidden_activation", "ff_activation", "feed_forward_proj",
-      "classifier_activation", "attention_type", "attn_type"), _TEXT),
+      "classifier_activation", "attention_type", "attn_type", "pooler_hidden_act", "norm_rel_ebd", "conv_act"),
+     _TEXT),
 )
 TOKEN_ID_FIELDS = tuple(name for name, spec in FIELDS.items() if spec is _TOKEN)
 
@@ -111,6 +119,9 @@ def _problem(spec: Field, value: Any) -> str | None:
         return None if isinstance(value, bool) or value in (0, 1) else f"must be true or false (got {value!r})"
     if spec.kind == "text":
         return None if isinstance(value, str) else f"must be text (got {value!r})"
+    if spec.kind == "texts":
+        ok = isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+        return None if ok else f"must be text or a list of texts (got {value!r})"
     if spec.kind == "window" and isinstance(value, list):
         return next((_problem(Field("int", spec.low, spec.high), v) for v in value
                      if _problem(Field("int", spec.low, spec.high), v)), None)

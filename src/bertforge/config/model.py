@@ -45,7 +45,8 @@ from bertforge.families.modernbert import layer_types
 
 SHARE_MODES = ("none", "all", "attention", "ffn")
 NORM_POSITIONS = ("post", "pre")
-POSITION_TYPES = ("absolute", "rotary")
+POSITION_TYPES = ("absolute", "rotary", "disentangled")
+RELATIVE_TERMS = ("c2p", "p2c")
 # the families whose HF encoder takes is_decoder=True (a causal mask)
 CAUSAL_ENCODERS = tuple(name for name, fam in FAMILIES.items() if fam.causal_encoder)
 
@@ -106,6 +107,14 @@ class ModelConfig(HFConfig):
     attention_type: str | None = None
     block_size: int = BIGBIRD_BLOCK
     num_random_blocks: int = BIGBIRD_RANDOM
+    # Disentangled relative attention (position_embedding_type "disentangled": `model.relative_position`). The
+    # defaults are DeBERTa-v3's; transformers' names: position_buckets, max_relative_positions, pos_att_type,
+    # share_att_key, norm_rel_ebd.
+    position_buckets: int = 256               # log buckets of relative distance (<= 0: the distance itself)
+    max_relative_positions: int = -1          # the longest distance told apart (<= 0: max_position_embeddings)
+    relative_attention_terms: tuple[str, ...] = RELATIVE_TERMS  # content->position, position->content
+    share_relative_projections: bool = True   # position keys / queries through the content key / query projections
+    norm_relative_embeddings: bool = True     # a LayerNorm on the shared relative table
     # Task metadata carried through config.json (id2label etc.); not used by the encoder itself.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -146,6 +155,15 @@ class ModelConfig(HFConfig):
             raise BertforgeError(f"causal (left-to-right) attention is for {', '.join(CAUSAL_ENCODERS)} encoders "
                                  f"(transformers' is_decoder), not {self.model_type}")
         config_long.normalise(self)
+        self.relative_attention_terms = tuple(self.relative_attention_terms)
+        if not set(self.relative_attention_terms) <= set(RELATIVE_TERMS):
+            raise BertforgeError(f"unknown relative attention terms {list(self.relative_attention_terms)} "
+                                 f"(expected some of {', '.join(RELATIVE_TERMS)})")
+        if self.position_embedding_type == "disentangled" and self.position_buckets > 0:
+            reach = self.max_relative_positions if self.max_relative_positions > 0 else self.max_position_embeddings
+            if self.position_buckets < 2 or reach <= self.position_buckets // 2 + 1:
+                raise BertforgeError(f"position_buckets {self.position_buckets} needs max_relative_positions above "
+                                     f"{self.position_buckets // 2 + 1} (got {reach})")
         # Every config must fit its family's Hugging Face layout: the structural switches a family's checkpoint
         # cannot express stay at the family's value (ModernBERT's layout has its bias and window settings).
         fam = self.family

@@ -5,7 +5,8 @@ Every verb that reads a length calls it: finetune / evaluate / predict (`--max-s
 fine-tuned model's config.json records), distill task (`--max-seq-len`, against the teacher and the student),
 distill general (`--seq-len`), analyze (`--max-length`), embed / index / serve (the max_seq_length a sentence
 encoder's folder records). A default length is no request: `fit_length` shortens it to the model's limit.
-Relative (XLNet, T5) and rotary (ModernBERT) positions have no table to run past: no limit.
+Relative (XLNet, T5), rotary (ModernBERT) and disentangled (DeBERTa: distances past its buckets share the outermost
+one, as in transformers, which bounds no DeBERTa input either) positions have no table to run past: no limit.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from bertforge.io.write import atomic_write, atomic_write_text, note_written, wr
 from bertforge.model import INT8_WEIGHTS, QUANT_FIELD, for_inference, save_int8
 from bertforge.model.folder import ModelFolder
 from bertforge.model.int8 import INT8_SCHEME, WEIGHT_RANGE
-from bertforge.model.onnx import for_export, fusable
+from bertforge.model.onnx import for_export, unfusable
 
 EXPORTABLE = ("encoder", "sentence-encoder", "classify", "regress", "tag", "qa")
 PARITY_TOL = 1e-4
@@ -234,7 +234,8 @@ def export_onnx(model_dir: "str | Path | ModelFolder", out: str | Path, int8: bo
         axes[name] = {0: "batch"} if name in ("sentence_embedding", "pooler_output") or kind in ("classify", "regress") \
             else {0: "batch", 1: "sequence"}
     encoder = _encoder_of(model, kind)
-    fuse = fusable(encoder)
+    why_not = unfusable(encoder)
+    fuse = why_not is None
     if fuse:  # traced from the fusable copy; `expected` above came from the model as it runs in PyTorch
         wrapper = _Exportable(_with_encoder(model, kind, for_export(encoder)), kind).eval()
     with claim_output_dir(out, resume=False, overwrite=overwrite, resume_flag=None, what="--out"):
@@ -247,6 +248,8 @@ def export_onnx(model_dir: "str | Path | ModelFolder", out: str | Path, int8: bo
         finally:  # a write error, a parity failure or an interrupt leaves no partial file behind
             tmp.unlink(missing_ok=True)
             qtmp.unlink(missing_ok=True)
+        if why_not is not None:  # the plain graph, as exact as the fused one; onnxruntime runs it op by op
+            record["unfused"] = why_not
         _copy_tree(src, out, skip={"model.safetensors", "pytorch_model.bin", "run_options.json", "results.json",
                                    "metrics.jsonl", "speed.jsonl", "best_metrics.json"})
         atomic_write_text(out / "export.json", json.dumps(record, indent=2) + "\n")
@@ -263,8 +266,11 @@ def _write_onnx(src: Path, out: Path, wrapper, args, names, axes, expected, kind
         torch.onnx.export(wrapper, args, str(tmp), input_names=list(axes)[:3], output_names=names,
                           dynamic_axes=axes, opset_version=opset, dynamo=False, do_constant_folding=True)
     fused = _optimise(tmp, fuse_config) if fuse_config is not None else {}
-    feeds = {k: v.numpy() for k, v in zip(("input_ids", "attention_mask", "token_type_ids"), args)}
-    got = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"]).run(names, feeds)
+    session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
+    # the inputs the graph kept: a model without token types (DeBERTa-v3, DistilBERT) has no token_type_ids
+    given = {k: v.numpy() for k, v in zip(("input_ids", "attention_mask", "token_type_ids"), args)}
+    feeds = {i.name: given[i.name] for i in session.get_inputs()}
+    got = session.run(names, feeds)
     diff = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
     if diff > PARITY_TOL:
         raise BertforgeError(f"--model {src}: the ONNX graph differs from PyTorch by {diff:.2e} "

@@ -28,4 +28,4 @@ FAMILY = Family(
     presets={"electra-small": ("mini", dict(num_hidden_layers=12, embedding_size=128)),  # Clark et al., Table 6
              "electra-base": ("base", {})},
     use_pooler=False, factorised=True, causal_encoder=True, mlm_head_act="gelu", hf_task_heads=("tag", "qa"),
-    recipes=RECIPES)
+    hosts_rtd=True, recipes=RECIPES)

@@ -5,13 +5,15 @@ A family row holds every fact that differs between families, named for what it d
   - what it builds (`stack`) and its Hugging Face class names (`hf_prefix`, `head_classes`);
   - the settings it fixes (vocabulary, special ids, activation, dropout, the structural switches) and its published
     shapes (`presets`);
-  - how its heads are laid out (the MLM head's activation, pooler, the task heads transformers shares);
+  - how its heads are laid out (the MLM head's activation, the pooler and its activation, the task heads
+    transformers shares) and how it trains replaced-token detection (its layout, the generator's shape);
   - its `config.json` schema, both ways (`write_config`: a config -> the dict; `read_config`: the dict -> the config's
     keyword arguments), and the special-token ids the file records;
-  - its tensor names (`weight_rules`: regex rules from bertforge's canonical names to the family's), plus the tensors
-    it stores fused (`fused_weights`) or transposed (`transposed_weights`);
+  - its tensor names (`weight_rules`: regex rules from bertforge's canonical names to the family's; those of another
+    layout it reads, `alternative_weight_rules`), plus the tensors it stores fused (`fused_weights`) or transposed
+    (`transposed_weights`);
   - the pretraining recipes that build it (`recipes`: their papers' settings) and, when its tokenizer is a layout of
-    its own (GPT-2's, T5's), that layout (`tokenizer`).
+    its own (GPT-2's, T5's, DeBERTa's, XLM-R's), that layout (`tokenizer`).
 
 This module imports nothing of bertforge but its errors, so every layer may read the families.
 """
@@ -35,9 +37,14 @@ BLOCK_SPARSE = "block-sparse"      # blocks: a window, the first and last block 
 # model head (GPT-2's causal LM, XLNet's permutation LM, T5's / BART's conditional generation).
 HEADS = ("mlm", "pretraining", "ltr", "rtd", "lm")
 # The fine-tuning heads (`bertforge.tasks.models`), and how a sequence classifier reads the encoder
-# (`Family.sequence_head`): BERT's tanh pooler + a linear layer, or RoBERTa's classification head on the first token.
+# (`Family.sequence_head`): BERT's pooler + a linear layer, RoBERTa's classification head on the first token, or a
+# pooler the head owns (pretrained or not, stored beside the encoder as `pooler.`: DeBERTa's ContextPooler).
 TASK_HEADS = ("classify", "regress", "tag", "qa", "choice")
-POOLER, FIRST_TOKEN = "pooler", "first-token"
+POOLER, FIRST_TOKEN, OWN_POOLER = "pooler", "first-token", "own-pooler"
+SEQUENCE_HEADS = (POOLER, FIRST_TOKEN, OWN_POOLER)
+# Replaced-token detection's generator (`Family.rtd_generator`): a quarter of the discriminator's width with the same
+# embedding size (ELECTRA's; needs factorised embeddings), or the same width and half the layers (DeBERTa-v3's).
+NARROW_GENERATOR, SHALLOW_GENERATOR = "narrow", "shallow"
 # Initialisation of the encoder-decoders (`Family.init`): every matrix N(0, initializer_range) (BART), or each
 # matrix at 1/sqrt(fan-in) times initializer_factor, Mesh TensorFlow's (T5).
 NORMAL_INIT, FAN_IN_INIT = "normal", "fan-in"
@@ -125,7 +132,19 @@ class TokenizerLayout:
     sentinels: int = 0                  # span-corruption sentinels <extra_id_K> added after the pieces (T5)
     keeps_spaces: bool = False          # shards keep the spaces between sentences (a causal LM writes them: GPT-2)
     mask_lstrip: bool = False           # <mask> takes the space before it (RoBERTa)
+    # the roles whose tokens take the ids after the pieces (the mask token last: DeBERTa's, XLM-R's); the other
+    # special tokens come first, in `specials` order
+    after_pieces: tuple[str, ...] = ()
+    # whitespace runs and line breaks become one space, then NFC, no trailing space, "▁" before every word and no
+    # other split (DeBERTa-v2's SentencePiece normaliser; else ALBERT's, or none with normalise=False)
+    collapses_whitespace: bool = False
     keep_accents: bool = False          # tokenizer_config.json says keep_accents (= not lower-cased), as ALBERT's
+
+    def special_order(self) -> tuple[list[str], list[str]]:
+        """The special tokens in id order: (those before the pieces, those after them, `after_pieces`')."""
+        last = [self.specials[role] for role in self.after_pieces]
+        first = [t for t in dict.fromkeys(self.specials.values()) if t is not None and t not in last]
+        return first, last
 
 
 @dataclass(frozen=True)
@@ -154,6 +173,9 @@ class Family:
     # match keeps the canonical name), else every rule applies in turn (BART)
     weight_rules: Rules = ()
     first_rule_only: bool = True
+    # The names another layout of the family's files gives the same tensors: read, never written (DeBERTa's legacy
+    # MLM head, `cls.predictions.*`).
+    alternative_weight_rules: Rules = ()
     # Canonical tensors stored as slices of one fused tensor: (pattern, group naming the part, the parts in order).
     fused_weights: tuple[str, int, tuple[str, ...]] | None = None
     transposed_weights: str | None = None  # a pattern of weights stored [in, out] (GPT-2's Conv1D)
@@ -207,9 +229,15 @@ class Family:
     # ---- heads
     mlm_head_act: str | None = None      # the MLM transform's activation (None: hidden_act; RoBERTa's is erf GELU)
     masked_lm_pooler: bool = False       # its *ForMaskedLM checkpoints carry the pooler (BigBird)
-    sequence_head: str = POOLER          # how a sequence classifier reads the encoder: POOLER or FIRST_TOKEN
+    # how a sequence classifier (and a multiple-choice head) reads the encoder: POOLER, FIRST_TOKEN or OWN_POOLER
+    sequence_head: str = POOLER
+    pooler_act: str = "tanh"             # the pooler's activation (DeBERTa's ContextPooler: GELU)
     hf_task_heads: tuple[str, ...] = TASK_HEADS  # task heads whose transformers class has bertforge's layout
     single_segment: bool = False         # a pair is one segment: type id 0 throughout, the separator between them
+    # replaced-token detection: "rtd" in `head_classes` trains it in the family's own layout; `rtd_generator` is the
+    # generator's shape; `hosts_rtd`: the layout other families' encoders train it in (ELECTRA's)
+    rtd_generator: str = NARROW_GENERATOR
+    hosts_rtd: bool = False
     # ---- the encoder-decoders' output and generation
     init: str = NORMAL_INIT              # NORMAL_INIT or FAN_IN_INIT
     rescales_output: bool = False        # hidden * d_model**-0.5 before the tied projection (T5)
@@ -232,6 +260,10 @@ class Family:
         unknown = set(self.head_classes) - set(HEADS)
         if unknown:
             raise BertforgeError(f"family {self.model_type}: unknown heads {sorted(unknown)}")
+        if self.sequence_head not in SEQUENCE_HEADS:
+            raise BertforgeError(f"family {self.model_type}: unknown sequence head {self.sequence_head!r}")
+        if self.rtd_generator not in (NARROW_GENERATOR, SHALLOW_GENERATOR):
+            raise BertforgeError(f"family {self.model_type}: unknown generator shape {self.rtd_generator!r}")
 
     @property
     def base_architecture(self) -> str:

@@ -16,10 +16,14 @@ from bertforge.pretrain.recipes import LEFT_TO_RIGHT
 
 
 def encoder_forward_flops(cfg: ModelConfig, seq_len: int) -> float:
-    """Forward FLOPs per token of the encoder stack (no head)."""
+    """Forward FLOPs per token of the encoder stack (no head). Disentangled attention (DeBERTa) adds each relative
+    term's scores against the 2T - 1 table rows a sequence reaches (the table's own projection, once per batch,
+    is left out)."""
     h, i = cfg.hidden_size, cfg.intermediate_size
     mlp_in = 2 * i if cfg.gated_mlp else i       # a gated MLP's first matrix has both halves
     per_layer = 2 * (4 * h * h + h * mlp_in + i * h) + 2 * 2 * seq_len * h
+    if cfg.position_embedding_type == "disentangled":
+        per_layer += len(cfg.relative_attention_terms) * 2 * (2 * seq_len - 1) * h
     project = 2 * cfg.embedding_size * h if cfg.embedding_size != h else 0
     return cfg.num_hidden_layers * per_layer + project
 

@@ -1,5 +1,5 @@
-"""The ablation tables of the BERT, RoBERTa, ALBERT, ELECTRA and SpanBERT papers: which arms each paper compared,
-the claims it drew, and its own numbers.
+"""The ablation tables of the BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT and DeBERTa-v3 papers: which arms each paper
+compared, the claims it drew, and its own numbers.
 
 An arm is a pretraining configuration from `bertforge.pretrain.ablation.ARMS` (one registry for `ablate --arms`
 and for the tables); a table names the arms a paper's table compared, with the paper's labels, plus the control
@@ -121,6 +121,18 @@ TABLES: dict[str, Table] = {
          Claim("the span-boundary objective helps", "span+sbo", "span", paper="small gains on QA and coreference")),
         paper={"dynamic": {"SQuAD 2.0": 83.8}, "whole-word": {"SQuAD 2.0": 84.3}, "span": {"SQuAD 2.0": 85.4}},
         tasks=DEFAULT_TASKS + ("squad",)),
+    # Equal compute: the three arms cost the same per step, and the two sharing arms get the steps that the
+    # no-sharing arm's FLOPs pay for, whatever the machine's load did to its wall clock.
+    "deberta-v3": Table(
+        "deberta-v3", "He et al. 2023, Table 2 (embedding sharing in replaced-token detection; MNLI, SQuAD 2.0 dev)",
+        {"rtd-no-sharing": "NES (no embedding sharing)", "rtd-shared": "ES (embedding sharing)",
+         "rtd-gdes": "GDES (gradient-disentangled embedding sharing)", CONTROL: CONTROL_LABEL},
+        (transfers("rtd-shared"),
+         Claim("gradient-disentangled sharing beats plain sharing", "rtd-gdes", "rtd-shared",
+               paper="GDES above ES on MNLI and SQuAD 2.0"),
+         Claim("gradient-disentangled sharing beats no sharing", "rtd-gdes", "rtd-no-sharing",
+               paper="GDES above NES on MNLI and SQuAD 2.0")),
+        flops_matched={"rtd-shared": "rtd-no-sharing", "rtd-gdes": "rtd-no-sharing"}),
 }
 
 

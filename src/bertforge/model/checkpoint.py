@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 INT8_WEIGHTS = "model.int8.safetensors"  # `bertforge quantize`'s int8 weights (bertforge.model.int8)
 # Read off the families (each family file holds its tensor-name rules: `Family.weight_rules`).
 _COMPILED = {name: [(re.compile(p), r) for p, r in fam.weight_rules] for name, fam in FAMILIES.items()}
+_ALTERNATIVE = {name: [(re.compile(p), r) for p, r in fam.alternative_weight_rules]
+                for name, fam in FAMILIES.items() if fam.alternative_weight_rules}
 _FUSED = {name: (re.compile(fam.fused_weights[0]), *fam.fused_weights[1:])
           for name, fam in FAMILIES.items() if fam.fused_weights}
 _TRANSPOSED = {name: re.compile(fam.transposed_weights) for name, fam in FAMILIES.items() if fam.transposed_weights}
@@ -61,13 +63,15 @@ def _hf_layout(name: str, tensor: torch.Tensor, cfg: Config) -> torch.Tensor:
     return tensor.t() if pattern is not None and pattern.search(name) else tensor
 
 
-def hf_name(canonical: str, cfg: Config) -> str:
+def hf_name(canonical: str, cfg: Config, alternative: bool = False) -> str:
     """Translate a canonical parameter name (an encoder's BERT names, `bert.`-prefixed; the decoder's and the
-    encoder-decoders' own) to cfg's family naming."""
+    encoder-decoders' own) to cfg's family naming (`alternative`: to the other layout the family's files may use,
+    `Family.alternative_weight_rules`, where it has one)."""
     fam = cfg.family
     if fam.shared_layers_as_one and getattr(cfg, "share_layers", "none") == "all":
         canonical = re.sub(LAYER, f"{CANONICAL_ENCODER}.encoder.layer.0.", canonical)  # every layer is layer 0
-    for pattern, repl in _COMPILED[cfg.model_type]:
+    rules = _ALTERNATIVE.get(cfg.model_type) if alternative else None
+    for pattern, repl in rules or _COMPILED[cfg.model_type]:
         if not fam.first_rule_only:
             canonical = pattern.sub(repl, canonical, count=1)
         elif pattern.search(canonical):
@@ -205,6 +209,17 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], Path]:
     return fixed, source
 
 
+def _stored_name(state: dict[str, torch.Tensor], canonical: str, cfg: Config, family: str) -> str | None:
+    """The name `canonical` has in `state`: the family's, else its other layout's, each also without the family
+    prefix (a bare BertModel-style file); None when the file does not hold it."""
+    for key in dict.fromkeys((hf_name(canonical, cfg), hf_name(canonical, cfg, alternative=True))):
+        if key in state:
+            return key
+        if key.startswith(family) and key[len(family):] in state:
+            return key[len(family):]
+    return None
+
+
 def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] = (),
                     tensors: tuple[dict[str, torch.Tensor], Path] | None = None) -> list[str]:
     """Load a checkpoint directory into `model` (its `config` says the family): an Encoder or a wrapper whose
@@ -224,10 +239,8 @@ def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] =
     for name, param in own.items():
         if _tied(name, own):
             continue
-        key = hf_name(name, cfg)
-        if key not in state and key.startswith(family) and key[len(family):] in state:
-            key = key[len(family):]  # a bare BertModel-style file (no family prefix)
-        if key not in state:
+        key = _stored_name(state, name, cfg, family)
+        if key is None:
             missing.append(name)
             continue
         tensor = _hf_layout(name, state[key], cfg)

@@ -37,6 +37,7 @@ from bertforge.model.attention import (FusedSelfAttention, MultiHeadAttention, S
                                        sliding_window_mask)
 from bertforge.model.dropout import Dropout
 from bertforge.model.int8 import INT8_SCHEME, load_int8, quantize_linears
+from bertforge.model.relative_position import RelativePositionEmbeddings, relative_self_attention
 from bertforge.model.sparse.longformer import sparse_self_attention
 from bertforge.model.sparse.layout import prepare as prepare_sparse
 
@@ -124,14 +125,18 @@ class EncoderAttention(nn.Module):
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa", n_heads: int | None = None,
                  index: int = 0):
         super().__init__()
-        # Longformer / BigBird layers (`index`: the layer, for per-layer windows) or the ordinary attention
+        # Longformer / BigBird layers (`index`: the layer, for per-layer windows), DeBERTa's disentangled relative
+        # attention, or the ordinary attention
         self.self: MultiHeadAttention = (sparse_self_attention(cfg, attn_implementation, n_heads, index)
+                                         or relative_self_attention(cfg, attn_implementation, n_heads)
                                          or SelfAttention(cfg, attn_implementation, n_heads))
         self.output = AddNorm(self.self.n_heads * cfg.head_dim, cfg, cfg.attention_bias)
 
-    def forward(self, x, mask, eager=False, head_mask=None, rotary=None, residual=None):
-        """`residual`: what the output is added to when `x` is a normalised copy of it (pre-norm blocks)."""
-        ctx, probs = self.self(x, mask, eager, head_mask, rotary=rotary)
+    def forward(self, x, mask, eager=False, head_mask=None, rotary=None, residual=None, relative=None):
+        """`residual`: what the output is added to when `x` is a normalised copy of it (pre-norm blocks);
+        `relative`: the encoder's `RelativePositions` (disentangled attention only)."""
+        positions = {"rotary": rotary} if relative is None else {"relative": relative}
+        ctx, probs = self.self(x, mask, eager, head_mask, **positions)
         return self.output(ctx, x if residual is None else residual), probs
 
     def prune_heads(self, heads: list[int]) -> None:
@@ -145,8 +150,9 @@ class EncoderAttention(nn.Module):
             raise BertforgeError("cannot prune every head of a layer (keep at least one)")
         idx = torch.cat([torch.arange(h * d, (h + 1) * d) for h in keep])
         with torch.no_grad():
-            for name in ("query", "key", "value", "query_global", "key_global", "value_global"):
-                if not hasattr(attn, name):  # the global projections: Longformer only
+            for name in ("query", "key", "value", "query_global", "key_global", "value_global", "pos_key_proj",
+                         "pos_query_proj"):
+                if not hasattr(attn, name):  # the global projections: Longformer; the position ones: DeBERTa
                     continue
                 old = getattr(attn, name)
                 new = nn.Linear(old.in_features, len(idx), bias=old.bias is not None).to(old.weight)
@@ -194,9 +200,9 @@ class EncoderLayer(nn.Module):
         self.attn_norm = layer_norm(cfg) if pre and index > 0 else None
         self.mlp_norm = layer_norm(cfg) if pre else None
 
-    def forward(self, x, mask, eager=False, head_mask=None, rotary=None):
+    def forward(self, x, mask, eager=False, head_mask=None, rotary=None, relative=None):
         h = x if self.attn_norm is None else self.attn_norm(x)
-        x, probs = self.attention(h, mask, eager, head_mask, rotary, residual=x)
+        x, probs = self.attention(h, mask, eager, head_mask, rotary, residual=x, relative=relative)
         h = x if self.mlp_norm is None else self.mlp_norm(x)
         return self.output(self.intermediate(h), x), probs
 
@@ -214,22 +220,27 @@ class LayerStack(nn.Module):
             if cfg.share_layers in ("all", "ffn"):
                 layer.intermediate, layer.output = layers[0].intermediate, layers[0].output
         self.layer = nn.ModuleList(layers)
+        # the relative-position table every layer's disentangled attention reads (DeBERTa), or None
+        self.relative = (RelativePositionEmbeddings(cfg) if cfg.position_embedding_type == "disentangled"
+                         else None)
 
 
 class Pooler(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        act = cfg.family.pooler_act  # tanh (BERT); GELU (DeBERTa's ContextPooler)
+        self.act = torch.tanh if act == "tanh" else activation(act)
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 causal: bool = False) -> torch.Tensor:
-        """tanh(W h + b) of the first token ([CLS]); a left-to-right encoder's first token has seen nothing, so
+        """act(W h + b) of the first token ([CLS]); a left-to-right encoder's first token has seen nothing, so
         there it is the last real token's (GPT's classification token comes last for the same reason)."""
         if not causal:
-            return torch.tanh(self.dense(hidden[:, 0]))
+            return self.act(self.dense(hidden[:, 0]))
         last = (attention_mask.sum(1) - 1 if attention_mask is not None and attention_mask.dim() == 2
                 else torch.full(hidden.shape[:1], hidden.shape[1] - 1, device=hidden.device))
-        return torch.tanh(self.dense(hidden[torch.arange(hidden.shape[0], device=hidden.device), last.long()]))
+        return self.act(self.dense(hidden[torch.arange(hidden.shape[0], device=hidden.device), last.long()]))
 
 
 def _normal(w: torch.Tensor, std: float, cutoff: float | None) -> None:
@@ -344,11 +355,13 @@ class Encoder(nn.Module):
             pos = position_ids if position_ids is not None else torch.arange(length, device=input_ids.device)
             rotary = rotary_cos_sin(pos, cfg.head_dim, cfg.rope_theta)
             local_rotary = rotary_cos_sin(pos, cfg.head_dim, cfg.local_rope_theta) if SLIDING in types else None
+        relative = self.encoder.relative(x) if self.encoder.relative is not None else None  # one table, all layers
         hidden, attentions = [x], []
         for i, layer in enumerate(self.encoder.layer):
             is_local = types[i] == SLIDING
             x, probs = layer(x, local if is_local else mask, output_attentions,
-                             None if head_mask is None else head_mask[i], local_rotary if is_local else rotary)
+                             None if head_mask is None else head_mask[i], local_rotary if is_local else rotary,
+                             relative)
             hidden.append(x)
             attentions.append(probs)
         if self.final_norm is not None:  # the last hidden state is the normalised one (as in transformers)

@@ -92,14 +92,29 @@ class _ExportEncoder(Encoder):
         return (1.0 - mask) * torch.finfo(torch.float32).min
 
 
-def fusable(encoder: Encoder) -> bool:
-    """Whether onnxruntime's BERT fusions apply: post-norm layers with full softmax attention, learned absolute
-    positions, bidirectional, fp32 (BERT, RoBERTa, DistilBERT, ALBERT, ELECTRA; not ModernBERT, sparse, causal)."""
+def unfusable(encoder: Encoder) -> str | None:
+    """Why onnxruntime's BERT fusions do not apply to `encoder`, or None when they do: they need post-norm layers
+    with full softmax attention and nothing added to its scores, learned absolute positions, bidirectional, fp32
+    (BERT, RoBERTa, XLM-R, DistilBERT, ALBERT, ELECTRA; not ModernBERT, DeBERTa, sparse, causal)."""
     cfg = encoder.config
-    return (not cfg.family.sparse_attention and not cfg.causal and cfg.norm_position == "post" and cfg.heads_per_layer is None
-            and cfg.position_embedding_type == "absolute"
-            and all(type(layer.attention.self) is SelfAttention for layer in encoder.encoder.layer)
-            and all(p.dtype == torch.float32 for p in encoder.parameters()))
+    reasons = (
+        (cfg.family.sparse_attention, "its attention is sparse"),
+        (cfg.causal, "its attention is left to right"),
+        (cfg.norm_position != "post", "its layers are pre-norm"),
+        (cfg.heads_per_layer is not None, "its layers have pruned heads"),
+        (cfg.position_embedding_type == "rotary", "its positions rotate queries and keys"),
+        (cfg.position_embedding_type == "disentangled", "its attention adds relative-position scores (disentangled "
+         "attention), for which onnxruntime's fused Attention node has no input"),
+        (any(type(layer.attention.self) is not SelfAttention for layer in encoder.encoder.layer),
+         "its attention is not the plain self-attention"),
+        (any(p.dtype != torch.float32 for p in encoder.parameters()), "its weights are not fp32"),
+    )
+    return next((why for bad, why in reasons if bad), None)
+
+
+def fusable(encoder: Encoder) -> bool:
+    """Whether onnxruntime's BERT fusions apply (`unfusable` says why not)."""
+    return unfusable(encoder) is None
 
 
 def for_export(encoder: Encoder) -> Encoder:

@@ -75,6 +75,13 @@ ARMS: dict[str, dict[str, Any]] = {
     "modern-mask15": dict(recipe="modern", over=dict(mask_prob=0.15), describe="modern with 15% masking"),
     "modern-linear": dict(recipe="modern", over=dict(schedule="linear"),
                           describe="modern with warm-up + linear decay"),
+    # DeBERTa-v3 (He et al. 2023): replaced-token detection on a DeBERTa encoder, three ways of sharing embeddings.
+    "rtd-no-sharing": dict(recipe="deberta-v3", over=dict(embedding_sharing="none"),
+                           describe="DeBERTa RTD, generator and discriminator embeddings apart (NES)"),
+    "rtd-shared": dict(recipe="deberta-v3", over=dict(embedding_sharing="shared"),
+                       describe="DeBERTa RTD, one embedding module for both (ES, ELECTRA's sharing)"),
+    "rtd-gdes": dict(recipe="deberta-v3", over={},
+                     describe="DeBERTa RTD, gradient-disentangled sharing: sg(E_G) + E_delta (GDES, DeBERTa-v3)"),
 }
 
 # each arm's own task

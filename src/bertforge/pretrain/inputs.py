@@ -73,9 +73,9 @@ def collator_for(ds: PretrainingDataset, recipe: Recipe, one_segment: bool = Fal
 
 
 def single_segment(cfg: ModelConfig, recipe: Recipe) -> bool:
-    """Pair inputs fed to an encoder whose family makes a pair one segment (RoBERTa: type_vocab_size 1) use one
-    segment id for both segments, as RoBERTa itself does; the [SEP] between them still marks the boundary.
-    ModernBERT has no token types at all."""
+    """Pair inputs fed to an encoder whose family makes a pair one segment (`Family.single_segment`: RoBERTa's and
+    XLM-R's type_vocab_size 1, ModernBERT's and DeBERTa-v3's none) use one segment id for both segments, as those
+    models do; the separator between them still marks the boundary."""
     return recipe.input_format in PAIR_FORMATS and cfg.type_vocab_size < 2 and cfg.family.single_segment
 
 

@@ -5,7 +5,7 @@ Each objective subclasses (or holds) a `bertforge.model.heads` wrapper, so its p
 
   MLMObjective(cfg, relation=None|"nsp"|"sop")  MLM (+ NSP / SOP)      -> BertForPreTraining / AlbertForPreTraining
   SpanBERTObjective(cfg)                         span MLM + SBO         -> BertForPreTraining (+ `sbo.*`, ignored by HF)
-  ELECTRAObjective(cfg)                          generator MLM + RTD    -> discriminator/ + generator/
+  ELECTRAObjective(cfg, embedding_sharing)       generator MLM + RTD    -> discriminator/ + generator/
   StructBERTObjective(cfg, word, sentence)       MLM + WSO and/or SSO   -> BertForMaskedLM (+ `sentence_structure.*`)
   PermutationLMObjective(cfg)                    XLNet's permutation LM -> XLNetLMHeadModel
   CausalLMObjective(cfg)                         next-token (GPT)       -> GPT2LMHeadModel
@@ -20,6 +20,7 @@ attention_mask only (`data.LMCollator`).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,12 @@ from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.families import FAMILIES
 from bertforge.families.electra import RTD_OBJECTIVE
-from bertforge.families.family import SLIDING_WINDOW
+from bertforge.families.family import NARROW_GENERATOR, SLIDING_WINDOW
 from bertforge.model.heads import (MaskedLM, PreTrainingModel, ReplacedTokenDetector, SentenceRelationHead, XLNetLM,
                                    masked_lm_loss, vocab_loss)
 from bertforge.model import DecoderLM, activation, permutation_mask, target_mapping_of
 from bertforge.model.sparse.layout import task_global_mask
-from bertforge.pretrain.recipes import OBJECTIVES, SENTENCE_OBJECTIVES
+from bertforge.pretrain.recipes import EMBEDDING_SHARING, OBJECTIVES, SENTENCE_OBJECTIVES
 
 IGNORE = -100
 PLM = "plm"  # XLNet's permutation language modelling
@@ -146,8 +147,12 @@ class SpanBERTObjective(MLMObjective):
 
 
 def generator_config(disc: ModelConfig, divisor: int = 4) -> ModelConfig:
-    """ELECTRA's generator, in the discriminator's family: hidden, intermediate and heads divided by `divisor`, same
-    embedding size (so the embeddings can be shared; an `embeddings_project` maps E to the smaller hidden size)."""
+    """The generator of replaced-token detection, in the discriminator's family, as its `rtd_generator` says:
+    NARROW (ELECTRA's): hidden, intermediate and heads divided by `divisor`, same embedding size (so the embeddings
+    can be shared; an `embeddings_project` maps E to the smaller hidden size); SHALLOW (DeBERTa-v3's, a family that
+    cannot factorise its embeddings): the same width and half the depth (He et al. 2023)."""
+    if disc.family.rtd_generator != NARROW_GENERATOR:
+        return disc.replace(num_hidden_layers=max(1, disc.num_hidden_layers // 2), use_pooler=False, extra={})
     hidden = max(disc.hidden_size // divisor, 16)
     heads = max(disc.num_attention_heads // divisor, 1)
     while hidden % heads:
@@ -157,35 +162,100 @@ def generator_config(disc: ModelConfig, divisor: int = 4) -> ModelConfig:
                         embedding_size=disc.embedding_size, use_pooler=False, extra={})
 
 
+GDES_DELTA = "gdes_delta.safetensors"  # the discriminator's own embedding tables (E_delta), for an exact resume
+
+
 def rtd_config(cfg: ModelConfig) -> ModelConfig:
-    """`cfg` in a family whose checkpoints hold a replaced-token detector: its own (ELECTRA's), or else the first
-    such family (ELECTRA's layout, which names the generator's tensors `generator_*`), without a pooler."""
+    """`cfg` in a family whose checkpoints hold a replaced-token detector: its own (ELECTRA's, DeBERTa's), or else
+    the family that holds other families' (`Family.hosts_rtd`: ELECTRA's layout, which names the generator's
+    tensors `generator_*`), without a pooler."""
     if "rtd" in cfg.family.head_classes:
         return cfg
-    rtd = next((name for name, fam in FAMILIES.items() if "rtd" in fam.head_classes), None)
-    if rtd is None:
+    host = next((name for name, fam in FAMILIES.items() if fam.hosts_rtd), None)
+    if host is None:
         raise BertforgeError(f"--objective {RTD_OBJECTIVE}: no family has a replaced-token detection layout")
-    return cfg.replace(model_type=rtd, use_pooler=False)
+    return cfg.replace(model_type=host, use_pooler=False)
+
+
+class GradientDisentangledEmbedding(nn.Module):
+    """A table of the discriminator read as E_D = sg(E_G) + E_delta (He et al. 2023, gradient-disentangled embedding
+    sharing): the generator's table without its gradient, plus a table of the discriminator's own that starts at
+    zero. The RTD loss trains E_delta only; E_G learns from the generator's MLM loss alone, so the two losses no
+    longer pull one table two ways. `source` is the generator's module, held outside this module's parameters."""
+
+    def __init__(self, source: nn.Embedding):
+        super().__init__()
+        self._source = (source,)
+        self.delta = nn.Parameter(torch.zeros_like(source.weight))
+        self.padding_idx = source.padding_idx
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self._source[0].weight.detach() + self.delta
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight, self.padding_idx)
 
 
 class ELECTRAObjective(nn.Module):
-    """Replaced-token detection (Clark et al. 2020).
+    """Replaced-token detection (Clark et al. 2020; He et al. 2023 for DeBERTa-v3).
 
-    The generator (a small MaskedLM sharing the discriminator's embedding module: word, position and token-type
-    tables are the same Parameter objects) is trained with MLM. Replacements are sampled from its softmax without
-    gradient; the discriminator labels every non-pad token replaced (1) or original (0); a sample equal to the
-    original token counts as original. loss = mlm + rtd_weight * BCE.
+    The generator (a small MaskedLM: `generator_config`) is trained with MLM. Replacements are sampled from its
+    softmax without gradient; the discriminator labels every non-pad token replaced (1) or original (0); a sample
+    equal to the original token counts as original. loss = mlm + rtd_weight * BCE.
+    `embedding_sharing` says what the two share: "shared", the whole embedding module (word, position and
+    token-type tables are the same Parameter objects: ELECTRA's); "none", nothing; "gdes", the tables as
+    sg(generator's) + a zero-initialised table of the discriminator's own (`GradientDisentangledEmbedding`,
+    DeBERTa-v3's), the embedding LayerNorm shared as in "shared", so that the two differ only in where the
+    tables' gradients go. A checkpoint's discriminator holds E_G + E_delta: a plain model of its family.
+    A family with a replaced-token detection layout of its own (ELECTRA's, DeBERTa's) trains as itself; the others
+    in ELECTRA's layout (`rtd_config`).
     """
 
-    def __init__(self, cfg: ModelConfig, generator_divisor: int = 4, rtd_weight: float = 50.0):
+    def __init__(self, cfg: ModelConfig, generator_divisor: int = 4, rtd_weight: float = 50.0,
+                 embedding_sharing: str = "shared"):
         super().__init__()
+        if embedding_sharing not in EMBEDDING_SHARING:
+            raise ValueError(f"embedding_sharing must be one of {EMBEDDING_SHARING}, got {embedding_sharing!r}")
         self.config = rtd_config(cfg)
-        self.rtd_weight = rtd_weight
+        self.rtd_weight, self.embedding_sharing = rtd_weight, embedding_sharing
         self.discriminator = ReplacedTokenDetector(self.config)
         self.generator = MaskedLM(generator_config(self.config, generator_divisor))
-        # Share the whole embedding module; the generator's tied decoder then points at the shared word table.
-        self.generator.bert.embeddings = self.discriminator.bert.embeddings
-        self.generator.cls.predictions.decoder.weight = self.discriminator.bert.embeddings.word_embeddings.weight
+        disc, gen = self.discriminator.bert.embeddings, self.generator.bert.embeddings
+        if embedding_sharing == "shared":
+            # Share the whole embedding module; the generator's tied decoder then points at the shared word table.
+            self.generator.bert.embeddings = disc
+            self.generator.cls.predictions.decoder.weight = disc.word_embeddings.weight
+        elif embedding_sharing == "gdes":
+            for table in self._tables(gen):
+                setattr(disc, table, GradientDisentangledEmbedding(getattr(gen, table)))
+            disc.LayerNorm = gen.LayerNorm
+
+    @staticmethod
+    def _tables(embeddings: nn.Module) -> list[str]:
+        return [name for name in ("word_embeddings", "position_embeddings", "token_type_embeddings")
+                if isinstance(getattr(embeddings, name, None), nn.Embedding)]
+
+    @contextmanager
+    def plain_discriminator(self, loading: bool = False):
+        """The discriminator with plain tables holding E_G + E_delta while inside (gdes; else as it is): what is
+        saved, and what a checkpoint loads into. `loading`: on leaving, E_delta = the loaded table - E_G; otherwise
+        E_delta is left exactly as it was."""
+        disc = self.discriminator.bert.embeddings
+        gdes = {name: m for name, m in disc.named_children() if isinstance(m, GradientDisentangledEmbedding)}
+        for name, m in gdes.items():
+            plain = nn.Embedding(*m.delta.shape, padding_idx=m.padding_idx, device=m.delta.device, dtype=m.delta.dtype)
+            with torch.no_grad():
+                plain.weight.copy_(m.weight)
+            setattr(disc, name, plain)
+        try:
+            yield self.discriminator
+        finally:
+            for name, m in gdes.items():
+                if loading:
+                    with torch.no_grad():
+                        m.delta.copy_(getattr(disc, name).weight - m._source[0].weight)
+                setattr(disc, name, m)
 
     def forward(self, input_ids, mlm_labels, attention_mask=None, token_type_ids=None, **_: Any):
         positions = mlm_labels.ne(IGNORE)
@@ -212,12 +282,36 @@ class ELECTRAObjective(nn.Module):
         return self.generator(input_ids, attention_mask, token_type_ids, positions=positions)
 
     def save_pretrained(self, path: str | Path, tokenizer=None) -> None:
-        """discriminator/ (ElectraForPreTraining), generator/ (ElectraForMaskedLM), and the discriminator at the
-        top level, so `from_pretrained(path)` gives the model one fine-tunes."""
+        """discriminator/ (the family's "rtd" class: ElectraForPreTraining; DebertaV2Model, which leaves the RTD head
+        aside), generator/ (its masked LM class), and the discriminator at the top level, so `from_pretrained(path)`
+        gives the model one fine-tunes; with gdes also E_delta itself (GDES_DELTA), so that a resumed run continues
+        exactly."""
         path = Path(path)
-        self.discriminator.save_pretrained(path / "discriminator", tokenizer=tokenizer)
-        self.generator.save_pretrained(path / "generator", tokenizer=tokenizer)
-        self.discriminator.save_pretrained(path, tokenizer=tokenizer)
+        delta = {f"{name}.delta": m.delta.detach().cpu().contiguous()
+                 for name, m in self.discriminator.bert.embeddings.named_children()
+                 if isinstance(m, GradientDisentangledEmbedding)}
+        with self.plain_discriminator() as disc:
+            disc.save_pretrained(path / "discriminator", tokenizer=tokenizer)
+            self.generator.save_pretrained(path / "generator", tokenizer=tokenizer)
+            disc.save_pretrained(path, tokenizer=tokenizer)
+        if delta:
+            from bertforge.model.checkpoint import write_tensors
+            write_tensors(path / GDES_DELTA, delta)
+
+    def load_pretrained(self, path: str | Path) -> None:
+        """Read what `save_pretrained` wrote (a discriminator alone, e.g. a fine-tunable checkpoint, also does: its
+        generator then starts afresh)."""
+        from bertforge.model.checkpoint import load_pretrained, read_tensors
+
+        path = Path(path)
+        if (path / "generator").is_dir():
+            load_pretrained(self.generator, path / "generator")
+        with self.plain_discriminator(loading=True) as disc:
+            load_pretrained(disc, path / "discriminator" if (path / "discriminator").is_dir() else path)
+        if (path / GDES_DELTA).is_file():  # exactly, rather than the table minus E_G
+            with torch.no_grad():
+                for name, tensor in read_tensors(path / GDES_DELTA).items():
+                    getattr(self.discriminator.bert.embeddings, name.removesuffix(".delta")).delta.copy_(tensor)
 
 
 class StructBERTObjective(MLMObjective):
@@ -352,8 +446,10 @@ def uses_pooler(name: str) -> bool:
     return name in SENTENCE_OBJECTIVES
 
 
-def build_objective(name: str, cfg: ModelConfig, keep_pooler: bool = False) -> nn.Module:
-    """The objective module named `name` (one of OBJECTIVES) for encoder config `cfg`.
+def build_objective(name: str, cfg: ModelConfig, keep_pooler: bool = False,
+                    embedding_sharing: str = "shared") -> nn.Module:
+    """The objective module named `name` (one of OBJECTIVES) for encoder config `cfg` (`embedding_sharing`: what
+    replaced-token detection's generator and discriminator share, `EMBEDDING_SHARING`).
 
     Objectives without a sentence task drop the pooler (as BertForMaskedLM does): an untrained layer in the
     checkpoint helps nobody, and DDP rejects parameters that get no gradient. `keep_pooler` keeps a pooler the
@@ -370,7 +466,7 @@ def build_objective(name: str, cfg: ModelConfig, keep_pooler: bool = False) -> n
     if name == "span+sbo":
         return SpanBERTObjective(cfg)
     if name == RTD_OBJECTIVE:
-        return ELECTRAObjective(cfg)
+        return ELECTRAObjective(cfg, embedding_sharing=embedding_sharing)
     if name in ("mlm+wso", "mlm+sso", "structbert"):
         return StructBERTObjective(cfg, word=name != "mlm+sso", sentence=name != "mlm+wso")
     if name == PLM:

@@ -3,7 +3,7 @@ the model size: threads, learning rate and warm-up (the precision's is `device.d
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -11,6 +11,8 @@ from torch import nn
 
 from bertforge.config.sizes import SIZES
 from bertforge.config import ModelConfig
+from bertforge.data.corpus import find_files
+from bertforge.errors import BertforgeError
 from bertforge.pretrain.recipes import Recipe, shape_name, size_of
 
 DEFAULT_VOCAB_EMBEDDED = 8192   # the small stdlib-docs corpus: a small vocabulary trains fast and fits it
@@ -52,6 +54,21 @@ class PretrainOptions:
     logging_dir: Path | None = None        # TensorBoard's event folder (default: OUT/runs)
     fill_mask_examples: int = 3
     extra_eval: Callable[[nn.Module], dict[str, float]] | None = None  # run on the final model (ablation)
+    # named held-out corpora, each scored like the held-out split at the end (held-out MLM per language ...)
+    heldout_sets: dict[str, list[str]] = field(default_factory=dict)
+
+
+def named_heldout_sets(specs: list[str]) -> dict[str, list[str]]:
+    """`--heldout NAME=PATH ...` -> {NAME: [PATH]} (a PATH without NAME= is named by its file's stem); a missing file
+    or a name given twice is one line."""
+    sets: dict[str, list[str]] = {}
+    for spec in specs:
+        name, _, path = spec.partition("=") if "=" in spec else (Path(spec).name.split(".")[0], "", spec)
+        if not name or not path or name in sets:
+            raise BertforgeError(f"--heldout {spec}: give NAME=PATH with a name of its own")
+        find_files([path])  # names a missing file or an empty pattern
+        sets[name] = [path]
+    return sets
 
 
 def schedule(opts: PretrainOptions, cfg: ModelConfig) -> tuple[float, float, str]:

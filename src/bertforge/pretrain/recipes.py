@@ -30,6 +30,9 @@ LEFT_TO_RIGHT = ("clm", "ltr")  # unmasked packed rows, next-token targets
 SENTENCE_OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm+sso", "structbert")
 # the encoder-decoders' objectives (pretrain.seq2seq maps each to its noise in data.seq2seq)
 SEQ2SEQ_OBJECTIVES = ("span-corruption", "denoising")
+# what replaced-token detection's generator and discriminator share (`--embedding-sharing`): nothing, the embedding
+# module (ELECTRA's), or the tables as stop_gradient(generator's) + the discriminator's own (DeBERTa-v3's GDES)
+EMBEDDING_SHARING = ("none", "shared", "gdes")
 MASKINGS = ("token", "whole_word", "span")
 INPUT_FORMATS = ("segment-pair", "sentence-pair", "full-sentences", "doc-sentences")
 SIZE_NAMES = tuple(f"bert-{size}" for size in SIZES)  # --size names the BERT shape: bert-tiny ... bert-large
@@ -42,8 +45,8 @@ class Recipe:
     masking: str               # token | whole_word | span
     dynamic: bool              # re-mask every epoch (RoBERTa) vs masks fixed at preparation (BERT, dupe_factor)
     input_format: str          # segment-pair | sentence-pair | full-sentences | doc-sentences
-    tokenizer_kind: str        # wordpiece | bpe | unigram
-    model_type: str            # the family: a key of bertforge.families.FAMILIES
+    tokenizer_kind: str        # wordpiece | bpe | unigram, or a family's own layout (gpt2, t5, deberta-v2, ...)
+    model_type: str            # the family: a key of bertforge.families.FAMILIES (`--family`)
     dupe_factor: int = 1       # static masking: how many differently-masked copies of the data
     mask_prob: float = 0.15
     embedding_size: int | None = None  # factorised E (ALBERT, ELECTRA); None: the family's
@@ -52,11 +55,17 @@ class Recipe:
     plm_k: int = 6             # XLNet: predict the last 1/K of each factorisation order (K = 6, Yang et al. 2019)
     schedule: str = "linear"   # linear: warm-up + linear decay (BERT); wsd: warm-up, stable, 1-sqrt decay
     span_mean: float = 3.0     # T5: mean noise span length; BART: the Poisson mean of its span lengths
+    embedding_sharing: str = "shared"  # replaced-token detection: one of EMBEDDING_SHARING
 
     def with_(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def validate(self) -> "Recipe":
+        if self.model_type not in FAMILIES:
+            raise BertforgeError(f"--family: unknown {self.model_type!r} (choose from {', '.join(FAMILIES)})")
+        if self.embedding_sharing not in EMBEDDING_SHARING:
+            raise BertforgeError(f"--embedding-sharing: unknown {self.embedding_sharing!r} "
+                                 f"(choose from {', '.join(EMBEDDING_SHARING)})")
         if self.objective not in OBJECTIVES + tuple(SEQ2SEQ_OBJECTIVES):
             raise BertforgeError(f"--objective: unknown {self.objective!r} "
                                  f"(choose from {', '.join(OBJECTIVES + tuple(SEQ2SEQ_OBJECTIVES))})")
@@ -170,10 +179,23 @@ def _recipes_of(stack: str) -> list[str]:
 
 
 def resolve(name: str, **overrides) -> Recipe:
-    """The named recipe with flag overrides (None = keep the recipe's value), validated."""
+    """The named recipe with flag overrides (None = keep the recipe's value), validated. `model_type` (--family)
+    puts the recipe on another family whose model can take its objective; a family with a tokenizer layout of its
+    own (XLM-R's, DeBERTa's) then gets its tokenizer trained in that layout where the recipe's is of the same kind."""
     if name not in RECIPES:
         raise BertforgeError(f"--recipe: unknown {name!r} (choose from {', '.join(RECIPES)})")
     recipe = RECIPES[name].with_(**overrides)
+    if overrides.get("embedding_sharing") is not None and recipe.objective != RTD_OBJECTIVE:
+        raise BertforgeError(f"--embedding-sharing is what replaced-token detection's generator and discriminator "
+                             f"share; --recipe {name} trains {recipe.objective}")
+    family = FAMILIES.get(overrides.get("model_type"))
+    if family is not None:
+        if recipe.objective == RTD_OBJECTIVE and "rtd" not in family.head_classes:
+            able = ", ".join(n for n, fam in FAMILIES.items() if "rtd" in fam.head_classes)
+            raise BertforgeError(f"--family {family.model_type}: replaced-token detection trains in a family's own "
+                                 f"layout ({able}), not a {family.model_type} model")
+        if family.tokenizer is not None and family.tokenizer.model == recipe.tokenizer_kind:
+            recipe = recipe.with_(tokenizer_kind=family.model_type)
     if overrides.get("objective") == "span+sbo" and overrides.get("masking") is None:
         recipe = recipe.with_(masking="span")
     return recipe.validate()

@@ -61,6 +61,9 @@ def print_summary(result: dict[str, Any], out: Path, curves: str) -> None:
                        ("rtd_acc", "RTD accuracy")):
         if key in m:
             print(f"  {label} {m[key]:.3f}")
+    for name, s in result.get("heldout_sets", {}).items():
+        print(f"  --heldout {name}: MLM accuracy {s['mlm_acc']:.3f}   (baseline {s['baseline_acc']:.3f})   "
+              f"loss {s['mlm_loss']:.3f}   ({s['masked_tokens']:.0f} masked tokens)")
     for f in result["fill_mask"]:
         preds = ", ".join(f"{p['token']} ({p['score']:.2f})" for p in f["predictions"])
         print(f"  fill-mask: {f['text'][:90]!r}\n     answer {f['answer']!r} -> {preds}")

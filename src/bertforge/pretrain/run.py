@@ -9,7 +9,8 @@
     OUT/speed.jsonl       the timing of the training records (tokens_per_s, elapsed_s), same steps
     OUT/curves.png        when matplotlib is installed
     OUT/config.json, model.safetensors, tokenizer files   the final model (ELECTRA: + discriminator/, generator/)
-    OUT/eval_results.json held-out metrics, baselines, fill-mask examples (a decoder: samples); tokens and wall times
+    OUT/eval_results.json held-out metrics, baselines, fill-mask examples (a decoder: samples); tokens and wall times;
+                          each --heldout corpus's MLM numbers (tokenised into OUT/heldout/NAME)
     OUT/run_options.json, OUT/.lock   the claim on OUT (see outdir.py): one run at a time, checked resumes
 """
 from __future__ import annotations
@@ -60,7 +61,8 @@ def build_model(opts: PretrainOptions, tok) -> nn.Module:
                                  "(replaced-token detection)")
         check_length(opts.seq_len, cfg, src, "--seq-len")
         check_model_fits_recipe(cfg, opts.recipe, f"--init-from {src}")
-        model = build_objective(opts.recipe.objective, cfg, keep_pooler=True)
+        model = build_objective(opts.recipe.objective, cfg, keep_pooler=True,
+                                embedding_sharing=opts.recipe.embedding_sharing)
         load_objective(model, src)
         return model
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -71,7 +73,7 @@ def build_model(opts: PretrainOptions, tok) -> nn.Module:
     elif ids:
         cfg = cfg.replace(extra=ids)
     check_model_fits_recipe(cfg, opts.recipe, f"--recipe {opts.recipe.name}")
-    return build_objective(opts.recipe.objective, cfg)
+    return build_objective(opts.recipe.objective, cfg, embedding_sharing=opts.recipe.embedding_sharing)
 
 
 def save_fn_for(tok):
@@ -87,12 +89,7 @@ def load_objective(model: nn.Module, directory: Path) -> None:
         s2s.load_seq2seq(model, directory)
         return
     if isinstance(model, ELECTRAObjective):
-        if (directory / "discriminator").is_dir():
-            load_pretrained(model.discriminator, directory / "discriminator")
-        else:
-            load_pretrained(model.discriminator, directory)
-        if (directory / "generator").is_dir():
-            load_pretrained(model.generator, directory / "generator")
+        model.load_pretrained(directory)
         return
     load_pretrained(model, directory)
 
@@ -166,6 +163,8 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
                              seed=opts.seed, drop_last=True, rank=rank, world_size=world)
     if is_main:
         kind.heldout(held_corpus, train_corpus)
+        if opts.heldout_sets:  # tokenised and masked now: a bad file fails before training, not after
+            kind.named_heldout(opts.heldout_sets, opts.out / "heldout")
     lr, warmup, size = schedule(opts, model.config)
     warned: list[int] = []
 
@@ -214,6 +213,8 @@ def _pretrain(opts: PretrainOptions, paths: list[str], device: torch.device, t_s
         }
         if warned:
             result["stuck_at_baseline_step"] = warned[0]
+        if opts.heldout_sets:
+            result["heldout_sets"] = kind.named_metrics(model)
         if opts.extra_eval is not None:
             result["common"] = opts.extra_eval(model)
         atomic_write_text(opts.out / "eval_results.json", json.dumps(result, indent=2) + "\n")

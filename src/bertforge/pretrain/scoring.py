@@ -9,15 +9,18 @@ eval_results.json shows:
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from bertforge.data import ShardedCorpus, prepare_corpus
+from bertforge.errors import BertforgeError
 from bertforge.pretrain import seq2seq as s2s
 from bertforge.pretrain.inputs import collator_for, heldout_batches, make_dataset, single_segment
 from bertforge.pretrain.lm_eval import NgramBaselines, lm_metrics, samples
-from bertforge.pretrain.metrics import evaluate, most_frequent_token
+from bertforge.pretrain.metrics import evaluate, mlm_metrics, most_frequent_token
 from bertforge.families import DECODER
 from bertforge.pretrain.recipes import LEFT_TO_RIGHT, PLM
 from bertforge.pretrain.options import PretrainOptions
@@ -46,6 +49,14 @@ class PretrainKind:
         """What eval_results.json shows beside the numbers (always a `fill_mask` list, empty where nothing fills)."""
         return {"fill_mask": []}
 
+    def named_heldout(self, sets: dict[str, list[str]], out: Path) -> None:
+        """Prepare the named held-out corpora (`--heldout NAME=FILE`), scored by `named_metrics`."""
+        raise BertforgeError(f"--heldout scores masked tokens; --objective {self.opts.recipe.objective} predicts "
+                             "none (use the run's own held-out numbers)")
+
+    def named_metrics(self, model: nn.Module) -> dict[str, dict[str, float]]:
+        return {}
+
     def _device(self, model: nn.Module) -> torch.device:
         return next(model.parameters()).device
 
@@ -55,6 +66,7 @@ class MaskedKind(PretrainKind):
         super().__init__(opts, model, tok)
         self.one_segment = single_segment(model.config, opts.recipe)
         self.most_frequent = -1
+        self.named: dict[str, list[dict]] = {}  # --heldout NAME -> its fixed masked batches
 
     def data(self, corpus) -> tuple[Any, Callable]:
         ds = make_dataset(corpus, self.opts.recipe, self.opts.seq_len, self.opts.seed)
@@ -68,6 +80,20 @@ class MaskedKind(PretrainKind):
 
     def metrics(self, model: nn.Module) -> dict[str, float]:
         return evaluate(model, self.batches, self.most_frequent, self._device(model), self.opts.precision)
+
+    def named_heldout(self, sets: dict[str, list[str]], out: Path) -> None:
+        """Each named corpus tokenised into OUT/NAME and masked once, as the held-out split is (the same seed, the
+        same number of batches); its baseline is the training corpus's most frequent token, as the split's."""
+        o = self.opts
+        for name, paths in sets.items():
+            prepare_corpus(paths, self.tok, out / name, workers=1, progress=False, heldout_fraction=0.0,
+                           text_col=o.text_col)
+            self.named[name] = heldout_batches(ShardedCorpus(out / name), o.recipe, o.seq_len, o.batch_size,
+                                               o.eval_batches, self.one_segment)
+
+    def named_metrics(self, model: nn.Module) -> dict[str, dict[str, float]]:
+        return {name: mlm_metrics(model, batches, self.most_frequent, self._device(model), self.opts.precision)
+                for name, batches in self.named.items()}
 
     def examples(self, model: nn.Module, held_corpus) -> dict[str, list]:
         if self.opts.recipe.objective == PLM:  # XLNet has no [MASK] to fill (fill-mask refuses its checkpoints)

@@ -56,17 +56,28 @@ def matthews_corr(predictions: Sequence[int], labels: Sequence[int]) -> float:
 
 
 def pearson(predictions: Sequence[float], labels: Sequence[float]) -> float:
+    """Pearson's r; 0 when a prediction or label column is constant (as `matthews_corr`: scipy's NaN there would
+    poison a best-epoch choice and a mean over seeds)."""
     from scipy.stats import pearsonr
 
     p, y = _arrays(predictions, labels)
+    if _constant(p, y):
+        return 0.0
     return float(pearsonr(p.astype(np.float64), y.astype(np.float64))[0])
 
 
 def spearman(predictions: Sequence[float], labels: Sequence[float]) -> float:
+    """Spearman's rho; 0 when a prediction or label column is constant (see `pearson`)."""
     from scipy.stats import spearmanr
 
     p, y = _arrays(predictions, labels)
+    if _constant(p, y):
+        return 0.0
     return float(spearmanr(p.astype(np.float64), y.astype(np.float64))[0])
+
+
+def _constant(*columns: np.ndarray) -> bool:
+    return any(c.size == 0 or bool((c == c.flat[0]).all()) for c in columns)
 
 
 METRICS = {

@@ -12,6 +12,8 @@ The pooled output is BERT's tanh([CLS]) pooler. A model without one (DistilBERT,
 no pooler weights) pools by the mean of the last layer over real tokens instead. A family whose sequence classifier
 reads the first token (`Family.sequence_head`: RoBERTa's) has no pooler but HF's `RobertaClassificationHead`
 (`classifier.dense` -> tanh -> `classifier.out_proj` on <s>), so it loads in `RobertaForSequenceClassification`.
+One whose head owns its pooler (`OWN_POOLER`: DeBERTa's ContextPooler, dense -> GELU on [CLS], stored as `pooler.`)
+builds the encoder with that pooler for sequence classification and multiple choice, pretrained or not.
 The task heads whose transformers class has another layout (`Family.hf_task_heads` leaves them out: DistilBERT's and
 ELECTRA's sequence-classification and multiple-choice heads, all of ModernBERT's, whose classifier has a
 dense-act-norm block first) are saved as `architectures=["Bertforge<Class>"]` (e.g. `BertforgeSequenceClassifier`):
@@ -33,7 +35,7 @@ from bertforge.model.checkpoint import load_pretrained, read_state_dict, save_pr
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.families import ENCODER
-from bertforge.families.family import FIRST_TOKEN, SLIDING_WINDOW, TASK_HEADS
+from bertforge.families.family import FIRST_TOKEN, OWN_POOLER, SLIDING_WINDOW, TASK_HEADS
 from bertforge.model.heads import mean_pool, task_output
 from bertforge.model import Encoder, load_weights
 from bertforge.model.dropout import Dropout
@@ -50,8 +52,13 @@ HEADS = ("linear", "bilstm")
 
 def encoder_config(cfg: ModelConfig, kind: str) -> ModelConfig:
     """`cfg` as HF builds the encoder for `kind`: no pooler (add_pooling_layer=False) for tagging, QA and a
-    first-token sequence classifier (RoBERTa's), whose heads do not read it."""
-    no_pooler = kind in ("tag", "qa") or (kind in ("classify", "regress") and cfg.family.sequence_head == FIRST_TOKEN)
+    first-token sequence classifier (RoBERTa's), whose heads do not read it; always one for the sequence and
+    multiple-choice heads of a family whose head owns its pooler (DeBERTa's ContextPooler: initialised afresh when
+    the checkpoint has none)."""
+    head = cfg.family.sequence_head
+    if head == OWN_POOLER and kind in ("classify", "regress", "choice"):
+        return cfg if cfg.use_pooler else cfg.replace(use_pooler=True)
+    no_pooler = kind in ("tag", "qa") or (kind in ("classify", "regress") and head == FIRST_TOKEN)
     return cfg.replace(use_pooler=False) if no_pooler and cfg.use_pooler else cfg
 
 

@@ -4,13 +4,15 @@ special tokens, per kind; `bertforge.tokenization.Tokenizer` trains, loads and s
 A kind is a `TokenizerLayout` (`bertforge.families.family`): the plain kinds are "wordpiece" (BERT), "bpe"
 (RoBERTa's byte-level BPE; BART's is the same) and "unigram" (ALBERT); a family whose tokenizer is a layout of its
 own declares it in its file, and the kind is named after the family: GPT-2's byte-level BPE with its one special
-token, T5's Unigram with its sentinels (`families/gpt2.py`, `families/t5.py` say what each holds).
+token, T5's Unigram with its sentinels, DeBERTa-v2's and XLM-RoBERTa's Unigram with the mask token after the pieces
+(`families/gpt2.py`, `families/t5.py`, `families/deberta_v2.py`, `families/xlm_roberta.py` say what each holds).
+A saved family layout is recognised on load by its tokenizer_config.json class (`family_kind`).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, processors
+from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
 from tokenizers import Tokenizer as Backend
 
 from bertforge.families import FAMILIES, TokenizerLayout
@@ -52,6 +54,16 @@ def sentinel(k: int) -> str:
     return f"<extra_id_{k}>"
 
 
+def family_kind(tokenizer_class: Any, model_kind: str | None) -> str | None:
+    """The family layout a tokenizer_config.json's class names ("XLMRobertaTokenizer[Fast]") for a tokenizer of
+    `model_kind` (wordpiece, bpe, unigram), or None."""
+    if not isinstance(tokenizer_class, str):
+        return None
+    wanted = tokenizer_class.removesuffix("Fast")
+    return next((kind for kind, layout in LAYOUTS.items() if kind not in PLAIN_LAYOUTS
+                 and layout.model == model_kind and layout.hf_class.removesuffix("Fast") == wanted), None)
+
+
 
 # ----------------------------------------------------------------------------------------------- pipelines
 
@@ -79,6 +91,18 @@ def _albert_pipeline(backend: Backend, lowercase: bool) -> None:
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
     backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+
+
+def _collapsed_whitespace_pipeline(backend: Backend, lowercase: bool) -> None:
+    # transformers' DebertaV2Tokenizer (it rebuilds this one on load): whitespace runs and line breaks to one space,
+    # NFC, no trailing space; "▁" before every word, no other split
+    steps = [normalizers.Lowercase()] if lowercase else []
+    steps += [normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
+              normalizers.Strip(left=False, right=True)]
+    backend.normalizer = normalizers.Sequence(steps)
+    metaspace = dict(replacement="▁", prepend_scheme="always")
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(**metaspace)])
+    backend.decoder = decoders.Metaspace(**metaspace)
 
 
 def _set_post_processor(backend: Backend, layout: TokenizerLayout, specials: dict[str, str]) -> None:
@@ -112,10 +136,11 @@ def _sentinel_tokens(n: int) -> list[AddedToken]:
 
 
 def _special_added_tokens(layout: TokenizerLayout) -> list[AddedToken]:
+    """The special tokens in id order: those before the pieces, then `after_pieces`' (DeBERTa's [MASK] last)."""
+    first, last = layout.special_order()  # GPT-2's one token (every role's) once
     # RoBERTa's <mask> swallows the space before it, so "a <mask> b" masks the word " b"-style tokens correctly.
-    unique = dict.fromkeys(t for t in layout.specials.values() if t is not None)  # GPT-2's one, once
     return [AddedToken(tok, special=True, normalized=False, lstrip=layout.mask_lstrip and tok == layout.specials["mask"])
-            for tok in unique]
+            for tok in [*first, *last]]
 
 
 def _json_lowercases(node: Any) -> bool:

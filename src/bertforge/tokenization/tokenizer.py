@@ -12,7 +12,8 @@ GPT2TokenizerFast / T5Tokenizer build, so a saved directory loads in `transforme
 identically. A kind is a layout (`tokenization/pipelines.py`): the plain ones, and the families' own, named after
 the family: GPT-2's byte-level BPE with one special token, <|endoftext|> (document separator, bos and eos), nothing
 added around a text and no mask token (`mask_token` is None); T5's Unigram with 100 sentinels, whose cls and sep
-are both </s>.
+are both </s>; DeBERTa-v2's and XLM-RoBERTa's Unigram with the mask token after the pieces, saved under the family's
+tokenizer class (DebertaV2Tokenizer, XLMRobertaTokenizer), which also tells them apart on load.
 """
 from __future__ import annotations
 
@@ -33,10 +34,10 @@ from bertforge.io.hub import looks_like_model_id, resolve_model_path
 from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write_text
 from bertforge.tokenization.pipelines import (LAYOUTS, N_SENTINELS, ROLES, SPECIAL_TOKENS, TOKENIZER_KINDS,
-                                              _albert_pipeline, _bert_pipeline, _json_lowercases, _MODEL_KIND,
-                                              _roberta_pipeline, _sentinel_tokens, _set_post_processor,
-                                              _special_added_tokens, _token_str, _unnormalised_metaspace_pipeline,
-                                              sentinel)
+                                              _albert_pipeline, _bert_pipeline, _collapsed_whitespace_pipeline,
+                                              _json_lowercases, _MODEL_KIND, _roberta_pipeline, _sentinel_tokens,
+                                              _set_post_processor, _special_added_tokens, _token_str,
+                                              _unnormalised_metaspace_pipeline, family_kind, sentinel)
 from bertforge.tokenization.train import canonical_unigram, checked_texts, train_wordpiece
 
 # ----------------------------------------------------------------------------------------------- Tokenizer
@@ -116,6 +117,10 @@ class Tokenizer:
         specials = _special_added_tokens(layout)
         if vocab_size <= len(specials) + layout.sentinels:
             raise BertforgeError(f"vocab_size {vocab_size} is too small (the {len(specials)} special tokens alone)")
+        # the trainer gives the first special tokens ids 0, 1, ...; the rest follow the pieces (DeBERTa's [MASK])
+        n_first = len(specials) - len(layout.after_pieces)
+        first, last = specials[:n_first], specials[n_first:]
+        vocab_size -= len(last)
         seen = [0]
         texts = checked_texts(texts, seen)
         lowercase = lowercase and not layout.cased
@@ -124,27 +129,32 @@ class Tokenizer:
             backend = Backend(WordPiece(unk_token=unk, max_input_chars_per_word=100))
             _bert_pipeline(backend, lowercase)
             # limit_alphabet=1000: as tokenizers' BertWordPieceTokenizer; rare characters become [UNK].
-            train_wordpiece(backend, texts, vocab_size, min_frequency, specials, limit_alphabet=1000,
+            train_wordpiece(backend, texts, vocab_size, min_frequency, first, limit_alphabet=1000,
                             show_progress=show_progress, workers=workers)
         elif layout.model == "bpe":  # the tokenizers trainer is deterministic here (see tokenization/train.py)
             backend = Backend(BPE())
             _roberta_pipeline(backend)
             trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                          special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                          special_tokens=first, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                           show_progress=show_progress)
             backend.train_from_iterator(texts, trainer=trainer)
         else:
             backend = Backend(Unigram())
-            if layout.normalise:
+            if layout.collapses_whitespace:
+                _collapsed_whitespace_pipeline(backend, lowercase)
+            elif layout.normalise:
                 _albert_pipeline(backend, lowercase)
             else:
                 _unnormalised_metaspace_pipeline(backend)
-            trainer = trainers.UnigramTrainer(vocab_size=vocab_size - layout.sentinels, special_tokens=specials,
+            trainer = trainers.UnigramTrainer(vocab_size=vocab_size - layout.sentinels, special_tokens=first,
                                               unk_token=unk, show_progress=show_progress)
             backend.train_from_iterator(texts, trainer=trainer)
-            backend = canonical_unigram(backend, len(specials))
+            # the last special tokens become the last pieces, as transformers' converters write them
+            backend = canonical_unigram(backend, len(first), append=[t.content for t in last])
             if layout.sentinels:  # after the pieces, as in T5's vocabulary
                 backend.add_special_tokens(_sentinel_tokens(layout.sentinels))
+        if last:
+            backend.add_special_tokens(last)
         if not seen[0]:
             raise BertforgeError("no text to train the tokenizer on")
         _set_post_processor(backend, layout, layout.specials)
@@ -197,8 +207,10 @@ class Tokenizer:
                 backend = Backend.from_file(str(tok_json))
             except Exception as err:  # the Rust side raises plain Exception on malformed files
                 raise BertforgeError(f"{tok_json}: not a valid tokenizer.json ({err})") from None
+            # a family's own layout, told by the class its tokenizer_config.json names (DeBERTa's, XLM-R's)
+            kind = family_kind(config.get("tokenizer_class"), _MODEL_KIND.get(type(backend.model).__name__))
             try:
-                return cls(backend, None, specials, do_lower_case=lower, model_max_length=max_len)
+                return cls(backend, kind, specials, do_lower_case=lower, model_max_length=max_len)
             except BertforgeError as err:
                 raise BertforgeError(f"{tok_json}: {err}") from None
         vocab_txt = directory / "vocab.txt"

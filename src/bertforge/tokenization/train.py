@@ -163,11 +163,13 @@ def _worker_count(texts: list[str]) -> Counter[str]:
     return counts
 
 
-def canonical_unigram(backend: Backend, n_special: int) -> Backend:
+def canonical_unigram(backend: Backend, n_special: int, append: Iterable[str] = ()) -> Backend:
     """The trained Unigram `backend` in a canonical form: scores rounded to float32 (SentencePiece's precision;
     the hash-order noise is in the last bits of a float64), pieces sorted by score then text, and the rarest
     single characters (the ones the trainer re-added with penalty scores in hash order) given their scores in
-    character order. The first `n_special` pieces (the special tokens) stay where they are."""
+    character order. The first `n_special` pieces (the special tokens) stay where they are; `append` (special
+    tokens that follow the pieces, as XLM-R's <mask>) become the last pieces, at score 0 as transformers'
+    converter writes them."""
     data = json.loads(backend.to_str())
     pieces = data["model"]["vocab"]
     head, rest = pieces[:n_special], [[p, _f32(s)] for p, s in pieces[n_special:]]
@@ -178,7 +180,7 @@ def canonical_unigram(backend: Backend, n_special: int) -> Backend:
         for i, s in zip(sorted(rare, key=lambda i: rest[i][0]), scores):
             rest[i][1] = s
     rest.sort(key=lambda ps: (-ps[1], ps[0]))
-    data["model"]["vocab"] = head + rest
+    data["model"]["vocab"] = head + rest + [[token, 0.0] for token in append]
     return Backend.from_str(json.dumps(data, ensure_ascii=False))
 
 

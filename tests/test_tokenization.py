@@ -398,13 +398,14 @@ def test_wordpiece_vocabulary_matches_the_tokenizers_trainer(tmp_path, shared_da
     from tokenizers import Tokenizer as Backend, trainers
     from tokenizers.models import WordPiece
 
+    from bertforge.tokenization.pipelines import LAYOUTS
     from bertforge.tokenization.tokenizer import _bert_pipeline, _special_added_tokens
     texts = list(iter_texts(shared_data(*WIKITEXT)))
     ours = Tokenizer.train(texts, kind="wordpiece", vocab_size=4000)
     ref = Backend(WordPiece(unk_token="[UNK]"))
     _bert_pipeline(ref, lowercase=True)
     ref.train_from_iterator(texts, trainers.WordPieceTrainer(
-        vocab_size=4000, min_frequency=2, special_tokens=_special_added_tokens("wordpiece"), limit_alphabet=1000,
+        vocab_size=4000, min_frequency=2, special_tokens=_special_added_tokens(LAYOUTS["wordpiece"]), limit_alphabet=1000,
         continuing_subword_prefix="##", show_progress=False))
     a, b = set(ours.backend.get_vocab()), set(ref.get_vocab())
     assert len(a) == len(b) == 4000 and len(a ^ b) <= 0.01 * len(a)

@@ -18,6 +18,7 @@ LAYERS: list[str] = [
     "errors", "labels", "device", "io", "families", "config", "tokenization", "model", "data", "training",
     "generation", "tasks", "embed", "analysis", "distill", "pretrain", "lab",
     "serve",  # calls the same encode / predict functions the CLI calls
+    "api",  # the public functions: one per verb, over everything below (serve included)
     "commands", "cli",
 ]
 RANK = {name: i for i, name in enumerate(LAYERS)}

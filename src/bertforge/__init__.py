@@ -54,11 +54,8 @@ sys.modules[__name__].__class__ = _Bertforge
 
 def __getattr__(name: str):
     # Lazy, so `import bertforge` (and the CLI's start-up) does not pay for torch until a model is needed.
-    if name in _VERB_PACKAGES:
-        try:
-            return importlib.import_module(f"{__name__}.{name}")  # made a _VerbPackage as it is set here
-        except ImportError:  # serve without fastapi: the function alone, which names the extra to install
-            return getattr(importlib.import_module("bertforge.api"), name)
+    if name in _VERB_PACKAGES:  # its package imports nothing heavy; made a _VerbPackage as it is set here
+        return importlib.import_module(f"{__name__}.{name}")
     if name in _API:
         return getattr(importlib.import_module("bertforge.api"), name)
     if name in _CORE:

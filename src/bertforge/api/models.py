@@ -144,7 +144,8 @@ def generate(model: Any, prompt: str | list[str], *, max_new_tokens: int = 50, g
     for the source text `prompt`): a string, a list of strings for a list of prompts, or with `stream` a
     `TextStream` of pieces as they are generated (one prompt).
 
-    Sampling with nucleus top-p 0.9 unless `greedy` or `num_beams` > 1; `seed` makes sampling repeatable.
+    Sampling with nucleus top-p 0.9 unless `greedy` or `num_beams` > 1; `seed` makes sampling repeatable (a list
+    of prompts is one batch drawing from one generator, so a row's sample is not that prompt's sample alone).
     `model`: a folder or Hub id, or a loaded (model, tokenizer) pair (`bertforge.generation.load`). `precision`:
     the weights' type while decoding (default: bf16 where the device computes it natively, else fp32; fp32 is
     token-identical to transformers)."""

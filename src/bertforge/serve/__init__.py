@@ -9,7 +9,7 @@ Its names need fastapi and are imported on first use: `bertforge.serve` is also 
 name, and importing the package must load neither torch nor fastapi (`bertforge.api.serve` names the extra).
 """
 _MODULES = {"ServeOptions": "app", "create_app": "app", "ServedModel": "registry", "load_models": "registry"}
-__all__ = sorted(_MODULES)
+__all__ = ["ServeOptions", "ServedModel", "create_app", "load_models"]
 
 
 def __getattr__(name: str):

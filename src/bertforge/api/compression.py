@@ -17,7 +17,7 @@ from bertforge.errors import BertforgeError
 
 def distill(teacher: Any, data: Any = None, *, out: Any, task: str | None = None, texts: Any = None,
             text_col: str | None = None, max_steps: int | None = None, batch_size: int = 32, lr: float | None = None,
-            seed: int | None = None, device: str = "auto", precision: str | None = None, progress: bool = False,
+            seed: int | None = None, device: str = "auto", precision: str | None = None, progress: bool = True,
             report_to: Any = None, logging_dir: Any = None, resume: bool = False, overwrite: bool = False,
             revision: str | None = None, **options: Any) -> DistillResult:
     """Distil `teacher` (a folder or Hub id) into a smaller student saved in `out`.

@@ -18,6 +18,7 @@ LAYERS: list[str] = [
     "errors", "labels", "device", "io", "families", "config", "tokenization", "model", "data", "training",
     "generation", "tasks", "embed", "analysis", "distill", "pretrain", "lab",
     "serve",  # calls the same encode / predict functions the CLI calls
+    "api",  # the public functions: one per verb, over everything below (serve included)
     "commands", "cli",
 ]
 RANK = {name: i for i, name in enumerate(LAYERS)}
@@ -124,6 +125,10 @@ def _defined(path: Path) -> set[str]:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
                 names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+                if isinstance(target, ast.Name) and target.id == "__all__" and node.value is not None:
+                    # a package that imports its names on first use (a module __getattr__) lists them here
+                    names |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)
+                              and isinstance(c.value, str)}
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names |= {(a.asname or a.name).split(".")[0] for a in node.names}
     return names

@@ -18,6 +18,9 @@ class Candidate:
     token_id: int
     probability: float
 
+    def to_dict(self) -> dict:
+        return {"token": self.token, "token_id": self.token_id, "probability": self.probability}
+
 
 def token_text(tokenizer: Tokenizer, token_id: int) -> str:
     """What one token reads as: its decoded text, stripped; the vocabulary symbol when that is empty (a special

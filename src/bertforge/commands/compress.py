@@ -32,17 +32,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def quantize_command(args: argparse.Namespace) -> int:
-    from bertforge.distill.compress import quantize
+    from bertforge.api import quantize
 
-    print(json.dumps(quantize(args.model, args.out, overwrite=args.overwrite), indent=2))
+    print(json.dumps(quantize(args.model, args.out, overwrite=args.overwrite).to_dict(), indent=2))
     print(f"-> {args.out}", file=sys.stderr)
     return 0
 
 
 def export_command(args: argparse.Namespace) -> int:
-    from bertforge.distill.compress import export_onnx
+    from bertforge.api import export
 
-    print(json.dumps(export_onnx(args.model, args.out, int8=args.int8, opset=args.opset, overwrite=args.overwrite),
-                     indent=2))
+    result = export(args.model, args.out, format=args.format, int8=args.int8, opset=args.opset,
+                    overwrite=args.overwrite)
+    print(json.dumps(result.to_dict(), indent=2))
     print(f"-> {args.out}", file=sys.stderr)
     return 0

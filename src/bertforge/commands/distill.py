@@ -7,7 +7,7 @@ import sys
 
 from bertforge.commands.needs import task_needs, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
-                                        add_tracking_args, tracking)
+                                        add_tracking_args)
 from bertforge.commands.data_options import add_column_args, add_corpus_column_arg, add_data_args
 from bertforge.device import TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, COUNT0, EPOCHS, FRACTION, LENGTH, NONNEG, OPEN_FRACTION, POSITIVE, STEPS
@@ -95,21 +95,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=task_command, needs=lambda args: (*task_needs(args.task), *tracker_needs(args)))
 
 
-def _run(args: argparse.Namespace, config_cls: type, run) -> int:
-    """Build the verb's config dataclass from the parsed flags of the same names, run it, print its record."""
-    keys = config_cls.__dataclass_fields__
-    trackers = tracking(args)  # a missing tracker library: one line before any work
-    record = run(config_cls(**{k: v for k, v in vars(args).items() if k in keys} | trackers))
-    print(json.dumps(record, indent=2))
+def _run(args: argparse.Namespace, config_cls: type, **given) -> int:
+    """Distil with the parsed flags of the same names as the config's fields; print the run's record."""
+    from bertforge.api import distill
+
+    keys = set(config_cls.__dataclass_fields__) - {"teacher", "task", "data", "corpus", "out"}
+    options = {k: v for k, v in vars(args).items() if k in keys}
+    result = distill(args.teacher, out=args.out, **given, **options)
+    print(json.dumps(result.to_dict(), indent=2))
     print(f"-> {args.out}", file=sys.stderr)
     return 0
 
 
 def general_command(args: argparse.Namespace) -> int:
-    from bertforge.distill.general import GeneralDistillConfig, distill_general
-    return _run(args, GeneralDistillConfig, distill_general)
+    from bertforge.distill.general import GeneralDistillConfig
+    return _run(args, GeneralDistillConfig, data=args.corpus)
 
 
 def task_command(args: argparse.Namespace) -> int:
-    from bertforge.distill.task import TaskDistillConfig, distill_task
-    return _run(args, TaskDistillConfig, distill_task)
+    from bertforge.distill.task import TaskDistillConfig
+    return _run(args, TaskDistillConfig, data=args.data, task=args.task)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bertforge.commands.needs import Need, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
-                                        add_tracking_args, device_of, tracking)
+                                        add_tracking_args, device_of)
 from bertforge.device import PRECISIONS, TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, EPOCHS, POSITIVE, STEPS
 from bertforge.commands.data_options import add_column_args, add_input_split_args
@@ -144,32 +144,16 @@ def _device_options(p: argparse.ArgumentParser) -> None:
                                      "one line)")
 
 
-def _placed(model, args: argparse.Namespace):
-    """`model` on --device, compiled with --compile."""
-    if hasattr(model, "compile_inference"):  # the cross-encoder of --rerank runs eagerly
-        model.compile_inference = bool(getattr(args, "compile", False))
-    from bertforge.device import move_model
-
-    return move_model(model, device_of(args), f"--model {getattr(args, 'model', 'the model')}")
-
-
 def _index_help(p: argparse.ArgumentParser) -> int:
     p.print_help()
     return 2
-
-
-def _load(args: argparse.Namespace, normalize: bool | None = None):
-    from bertforge.embed import SentenceEncoder
-    model = SentenceEncoder.from_pretrained(args.model, pooling=getattr(args, "pooling", None), normalize=normalize)
-    return _placed(model, args)
 
 
 # ---- embed ---------------------------------------------------------------------------------------------------------
 def embed_command(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from bertforge.embed.data import read_texts
-    from bertforge.io.tables import single_source
+    from bertforge.api import embed, read_texts
     from bertforge.io.write import atomic_write, prepare_output_file
 
     device_of(args)
@@ -177,9 +161,10 @@ def embed_command(args: argparse.Namespace) -> int:
     if out.suffix not in (".npy", ".jsonl"):
         raise BertforgeError(f"--out {out}: use a .npy or .jsonl file name")
     prepare_output_file(out, what="--out")  # before the model is loaded and every text embedded
-    texts = read_texts(single_source(args.input, args.data_split, args.data_config), args.text_col)
-    model = _load(args, normalize=True if args.normalize else None)
-    vectors = model.encode(texts, batch_size=args.batch_size, precision=args.precision, progress=args.progress)
+    texts = read_texts(args.input, args.text_col, split=args.data_split, config=args.data_config)
+    vectors = embed(args.model, texts, batch_size=args.batch_size, device=args.device, precision=args.precision,
+                    pooling=args.pooling, normalize=True if args.normalize else None, compile=bool(args.compile),
+                    progress=args.progress)
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as fh:  # a handle, so numpy does not append ".npy" to the temporary name
@@ -197,148 +182,72 @@ def embed_command(args: argparse.Namespace) -> int:
 
 # ---- train / eval --------------------------------------------------------------------------------------------------
 def train_command(args: argparse.Namespace) -> int:
-    from bertforge.embed.data import read_examples
-    from bertforge.embed.train import fit
-    from bertforge.io.rundir import claim_output_dir
-    from bertforge.io.tables import single_source
+    from bertforge.api import train_sentence_encoder
 
-    trackers = tracking(args)  # a missing tracker library: one line before any work
-    device_of(args)
-    with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, what="--out", resume_flag=None):
-        model = _load(args)
-        columns = (args.text_col, args.text_pair_col, args.label_col)
-        dataset = read_examples(single_source(args.train, "train", args.data_config), *columns)
-        eval_set = read_examples(single_source(args.eval, "dev", args.data_config), *columns) if args.eval else None
-        before = None
-        if eval_set:
-            from bertforge.embed.evaluate import evaluate_sts  # scipy: only with --eval
-            before = evaluate_sts(model, eval_set)
-        fit(model, dataset, args.out, loss=args.loss, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-            max_steps=args.max_steps, seed=args.seed, progress=args.progress, device=args.device,
-            precision=args.precision, compile=args.compile, **trackers)
-    report = {"out": str(args.out), "examples": len(dataset), "loss": args.loss}
-    if eval_set:
-        report.update(sts_before=before, sts_after=evaluate_sts(model, eval_set))
-    print(json.dumps(report, indent=2))
+    result = train_sentence_encoder(
+        args.model, args.train, out=args.out, loss=args.loss, eval=args.eval, text_col=args.text_col,
+        text_pair_col=args.text_pair_col, label_col=args.label_col, data_config=args.data_config,
+        epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, lr=args.lr, pooling=args.pooling,
+        seed=args.seed, device=args.device, precision=args.precision, compile=args.compile, progress=args.progress,
+        report_to=args.report_to, logging_dir=args.logging_dir, overwrite=args.overwrite)
+    print(json.dumps(result.to_dict(), indent=2))
     return 0
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    from bertforge.embed.data import Dataset, read_examples, read_squad_retrieval, read_texts
-    from bertforge.embed.evaluate import evaluate_retrieval, evaluate_sts
-    from bertforge.io.tables import single_source
+    from bertforge.api import evaluate_sentence_encoder
 
     device_of(args)
-    chosen = [x for x in (args.sts, args.squad, args.queries) if x]
-    if len(chosen) != 1:
-        raise BertforgeError("give exactly one of --sts FILE, --squad FILE, or --queries/--passages/--qrels")
-    model = _load(args)
-    opts = dict(batch_size=args.batch_size, precision=args.precision, progress=args.progress)
-    if args.sts:
-        data = read_examples(single_source(args.sts, args.data_split, args.data_config), args.text_col,
-                             args.text_pair_col, args.label_col)
-        if args.limit:
-            data = Dataset(data.examples[:args.limit], data.kind)
-        result = {"task": "sts", "file": args.sts, **evaluate_sts(model, data, **opts)}
-    else:
-        if args.squad:
-            queries, passages, relevant = read_squad_retrieval(args.squad)
-        else:
-            if not (args.passages and args.qrels):
-                raise BertforgeError("--queries needs --passages and --qrels")
-            queries, passages = read_texts(args.queries), read_texts(args.passages)
-            relevant = _read_qrels(args.qrels, len(passages))
-            if len(relevant) != len(queries):
-                raise BertforgeError(f"{args.qrels}: {len(relevant)} lines for {len(queries)} queries")
-        if args.limit:
-            queries, relevant = queries[:args.limit], relevant[:args.limit]
-        result = {"task": "retrieval", **evaluate_retrieval(model, queries, passages, relevant, **opts)}
+    result = evaluate_sentence_encoder(
+        args.model, sts=args.sts, squad=args.squad, queries=args.queries, passages=args.passages,
+        relevant=args.qrels, limit=args.limit, text_col=args.text_col, text_pair_col=args.text_pair_col,
+        label_col=args.label_col, data_split=args.data_split, data_config=args.data_config,
+        batch_size=args.batch_size, device=args.device, precision=args.precision, pooling=args.pooling,
+        progress=args.progress)
     result.update(model=str(args.model), precision=args.precision)
     print(json.dumps(result, indent=2))
     return 0
 
 
-def _read_qrels(path: str, n_passages: int) -> list[set[int]]:
-    from bertforge.embed.data import read_texts
-
-    out = []
-    for no, line in enumerate(read_texts(path), 1):
-        try:
-            rows = {int(x) for x in line.replace(" ", "").split(",") if x}
-        except ValueError:
-            raise BertforgeError(f"{path}:{no}: expected comma-separated passage row numbers") from None
-        if any(not 0 <= r < n_passages for r in rows):
-            raise BertforgeError(f"{path}:{no}: passage row out of range 0..{n_passages - 1}")
-        out.append(rows)
-    return out
-
-
 # ---- index ---------------------------------------------------------------------------------------------------------
-def _corpus(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """(ids, passages) of --corpus, read with its column and split flags."""
-    from bertforge.embed.data import read_corpus
-    from bertforge.io.tables import single_source
-
-    return read_corpus(single_source(args.corpus, args.data_split, args.data_config), args.text_col, args.id_col)
+def _corpus(args: argparse.Namespace) -> dict:
+    """--corpus with its column and split flags, as `Index.build` / `Index.add` take them."""
+    return dict(text_col=args.text_col, id_col=args.id_col, data_split=args.data_split, data_config=args.data_config,
+                batch_size=args.batch_size, progress=args.progress)
 
 
 def index_build(args: argparse.Namespace) -> int:
-    from bertforge.embed.index import VectorIndex, require_faiss
-    from bertforge.io.rundir import claim_output_dir
+    from bertforge.api import Index
 
-    require_faiss()  # before hours of embedding
     device_of(args)
-    out = Path(args.out)
-    if (out / "meta.json").exists() and not args.overwrite:
-        raise BertforgeError(f"{out}: an index already exists there (use `index add`, --overwrite, or another --out)")
-    # one writer per folder; a failed build leaves no empty folder behind
-    with claim_output_dir(out, resume=False, overwrite=args.overwrite, what="--out", resume_flag=None):
-        ids, texts = _corpus(args)
-        model = _load(args)
-        index = VectorIndex.build(out, model, ids, texts, kind=args.kind, batch_size=args.batch_size,
-                                  precision=args.precision, progress=args.progress)
-    print(f"indexed {len(index)} passages ({index.meta['kind']}, dim {index.meta['dim']}) -> {args.out}",
-          file=sys.stderr)
+    index = Index.build(args.model, args.corpus, args.out, kind=args.kind, device=args.device,
+                        precision=args.precision, pooling=args.pooling, compile=bool(args.compile),
+                        overwrite=args.overwrite, **_corpus(args))
+    print(f"indexed {len(index)} passages ({index.kind}, dim {index.dim}) -> {args.out}", file=sys.stderr)
     return 0
 
 
 def index_add(args: argparse.Namespace) -> int:
-    from bertforge.embed.index import VectorIndex, require_faiss
-    from bertforge.io.rundir import lock_and_record
+    from bertforge.api import Index
 
-    require_faiss()
     device_of(args)
-    if not Path(args.index).is_dir():
-        raise BertforgeError(f"--index {args.index}: not an index directory")
-    lock = lock_and_record(args.index, what="--index")  # load, add and save as one step: no lost update
-    try:
-        index = VectorIndex.load(args.index)
-        ids, texts = _corpus(args)
-        model = _placed(index.load_model(args.model), args)
-        n = index.add(model, ids, texts, batch_size=args.batch_size, progress=args.progress)
-    finally:
-        lock.release()
+    index = Index.load(args.index, args.model, device=args.device, compile=bool(args.compile))
+    n = index.add(args.corpus, **_corpus(args))
     print(f"added {n} passages; {len(index)} in {args.index}", file=sys.stderr)
     return 0
 
 
 def index_query(args: argparse.Namespace) -> int:
-    from bertforge.embed.index import VectorIndex, require_faiss, rerank
+    from bertforge.api import Index
 
-    require_faiss()
     device_of(args)
     if args.k <= 0:
         raise BertforgeError(f"-k must be positive, got {args.k}")
-    index = VectorIndex.load(args.index)
-    model = _placed(index.load_model(args.model), args)
-    results = index.search(model, args.question, k=args.k)
-    if args.rerank:
-        from bertforge.embed.cross_encoder import CrossEncoder
-        ce = _placed(CrossEncoder.from_pretrained(args.rerank), args)
-        results = [rerank(hits, q, ce) for q, hits in zip(args.question, results)]
+    index = Index.load(args.index, args.model, device=args.device, compile=bool(args.compile))
+    results = index.search(args.question, k=args.k, rerank=args.rerank)
     for question, hits in zip(args.question, results):
         if args.json:
-            print(json.dumps({"query": question, "hits": [h.as_dict() for h in hits]}, ensure_ascii=False))
+            print(json.dumps({"query": question, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
             continue
         print(f"# {question}")
         for h in hits:

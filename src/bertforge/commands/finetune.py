@@ -7,11 +7,10 @@ import logging
 
 from bertforge.commands.needs import Need, task_needs, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
-                                        add_tracking_args, tracking)
+                                        add_tracking_args)
 from bertforge.commands.data_options import add_column_args, add_data_args, add_input_split_args
 from bertforge.device import INFERENCE_PRECISIONS, TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, EPOCHS, FRACTION, LENGTH, NONNEG, POSITIVE, STEPS
-from bertforge.errors import BertforgeError
 
 TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
              "v1.1/v2.0), swag (multiple choice); generic: classify regress (csv/tsv/jsonl with --text-col/"
@@ -138,75 +137,56 @@ def _finetune_needs(args: argparse.Namespace) -> tuple[Need, ...]:
     return (*task_needs(args.task), *tracker_needs(args))
 
 
-def _positive(name: str, value: int | float | None) -> None:
-    if value is not None and value <= 0:
-        raise BertforgeError(f"{name} must be positive, got {value}")
-
-
-def _config(args: argparse.Namespace, model: str, out: str):
-    from bertforge.tasks.finetune import FinetuneConfig
-
-    for name in ("max_seq_len", "eval_batch_size", "limit", "epochs", "max_steps", "batch_size", "lr", "runs",
-                 "train_limit", "max_target_len", "num_beams", "max_query_length"):
-        _positive("--" + name.replace("_", "-"), getattr(args, name, None))
-    kw = dict(task=args.task, model=model, out=out, data=args.data, data_config=args.data_config,
-              train=getattr(args, "train", None),
-              eval=args.eval, max_seq_len=args.max_seq_len, eval_batch_size=args.eval_batch_size,
-              eval_limit=args.limit, text_col=args.text_col, text_pair_col=args.text_pair_col,
-              label_col=args.label_col, device=args.device, compile=args.compile, progress=args.progress,
-              source_col=args.source_col, target_col=args.target_col, max_target_len=args.max_target_len,
-              num_beams=args.num_beams)
-    if args.func is run_evaluate:
-        kw.update(precision=args.precision)
-    if args.func is run_finetune:
-        kw.update(epochs=args.epochs, max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size,
-                  warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, seed=args.seed, runs=args.runs,
-                  train_limit=args.train_limit, labels=args.labels, freeze=args.freeze, features=args.features,
-                  head=args.head,
-                  precision=args.precision, group_by_length=args.group_by_length, resume=args.resume,
-                  doc_stride=args.doc_stride, max_query_length=args.max_query_length, **tracking(args))
-    return FinetuneConfig(**kw)
+def _options(args: argparse.Namespace) -> dict:
+    """The options finetune and evaluate share, by their API names."""
+    return dict(text_col=args.text_col, text_pair_col=args.text_pair_col, label_col=args.label_col,
+                data_config=args.data_config, eval=args.eval, max_seq_len=args.max_seq_len, device=args.device,
+                compile=args.compile, progress=args.progress, source_col=args.source_col,
+                target_col=args.target_col, max_target_len=args.max_target_len, num_beams=args.num_beams)
 
 
 def run_finetune(args: argparse.Namespace) -> int:
-    from bertforge.tasks.finetune import finetune
+    from bertforge.api import finetune
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.data is None and args.train is None:
-        raise BertforgeError("give --data DIR (or --train FILE [--eval FILE])")
-    cfg = _config(args, args.model, args.out)
-    result = finetune(cfg, overwrite=args.overwrite)
+    result = finetune(args.model, args.data, task=args.task, out=args.out, train=args.train, epochs=args.epochs,
+                      max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size, seed=args.seed,
+                      runs=args.runs, precision=args.precision, resume=args.resume, overwrite=args.overwrite,
+                      report_to=args.report_to, logging_dir=args.logging_dir, eval_batch_size=args.eval_batch_size,
+                      eval_limit=args.limit, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
+                      train_limit=args.train_limit, labels=args.labels, freeze=args.freeze, features=args.features,
+                      head=args.head, group_by_length=args.group_by_length, doc_stride=args.doc_stride,
+                      max_query_length=args.max_query_length, **_options(args))
     s = result.summary
     # the precision says itself: without --precision it is bf16 on hardware that computes bf16 natively
-    how = f"{cfg.training_precision}{'' if args.precision else ', the default here'}"
+    how = f"{result.precision}{'' if args.precision else ', the default here'}"
     if s:
         spread = f" (min {s['min']:.4f}, max {s['max']:.4f}, std {s['std']:.4f}, {s['n']} runs)" if s["n"] > 1 else ""
-        print(f"{args.task}: best {result.main_metric} median {s['median']:.4f}{spread}, {how} -> {result.model_dir}")
+        print(f"{args.task}: best {result.main_metric} median {s['median']:.4f}{spread}, {how} -> {result.out}")
     else:
-        print(f"{args.task}: trained (no evaluation data), {how} -> {result.model_dir}")
+        print(f"{args.task}: trained (no evaluation data), {how} -> {result.out}")
     return 0
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from bertforge.tasks.finetune import evaluate_model
+    from bertforge.api import evaluate
 
-    if args.data is None and args.eval is None:
-        raise BertforgeError("give --data DIR or --eval FILE")
-    metrics = evaluate_model(args.model, _config(args, args.model, "."), split=args.split)
+    metrics = evaluate(args.model, args.data, task=args.task, split=args.split, batch_size=args.eval_batch_size,
+                       limit=args.limit, precision=args.precision, **_options(args))
     print(json.dumps(metrics, indent=2, sort_keys=True))
     return 0
 
 
 def run_predict(args: argparse.Namespace) -> int:
+    from bertforge.api import predict
     from bertforge.io.write import prepare_output_file
-    from bertforge.tasks.predict import predict, write_jsonl
+    from bertforge.tasks.predict import write_jsonl
 
-    _positive("--batch-size", args.batch_size)
     if args.out:
         prepare_output_file(args.out, what="--out")  # before the model is loaded and every input predicted
     records = predict(args.model, args.input, batch_size=args.batch_size, device=args.device, progress=args.progress,
                       precision=args.precision, compile=args.compile, text_col=args.text_col,
-                      text_pair_col=args.text_pair_col, split=args.data_split, config=args.data_config)
+                      text_pair_col=args.text_pair_col, data_split=args.data_split, data_config=args.data_config)
     write_jsonl(records, args.out)
     if args.out:
         print(f"{len(records)} predictions -> {args.out}")

@@ -50,32 +50,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from bertforge.generation import GenerationConfig, load, stream
-    from bertforge.generation.text import reads_source
-    from bertforge.device import resolve_device
-    from bertforge.device import check_precision, default_precision, move_model, weight_dtype
+    from bertforge.api import generate
 
-    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, greedy=args.greedy, temperature=args.temperature,
-                           top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
-                           num_beams=args.num_beams, length_penalty=args.length_penalty, seed=args.seed,
-                           prepend_bos=args.prepend_bos)
-    cfg = cfg.resolved()  # bad flags: one line, before the model is read
-    device = resolve_device(args.device)
-    precision = args.precision or default_precision(device)
-    check_precision(precision, device, allowed=INFERENCE_PRECISIONS)
-    model, tokenizer = load(args.model)
-    # At batch 1 each new token reads every weight once: stored in bf16 / fp16 they are half the bytes to read.
-    model = move_model(model.to(dtype=weight_dtype(precision)), device)
     t0, pieces = time.perf_counter(), []
-    if not reads_source(model):  # a decoder continues the prompt: show it first
+    text = generate(args.model, args.prompt, stream=True, max_new_tokens=args.max_new_tokens, greedy=args.greedy,
+                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                    repetition_penalty=args.repetition_penalty, num_beams=args.num_beams,
+                    length_penalty=args.length_penalty, seed=args.seed, prepend_bos=args.prepend_bos,
+                    device=args.device, precision=args.precision)
+    if text.continues_prompt:  # a decoder continues the prompt: show it first
         print(args.prompt, end="", flush=True)
-    for piece in stream(model, tokenizer, args.prompt, cfg):
+    for piece in text:
         pieces.append(piece)
         if not args.no_stream:
             print(piece, end="", flush=True)
     if args.no_stream:
         print("".join(pieces), end="")
     print(flush=True)
-    print(f"({cfg.mode}, {precision}, {time.perf_counter() - t0:.1f} s"
+    cfg = text.config
+    print(f"({cfg.mode}, {text.precision}, {time.perf_counter() - t0:.1f} s"
           + (f", seed {cfg.seed}" if cfg.seed is not None and cfg.sampling else "") + ")", file=sys.stderr)
     return 0

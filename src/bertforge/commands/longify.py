@@ -6,7 +6,6 @@ import argparse
 
 from bertforge.commands.bounds import COUNT, LENGTH
 from bertforge.commands.options import add_overwrite_arg
-from bertforge.errors import BertforgeError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,18 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def longify_command(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from bertforge.api import longify
 
-    from bertforge.io.rundir import claim_output_dir
-    from bertforge.model.folder import ModelFolder
-    from bertforge.pretrain.longify import longify
-
-    folder = ModelFolder.open(args.model)
-    if Path(args.out).resolve() == folder.path.resolve():
-        raise BertforgeError(f"--out {args.out} is the --model directory; write the long model elsewhere")
-    options = {"model": args.model, "max_length": args.max_length, "attention_window": args.attention_window}
-    with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, options=options, resume_flag=None):
-        d = longify(folder, args.max_length, args.out, args.attention_window)
+    d = longify(args.model, args.out, max_length=args.max_length, attention_window=args.attention_window,
+                overwrite=args.overwrite)
     print(f"{d['out']}: {d['architecture']} from a {d['source']} model; positions {d['positions']}, attention "
           f"window {d['attention_window']} (global Q/K/V from the local ones)")
     print(f"next: bertforge pretrain --init-from {d['out']} --seq-len {d['max_length']} --recipe roberta "

@@ -190,50 +190,30 @@ def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules)
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from bertforge.data import prepare_corpus
-    from bertforge.io.rundir import claim_output_dir
-    from bertforge.tokenization import Tokenizer
+    from bertforge.api import prepare
 
-    # one writer at a time; earlier shards are replaced only with --overwrite; a failure leaves no empty new folder
-    with claim_output_dir(args.out, resume=False, overwrite=args.overwrite, resume_flag=None):
-        tok = Tokenizer.from_pretrained(args.tokenizer)
-        m = prepare_corpus(args.corpus, tok, args.out, workers=args.workers, doc_boundary=args.doc_boundary,
-                           heldout_fraction=args.heldout_fraction, progress=args.progress, text_col=args.text_col)
+    m = prepare(args.corpus, tokenizer=args.tokenizer, out=args.out, text_col=args.text_col, workers=args.workers,
+                doc_boundary=args.doc_boundary, heldout_fraction=args.heldout_fraction, progress=args.progress,
+                overwrite=args.overwrite)
     print(f"prepared {m['num_tokens']:,} tokens, {m['num_sentences']:,} sentences, {m['num_documents']:,} "
           f"documents in {len(m['shards'])} shard(s) ({m['stats']['seconds']:.1f} s) -> {args.out}")
     return 0
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.options import PretrainOptions, named_heldout_sets
-    from bertforge.device import default_precision
-    from bertforge.pretrain.run import pretrain
-    trackers = tracking(args)  # a missing tracker library: one line before any work
-    recipe = resolve(args.recipe, objective=args.objective, masking=args.masking, dynamic=args.dynamic,
-                     input_format=args.input_format, dupe_factor=args.dupe_factor, plm_k=args.plm_k,
-                     mask_prob=args.mask_prob, schedule=args.schedule, model_type=args.family,
-                     embedding_sharing=args.embedding_sharing)
-    embedded = args.corpus is None and args.data is None
-    if args.corpus is not None and args.data is not None:
-        raise BertforgeError("give --corpus or --data, not both")
-    if (args.seq_len is not None and args.seq_len < 8) or args.batch_size < 1:
-        raise BertforgeError(f"--seq-len must be >= 8 and --batch-size >= 1 (got {args.seq_len}, {args.batch_size})")
-    time_budget = args.time_budget
-    if args.max_steps is None and time_budget is None:
-        time_budget = "3m"
-    opts = PretrainOptions(
-        recipe=recipe, out=Path(args.out or f"runs/pretrain-{recipe.name}"),
-        corpus=args.corpus, text_col=args.text_col, data=Path(args.data) if args.data else None,
-        tokenizer=Path(args.tokenizer) if args.tokenizer else None, vocab_size=args.vocab_size,
-        size=args.size or ("bert-tiny" if embedded else "bert-mini"),
-        seq_len=args.seq_len or (64 if embedded else 128), batch_size=args.batch_size, max_steps=args.max_steps, time_budget=time_budget, lr=args.lr,
-        precision=args.precision or default_precision(args.device), seed=args.seed, resume=args.resume, overwrite=args.overwrite,
-        init_from=Path(args.init_from) if args.init_from else None, heldout_fraction=args.heldout_fraction,
-        eval_batches=args.eval_batches, log_every=args.log_every, save_every=args.save_every,
-        workers=args.workers, threads=args.threads, progress=args.progress, device=args.device,
-        compile=args.compile, heldout_sets=named_heldout_sets(args.heldout), **trackers)
-    pretrain(opts)
+    from bertforge.api import pretrain
+
+    pretrain(args.corpus, out=args.out, recipe=args.recipe, size=args.size, seq_len=args.seq_len,
+             batch_size=args.batch_size, max_steps=args.max_steps, time_budget=args.time_budget, lr=args.lr,
+             tokenizer=args.tokenizer, vocab_size=args.vocab_size, data=args.data, init_from=args.init_from,
+             text_col=args.text_col, seed=args.seed, device=args.device, precision=args.precision,
+             compile=args.compile, progress=args.progress, report_to=args.report_to, logging_dir=args.logging_dir,
+             resume=args.resume, overwrite=args.overwrite, objective=args.objective, masking=args.masking,
+             dynamic=args.dynamic, input_format=args.input_format, dupe_factor=args.dupe_factor,
+             plm_k=args.plm_k, mask_prob=args.mask_prob, schedule=args.schedule,
+             heldout_fraction=args.heldout_fraction, eval_batches=args.eval_batches, log_every=args.log_every,
+             save_every=args.save_every, workers=args.workers, threads=args.threads, family=args.family,
+             embedding_sharing=args.embedding_sharing, heldout=args.heldout)
     return 0
 
 

@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 from bertforge.device import PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, NONNEG, PORT, POSITIVE
 from bertforge.commands.needs import of_extra
-from bertforge.errors import BertforgeError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,38 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    for name in ("max_batch_tokens", "batches_in_flight", "max_queue", "max_inputs", "max_body_bytes"):
-        if getattr(args, name) < 1:
-            raise BertforgeError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.max_wait_ms < 0:
-        raise BertforgeError(f"--max-wait-ms must be 0 or more, got {args.max_wait_ms}")
-    if not 0 <= args.port <= 65535:
-        raise BertforgeError(f"--port must be 0..65535, got {args.port}")
-    # an empty key would silently turn authentication off: refuse it; an unset or empty variable means no key
-    api_key = (os.environ.get("BERTFORGE_API_KEY") or None) if args.api_key is None else args.api_key
-    if api_key is not None and not api_key.strip():
-        where = "--api-key" if args.api_key is not None else "$BERTFORGE_API_KEY"
-        raise BertforgeError(f"{where} is empty or blank: give a key, or leave {where} out to serve without "
-                             "authentication")
-    import torch
-    import uvicorn
+    from bertforge.api import serve
 
-    from bertforge.serve import ServeOptions, create_app, load_models
-    from bertforge.serve.limits import bounded_protocol
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    models = load_models(args.model, args.precision, args.device)
-    for m in models.values():
-        print(f"bertforge serve: {m.name} ({m.path}): {', '.join(m.tasks)}", file=sys.stderr)
-    print(f"bertforge serve: authentication {'on (Bearer key)' if api_key else 'off (no --api-key)'}",
-          file=sys.stderr)
-    opts = ServeOptions(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_inputs, args.max_body_bytes,
-                        api_key, args.batches_in_flight, args.read_timeout, args.max_connections)
-    app = create_app(models, opts)
-    # uvicorn handles SIGTERM/SIGINT: it stops accepting, lets in-flight requests finish, then the app's
-    # lifespan drains the batcher's queue. Its protocol gets the connection cap and the header deadline.
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                access_log=args.log_level == "debug", timeout_graceful_shutdown=None,  # a line per request: noise
-                http=bounded_protocol(opts.read_timeout_s, opts.max_connections))
+    serve(args.model, host=args.host, port=args.port, threads=args.threads, log_level=args.log_level,
+          precision=args.precision, device=args.device, max_batch_tokens=args.max_batch_tokens,
+          max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_inputs=args.max_inputs,
+          max_body_bytes=args.max_body_bytes, api_key=args.api_key, batches_in_flight=args.batches_in_flight,
+          read_timeout=args.read_timeout, max_connections=args.max_connections)
     return 0

@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import time
-from pathlib import Path
 
 from bertforge.commands.bounds import COUNT, COUNT0
 from bertforge.commands.options import add_overwrite_arg, add_progress_arg
 from bertforge.commands.data_options import add_corpus_column_arg
-from bertforge.errors import BertforgeError
 from bertforge.tokenization.pipelines import LAYOUTS, PLAIN_LAYOUTS, TOKENIZER_KINDS
 
 KINDS_HELP = ("kinds: wordpiece = BERT (## continuation, [CLS]/[SEP]/[MASK]); bpe = RoBERTa byte-level BPE "
@@ -65,33 +62,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.set_defaults(func=run_train, needs=())
 
 
-def _output_dir(path: str) -> Path:
-    """--out, created now: a path that cannot hold the tokenizer fails before minutes of training, not after."""
-    out = Path(path)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise BertforgeError(f"--out {path}: cannot create directory ({err.strerror or err})") from None
-    if not os.access(out, os.W_OK):
-        raise BertforgeError(f"--out {path}: directory is not writable")
-    return out
-
-
 def run_train(args: argparse.Namespace) -> int:
     """Train, save and print a one-line summary."""
-    from bertforge.data.corpus import find_files, iter_texts
-    from bertforge.tokenization import Tokenizer
+    from bertforge.api import train_tokenizer
+    from bertforge.data.corpus import find_files
 
     start = time.perf_counter()
     files = find_files(args.corpus)  # a missing file or a pattern matching nothing is named here
-    from bertforge.io.rundir import claim_output_dir
-    out = _output_dir(args.out)
-    # an existing tokenizer (or anything else) in --out is refused like every verb's earlier output
-    with claim_output_dir(out, resume=False, overwrite=args.overwrite, resume_flag=None):
-        tok = Tokenizer.train(iter_texts(files, text_col=args.text_col), kind=args.kind, vocab_size=args.vocab_size,
-                              lowercase=args.lowercase, min_frequency=args.min_frequency, show_progress=args.progress,
-                              model_max_length=args.model_max_length, workers=args.workers)
-        tok.save_pretrained(out)
+    tok = train_tokenizer(args.corpus, out=args.out, kind=args.kind, vocab_size=args.vocab_size,
+                          lowercase=args.lowercase, min_frequency=args.min_frequency,
+                          model_max_length=args.model_max_length, workers=args.workers, text_col=args.text_col,
+                          progress=args.progress, overwrite=args.overwrite)
     seconds = time.perf_counter() - start
     print(f"trained {args.kind} tokenizer: vocab {tok.vocab_size}, {len(files)} file(s), {seconds:.1f} s -> {args.out}")
     return 0

@@ -102,11 +102,13 @@ class Hit:
             d["rerank_score"] = round(self.rerank_score, 6)
         return d
 
+    to_dict = as_dict  # the name the public API's result objects share
+
 
 class VectorIndex:
     """An index directory loaded in memory: FAISS index + documents + metadata."""
 
-    def __init__(self, path: Path, index, ids: list[str], texts: list[str], meta: dict[str, Any]):
+    def __init__(self, path: Path | None, index, ids: list[str], texts: list[str], meta: dict[str, Any]):
         self.path, self.index, self.ids, self.texts, self.meta = path, index, ids, texts, meta
 
     def __len__(self) -> int:
@@ -114,12 +116,14 @@ class VectorIndex:
 
     # ---- build / load / save -----------------------------------------------------------------------------------
     @classmethod
-    def build(cls, path: str | Path, model: SentenceEncoder, ids: list[str], texts: list[str], kind: str = "flat",
-              batch_size: int = 32, precision: str = "fp32", progress: bool = True) -> "VectorIndex":
+    def build(cls, path: str | Path | None, model: SentenceEncoder, ids: list[str], texts: list[str],
+              kind: str = "flat", batch_size: int = 32, precision: str = "fp32", progress: bool = True
+              ) -> "VectorIndex":
+        """Embed `texts` with `model` into a new index, saved in `path` (None: kept in memory until `save`)."""
         if kind not in INDEX_TYPES:
             raise BertforgeError(f"unknown index kind {kind!r} (expected {', '.join(INDEX_TYPES)})")
-        path = Path(path)
-        if (path / "meta.json").exists():
+        path = Path(path) if path is not None else None
+        if path is not None and (path / "meta.json").exists():
             raise BertforgeError(f"{path}: an index already exists there (use `index add`, or another --out)")
         _check_ids(ids, set())
         vectors = model.encode(texts, batch_size=batch_size, precision=precision, normalize=True, progress=progress)
@@ -134,7 +138,8 @@ class VectorIndex:
         if kind == "hnsw":
             meta["hnsw"] = {"M": HNSW_M, "efConstruction": HNSW_EF_CONSTRUCTION, "efSearch": HNSW_EF_SEARCH}
         out = cls(path, index, list(ids), list(texts), meta)
-        out.save()
+        if path is not None:
+            out.save()
         return out
 
     @classmethod
@@ -184,6 +189,8 @@ class VectorIndex:
     def save(self) -> None:
         """Write the next generation's files, commit by replacing meta.json, then remove the other generations'
         files (see the module docstring: any number of kills at any moment leaves the last committed index)."""
+        if self.path is None:
+            raise BertforgeError("this index is held in memory only: give it a folder to save to")
         faiss = _faiss()
         generation = _generation(self.meta) + 1
         names = _names(generation)
@@ -207,7 +214,7 @@ class VectorIndex:
         fp = model.fingerprint()
         if fp != self.meta["fingerprint"]:
             raise BertforgeError(
-                f"{self.path}: built with model fingerprint {self.meta['fingerprint'][:12]} "
+                f"{self.path or 'the index'}: built with model fingerprint {self.meta['fingerprint'][:12]} "
                 f"({self.meta.get('model')}), but {model.source or 'the given model'} has {fp[:12]}: "
                 "an index never mixes models (rebuild it, or pass the model it was built with)")
 
@@ -215,7 +222,7 @@ class VectorIndex:
         """The index's model (its recorded path, or `model_dir`) with the recorded pooling; fingerprint-checked."""
         source = model_dir or self.meta.get("model")
         if not source:
-            raise BertforgeError(f"{self.path}: no model path recorded; pass --model")
+            raise BertforgeError(f"{self.path or 'the index'}: no model path recorded; pass --model")
         model = SentenceEncoder.from_pretrained(source, pooling=self.meta.get("pooling"))
         self.check_model(model)
         return model
@@ -229,7 +236,8 @@ class VectorIndex:
         self.index.add(vectors)
         self.ids.extend(ids)
         self.texts.extend(texts)
-        self.save()
+        if self.path is not None:
+            self.save()
         return len(ids)
 
     def search(self, model: SentenceEncoder, queries: list[str], k: int = 10) -> list[list[Hit]]:

@@ -5,9 +5,16 @@
 
 Requests from many clients are batched dynamically (`bertforge.serve.batcher`) and run through the same functions
 the offline commands call, so the answers match `bertforge embed` / `predict` / `fill-mask`.
-Importing this package needs fastapi; `bertforge.commands.serve` checks for it and names the extra.
+Its names need fastapi and are imported on first use: `bertforge.serve` is also the public `serve` function's
+name, and importing the package must load neither torch nor fastapi (`bertforge.api.serve` names the extra).
 """
-from bertforge.serve.app import ServeOptions, create_app
-from bertforge.serve.registry import ServedModel, load_models
-
+_MODULES = {"ServeOptions": "app", "create_app": "app", "ServedModel": "registry", "load_models": "registry"}
 __all__ = ["ServeOptions", "ServedModel", "create_app", "load_models"]
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -397,7 +398,9 @@ class Trainer:
         record = {"step": self.step, "split": "eval", **metrics}
         self._record(record)
         if self.is_main:
-            self.pbar.write("eval step %d: %s" % (self.step, ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())))
+            # a log line, beside the progress bar on stderr: stdout stays the verb's result (JSON for some)
+            self.pbar.write("eval step %d: %s" % (self.step, ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())),
+                            file=sys.stderr)
         key = self.cfg.best_metric
         if key is None:
             return

@@ -1,0 +1,79 @@
+"""Smaller and faster models: `distill` (a student from a teacher: DistilBERT's general distillation, or task
+distillation from a fine-tuned teacher), `quantize` (dynamic int8) and `export` (ONNX, checked in onnxruntime).
+
+    bertforge.distill("runs/sst2", "glue/SST-2", task="sst2", out="runs/sst2-small", student="layers:3")
+    bertforge.distill("runs/pretrain-bert", "corpus.txt", out="runs/distil", max_steps=2000)
+    bertforge.export("runs/sst2", "runs/sst2-onnx", int8=True).fp32_max_abs_diff
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bertforge.api.inputs import corpus_files, make_config, model_name, read_history, trackers
+from bertforge.api.results import DistillResult, ExportResult, QuantizeResult
+from bertforge.errors import BertforgeError
+
+
+def distill(teacher: Any, data: Any = None, *, out: Any, task: str | None = None, texts: Any = None,
+            text_col: str | None = None, max_steps: int | None = None, batch_size: int = 32, lr: float | None = None,
+            seed: int | None = None, device: str = "auto", precision: str | None = None, progress: bool = True,
+            report_to: Any = None, logging_dir: Any = None, resume: bool = False, overwrite: bool = False,
+            revision: str | None = None, **options: Any) -> DistillResult:
+    """Distil `teacher` (a folder or Hub id) into a smaller student saved in `out`.
+
+    With `task` (the teacher's task: sst2, stsb, conll, or a kind name): task distillation on `data` (as
+    `finetune` takes it), the student learning the teacher's soft targets (`student`: "layers:N" of the
+    teacher's layers, "bilstm", or a pretrained encoder folder with the teacher's vocabulary; `alpha`,
+    `temperature`, `epochs`, `augment`, ... as `bertforge.distill.task.TaskDistillConfig`).
+    Without: DistilBERT's general distillation of a masked LM on a corpus (`data`: files or a table in memory, or
+    `texts`), for `max_steps` or `time_budget` (`student_layers`, `student_init`, `alpha_ce`, `alpha_mlm`,
+    `alpha_cos`, ... as `bertforge.distill.general.GeneralDistillConfig`)."""
+    from bertforge.distill.general import GeneralDistillConfig, distill_general
+    from bertforge.distill.task import TaskDistillConfig, distill_task
+
+    given: dict[str, Any] = dict(teacher=model_name(teacher, revision, "--teacher"), out=out, max_steps=max_steps,
+                                 batch_size=batch_size, device=device, precision=precision, progress=progress,
+                                 resume=resume, overwrite=overwrite, **trackers(report_to, logging_dir))
+    given.update({k: v for k, v in (("lr", lr), ("seed", seed)) if v is not None})  # else the mode's default
+    if options.get("student_init") is not None:
+        options["student_init"] = model_name(options["student_init"], revision, "--student-init")
+    if task is not None:
+        if texts is not None or data is None:
+            raise BertforgeError("task distillation reads examples: give data (a folder of splits, a file, a table)")
+        config = make_config(TaskDistillConfig, "distill task", dict(given, task=task, data=data, text_col=text_col),
+                             options)
+        record = distill_task(config)
+        metrics = dict(record.get("best", {}))
+    else:
+        files, column = corpus_files(data, texts, text_col)
+        if files is None:
+            raise BertforgeError("general distillation reads a corpus: give data (files) or texts")
+        config = make_config(GeneralDistillConfig, "distill general", dict(given, corpus=files, text_col=column),
+                             options)
+        record = distill_general(config)
+        metrics = {"mlm_accuracy": record.get("heldout_mlm_accuracy")}
+    return DistillResult(Path(out), metrics, read_history(out), record)
+
+
+def quantize(model: Any, out: Any, *, overwrite: bool = False, revision: str | None = None) -> QuantizeResult:
+    """Write a copy of `model` (an encoder, sentence encoder, or classify / regress / tag / qa model) whose Linear
+    layers hold int8 weights (torch's dynamic quantisation, run by `embed`, `predict` and `evaluate` on the CPU)
+    to `out`; returns its agreement with the fp32 model and the weights' sizes."""
+    from bertforge.distill.compress import quantize as run
+
+    record = run(model_name(model, revision), out, overwrite=overwrite)
+    return QuantizeResult(**{**record, "out": Path(record["out"])})
+
+
+def export(model: Any, out: Any, *, format: str = "onnx", int8: bool = False, opset: int = 17,
+           overwrite: bool = False, revision: str | None = None) -> ExportResult:
+    """Export `model` (an encoder, sentence encoder or task model) to `out`/model.onnx (and model.int8.onnx with
+    `int8`), kept only if onnxruntime matches PyTorch to 1e-4; `out` also gets the tokenizer and config, so `embed`,
+    `predict` and `evaluate` run it. Needs the `export` extra (onnx, onnxruntime)."""
+    from bertforge.distill.compress import export_onnx
+
+    if format != "onnx":
+        raise BertforgeError(f"--format {format!r}: expected onnx")
+    record = export_onnx(model_name(model, revision), out, int8=int8, opset=opset, overwrite=overwrite)
+    return ExportResult(Path(out), **record)

@@ -1,0 +1,215 @@
+"""`Index`: passages embedded by a sentence encoder in a FAISS index (exact "flat", or approximate "hnsw" / "ivf"),
+searched by cosine; kept in a folder (`bertforge index build / add / query` read and write the same folders) or
+in memory until saved.
+
+    index = bertforge.Index.build("sentence-transformers/all-MiniLM-L6-v2", passages, "runs/index")
+    index.search("who wrote the novel?", k=5)       # [Hit(rank=1, score=0.71, id=..., text=...), ...]
+    index.add(more_passages)                        # saved at once: the folder's next generation
+    index = bertforge.Index.load("runs/index")      # the model recorded in it, fingerprint-checked
+
+An index never mixes models: every add and search checks the model's fingerprint against the one that built it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bertforge.api.embeddings import load_sentence_encoder
+from bertforge.api.inputs import device_for, model_name, placed, read_texts
+from bertforge.errors import BertforgeError
+
+
+class Index:
+    """A vector index of passages and the sentence encoder they were embedded with. Build one with `Index.build`,
+    open a folder with `Index.load`; `add`, `search` and `save` it."""
+
+    def __init__(self, vectors: Any, model: Any = None, *, device: str | None = None, compile: bool = False):
+        self._vectors = vectors  # bertforge.embed.index.VectorIndex
+        self._model = model      # a loaded SentenceEncoder, a model name, or None: the one the index records
+        self._device, self._compile = device, compile
+        self._encoder = None
+
+    # ---- what it holds -----------------------------------------------------------------------------------------
+    @property
+    def path(self) -> Path | None:
+        """Its folder (None: held in memory only)."""
+        return self._vectors.path
+
+    @property
+    def kind(self) -> str:
+        return self._vectors.meta["kind"]
+
+    @property
+    def dim(self) -> int:
+        return self._vectors.meta["dim"]
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self._vectors.ids)
+
+    @property
+    def texts(self) -> list[str]:
+        return list(self._vectors.texts)
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def __repr__(self) -> str:
+        return f"Index({len(self)} passages, {self.kind}, dim {self.dim}, {self.path or 'in memory'})"
+
+    @property
+    def model(self):
+        """The sentence encoder of the index (loaded on first use: the one given, else the one it records)."""
+        if self._encoder is None:
+            from bertforge.embed import SentenceEncoder
+
+            if isinstance(self._model, SentenceEncoder):
+                self._vectors.check_model(self._model)
+                self._encoder = placed(self._model, self._device, self._compile)
+            else:
+                encoder = self._vectors.load_model(self._model)
+                self._encoder = placed(encoder, self._device or "auto", self._compile, f"--model {encoder.source}")
+        return self._encoder
+
+    # ---- build / load / save -----------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, model: Any, passages: Any, out: Any = None, *, ids: list[str] | None = None, kind: str = "flat",
+              text_col: Any = None, id_col: Any = None, data_split: str | None = None,
+              data_config: str | None = None, batch_size: int = 32, device: str | None = None,
+              precision: str = "fp32", pooling: Any = None, compile: bool = False, progress: bool = False,
+              overwrite: bool = False, revision: str | None = None) -> "Index":
+        """Embed `passages` with `model` (a folder, Hub id or loaded SentenceEncoder) into a new index, saved in
+        `out` (None: in memory until `save`; a folder that holds files is refused unless `overwrite`).
+
+        `passages`: a list of strings (with `ids`, else "texts:ROW"), or a file (one passage a line; a table with
+        `text_col` and an optional `id_col`, default "id"), a saved or Hub dataset, data in memory. Empty passages
+        are skipped. `precision`: what the passages (and later queries) are embedded in."""
+        from bertforge.embed.index import VectorIndex, require_faiss
+        from bertforge.io.rundir import claim_output_dir
+
+        require_faiss()  # before hours of embedding
+        device_for(device, precision)
+
+        def make(folder: Path | None) -> "Index":
+            found_ids, texts = _passages(passages, ids, text_col, id_col, data_split, data_config)
+            encoder = load_sentence_encoder(model, pooling=pooling, device=device, compile=compile,
+                                            revision=revision)
+            vectors = VectorIndex.build(folder, encoder, found_ids, texts, kind=kind, batch_size=batch_size,
+                                        precision=precision, progress=progress)
+            index = cls(vectors, encoder, device=device, compile=compile)
+            index._encoder = encoder
+            return index
+
+        if out is None:
+            return make(None)
+        out = Path(out)
+        if (out / "meta.json").exists() and not overwrite:
+            raise BertforgeError(f"{out}: an index already exists there (use `index add`, --overwrite, or another "
+                                 "--out)")
+        # one writer per folder; a failed build leaves no empty folder behind
+        with claim_output_dir(out, resume=False, overwrite=overwrite, what="--out", resume_flag=None):
+            return make(out)
+
+    @classmethod
+    def load(cls, path: Any, model: Any = None, *, device: str | None = None, compile: bool = False,
+             revision: str | None = None) -> "Index":
+        """The index in folder `path`; searched and added to with `model` (default: the model recorded in it;
+        either way fingerprint-checked), on `device` (default: auto)."""
+        from bertforge.embed.index import VectorIndex, require_faiss
+
+        require_faiss()
+        if device is not None:
+            device_for(device)
+        if not Path(path).is_dir():
+            raise BertforgeError(f"--index {path}: not an index directory")
+        chosen = model_name(model, revision) if model is not None else None
+        return cls(VectorIndex.load(path), chosen, device=device, compile=compile)
+
+    def save(self, path: Any = None, *, overwrite: bool = False) -> Path:
+        """Write the index to `path` (default: its own folder) as the folder's next generation (a crash at any
+        moment leaves the last complete one). A new folder that holds files is refused unless `overwrite`."""
+        from bertforge.io.rundir import claim_output_dir, lock_and_record
+
+        if path is None or (self.path is not None and Path(path).resolve() == self.path.resolve()):
+            if self.path is None:
+                raise BertforgeError("this index is held in memory only: give save() a folder")
+            lock = lock_and_record(self.path, what="--index")
+            try:
+                self._vectors.save()
+            finally:
+                lock.release()
+            return self.path
+        with claim_output_dir(path, resume=False, overwrite=overwrite, what="--out", resume_flag=None):
+            self._vectors.path = Path(path)
+            self._vectors.save()
+        return self._vectors.path
+
+    # ---- use ---------------------------------------------------------------------------------------------------
+    def add(self, passages: Any, *, ids: list[str] | None = None, text_col: Any = None, id_col: Any = None,
+            data_split: str | None = None, data_config: str | None = None, batch_size: int = 32,
+            progress: bool = False) -> int:
+        """Embed `passages` (as `build` takes them; ids must be new) into the index; an index with a folder is
+        saved at once, under the folder's lock (an add another process committed meanwhile is kept). Returns the
+        number of passages added."""
+        from bertforge.embed.index import VectorIndex
+        from bertforge.io.read import read_json
+        from bertforge.io.rundir import lock_and_record
+
+        ids, texts = _passages(passages, ids, text_col, id_col, data_split, data_config)
+        encoder = self.model
+        if self.path is None:
+            return self._vectors.add(encoder, ids, texts, batch_size=batch_size, progress=progress)
+        lock = lock_and_record(self.path, what="--index")  # load, add and save as one step: no lost update
+        try:
+            committed = read_json(self.path / "meta.json").get("generation", 0)
+            if committed != self._vectors.meta.get("generation", 0):
+                self._vectors = VectorIndex.load(self.path)
+            return self._vectors.add(encoder, ids, texts, batch_size=batch_size, progress=progress)
+        finally:
+            lock.release()
+
+    def search(self, queries: str | list[str], k: int = 10, *, rerank: Any = None, revision: str | None = None):
+        """The top `k` passages of each query by cosine, best first: a list of `Hit`s (rank, score, id, text) for
+        one query, a list of such lists for a list of queries. `rerank`: a cross-encoder (a folder, Hub id or
+        loaded `CrossEncoder`) that re-orders each query's hits (its score in `Hit.rerank_score`)."""
+        from bertforge.embed.index import rerank as rerank_hits
+
+        if k <= 0:
+            raise BertforgeError(f"-k must be positive, got {k}")
+        one = isinstance(queries, str)
+        questions = [queries] if one else list(queries)
+        results = self._vectors.search(self.model, questions, k=k)
+        if rerank is not None:
+            cross = _cross_encoder(rerank, self._device, revision)
+            results = [rerank_hits(hits, q, cross) for q, hits in zip(questions, results)]
+        return results[0] if one else results
+
+
+def _cross_encoder(model: Any, device: str | None, revision: str | None):
+    from bertforge.embed.cross_encoder import CrossEncoder
+
+    if isinstance(model, CrossEncoder):
+        return placed(model, device)
+    name = model_name(model, revision, "--rerank")
+    return placed(CrossEncoder.from_pretrained(name), device or "auto", what=f"--rerank {name}")
+
+
+def _passages(passages: Any, ids: list[str] | None, text_col: Any, id_col: Any, data_split: Any,
+              data_config: Any) -> tuple[list[str], list[str]]:
+    """(ids, texts) of the passages to index: read with their columns (`embed.data.read_corpus`), or paired with
+    the `ids` given; empty passages are skipped."""
+    from bertforge.embed.data import read_corpus
+    from bertforge.io.tables import single_source
+
+    source = single_source(passages, data_split, data_config)
+    if ids is None:
+        return read_corpus(source, text_col, id_col)
+    if id_col is not None:
+        raise BertforgeError("give ids or id_col, not both")
+    texts = read_texts(source, text_col, what="passages")
+    if len(ids) != len(texts):
+        raise BertforgeError(f"ids: {len(ids)} ids for {len(texts)} passages")
+    kept = [(str(i), t) for i, t in zip(ids, texts) if t.strip()]
+    if not kept:
+        raise BertforgeError("passages: empty corpus")
+    return [i for i, _ in kept], [t for _, t in kept]

@@ -1,0 +1,105 @@
+"""Serving models over HTTP: `create_app` (the ASGI application: routes for embeddings, classification,
+fill-mask and re-ranking, with dynamic batching, limits and metrics; see docs/serving.md) and `serve` (that
+application run by uvicorn until interrupted). Needs the `serve` extra (fastapi, uvicorn).
+
+    app = bertforge.create_app({"minilm": "sentence-transformers/all-MiniLM-L6-v2"})   # for any ASGI server
+    bertforge.serve(["runs/sst2", "minilm=sentence-transformers/all-MiniLM-L6-v2"], port=8080)
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from bertforge.errors import BertforgeError
+
+
+def model_specs(models: Any, revision: str | None = None) -> list[str]:
+    """The models to serve as `NAME=FOLDER` / `FOLDER` specs: from one folder or Hub id, a list of `[NAME=]FOLDER`
+    or `[NAME=]ID`, or a dict of name -> folder or id. A Hub id becomes its snapshot folder, served under the id
+    (`ID=FOLDER`)."""
+    from bertforge.io.hub import resolve_model_path
+
+    if isinstance(models, (str, os.PathLike)):
+        models = [models]
+    items = [(str(k), v) for k, v in models.items()] if isinstance(models, dict) else [
+        tuple(str(m).rpartition("=")[::2]) for m in models]
+    specs = []
+    for name, model in items:
+        flag = f"--model {name}=" if name else "--model"
+        path = resolve_model_path(model, revision if not os.path.lexists(model) else None, flag)
+        if name:
+            specs.append(f"{name}={path}")
+        else:
+            specs.append(str(path) if str(path) == str(model) else f"{model}={path}")
+    return specs
+
+
+def create_app(models: Any, *, precision: str = "fp32", device: str = "auto", max_batch_tokens: int = 16384,
+               max_wait_ms: float = 2.0, max_queue: int = 256, max_inputs: int = 128, max_body_bytes: int = 8 << 20,
+               api_key: str | None = None, batches_in_flight: int = 2, read_timeout: float = 30.0,
+               max_connections: int = 512, revision: str | None = None):
+    """The FastAPI application serving `models` (the first is the default): a folder or Hub id, a list of
+    `[NAME=]FOLDER` / `[NAME=]ID`, or a dict of name -> folder or id; each loaded now on `device` (embeddings in
+    `precision`: fp32, bf16, fp16 on a GPU, int8 on the CPU). `api_key`: every route but /health then needs
+    `Authorization: Bearer KEY`. The limits are `bertforge serve`'s flags of the same names."""
+    return _app(models, precision, device, revision, api_key, max_batch_tokens, max_wait_ms, max_queue, max_inputs,
+                max_body_bytes, batches_in_flight, read_timeout, max_connections)[0]
+
+
+def _app(models: Any, precision: str, device: str, revision: str | None, api_key: str | None, *limits: Any):
+    """(the application, the models it serves by name), every option checked before a model is loaded."""
+    try:
+        from bertforge.serve import ServeOptions, create_app as make, load_models
+    except ImportError as err:  # fastapi (or uvicorn) missing: one line naming the extra
+        raise BertforgeError(f"serving needs {err.name or 'fastapi'}, which is not installed: "
+                             "pip install 'bertforge[serve]'") from None
+    options = ServeOptions(*limits[:5], api_key, *limits[5:])
+    for name in ("max_batch_tokens", "batches_in_flight", "max_queue", "max_inputs", "max_body_bytes"):
+        if getattr(options, name) < 1:
+            raise BertforgeError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(options, name)}")
+    if options.max_wait_ms < 0:
+        raise BertforgeError(f"--max-wait-ms must be 0 or more, got {options.max_wait_ms}")
+    check_api_key(api_key, "--api-key")
+    loaded = load_models(model_specs(models, revision), precision, device)
+    return make(loaded, options), loaded
+
+
+def check_api_key(api_key: str | None, where: str) -> None:
+    """An empty key would silently turn authentication off: refused in one line naming `where` it came from."""
+    if api_key is not None and not api_key.strip():
+        raise BertforgeError(f"{where} is empty or blank: give a key, or leave {where} out to serve without "
+                             "authentication")
+
+
+def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: int | None = None,
+          log_level: str = "info", precision: str = "fp32", device: str = "auto", max_batch_tokens: int = 16384,
+          max_wait_ms: float = 2.0, max_queue: int = 256, max_inputs: int = 128, max_body_bytes: int = 8 << 20,
+          api_key: str | None = None, batches_in_flight: int = 2, read_timeout: float = 30.0,
+          max_connections: int = 512, revision: str | None = None) -> None:
+    """Serve `models` (as `create_app` takes them, with its options) on `host`:`port` until interrupted (SIGINT /
+    SIGTERM: requests in flight are answered first), saying on stderr what each model serves. `api_key`
+    (default: $BERTFORGE_API_KEY; unset or empty: no authentication). `threads`: torch's intra-op threads."""
+    if not 0 <= port <= 65535:
+        raise BertforgeError(f"--port must be 0..65535, got {port}")
+    where = "--api-key"
+    if api_key is None:  # an unset or empty variable: no authentication
+        api_key, where = os.environ.get("BERTFORGE_API_KEY") or None, "$BERTFORGE_API_KEY"
+    check_api_key(api_key, where)
+    import torch
+    import uvicorn
+
+    from bertforge.serve.limits import bounded_protocol
+
+    if threads:
+        torch.set_num_threads(threads)
+    app, loaded = _app(models, precision, device, revision, api_key, max_batch_tokens, max_wait_ms, max_queue,
+                       max_inputs, max_body_bytes, batches_in_flight, read_timeout, max_connections)
+    for m in loaded.values():
+        print(f"bertforge serve: {m.name} ({m.path}): {', '.join(m.tasks)}", file=sys.stderr)
+    print(f"bertforge serve: authentication {'on (Bearer key)' if api_key else 'off (no --api-key)'}",
+          file=sys.stderr)
+    # uvicorn handles SIGTERM/SIGINT: it stops accepting, lets in-flight requests finish, then the app's
+    # lifespan drains the batcher's queue. Its protocol gets the connection cap and the header deadline.
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=log_level == "debug",
+                timeout_graceful_shutdown=None, http=bounded_protocol(read_timeout, max_connections))

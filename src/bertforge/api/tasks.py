@@ -1,0 +1,109 @@
+"""Fine-tuning, evaluation and prediction on tasks: `finetune`, `evaluate`, `predict`.
+
+    result = bertforge.finetune("bert-base-uncased", "glue/SST-2", task="sst2", out="runs/sst2", epochs=3)
+    result.metrics                                  # {"accuracy": 0.92, ...}: the best evaluation
+    bertforge.evaluate(result.out, "glue/SST-2", task="sst2")
+    bertforge.predict(result.out, ["a gripping film", "dull"])   # [{"label": "1", "score": ..., ...}, ...]
+
+Data is a folder of splits, one file, a saved or Hub dataset, or data in memory (a list of strings or dicts, a
+DataFrame, a pyarrow Table, a datasets Dataset or a dict of split -> data); `text_col` / `text_pair_col` /
+`label_col` name its columns (default: the usual names).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bertforge.api.inputs import make_config, model_name, read_history, trackers
+from bertforge.api.results import FinetuneResult
+from bertforge.errors import BertforgeError
+
+# The numeric options that must be positive when given (the command line's bounds say the same for its flags).
+_POSITIVE = ("max_seq_len", "eval_batch_size", "eval_limit", "epochs", "max_steps", "batch_size", "lr", "runs",
+             "train_limit", "max_target_len", "num_beams", "max_query_length")
+
+
+def _check_positive(cfg: Any) -> None:
+    for name in _POSITIVE:
+        value = getattr(cfg, name, None)
+        if value is not None and value <= 0:
+            flag = {"eval_limit": "limit"}.get(name, name)
+            raise BertforgeError(f"--{flag.replace('_', '-')} must be positive, got {value}")
+
+
+def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = None, eval: Any = None,
+             data_config: str | None = None, text_col: Any = None, text_pair_col: Any = None, label_col: Any = None,
+             epochs: float = 3.0, max_steps: int | None = None, lr: float | None = None, batch_size: int = 32,
+             seed: int = 42, runs: int = 1, device: str = "auto", precision: str | None = None,
+             progress: bool = True, report_to: Any = None, logging_dir: Any = None, resume: bool = False,
+             overwrite: bool = False, revision: str | None = None, **options: Any) -> FinetuneResult:
+    """Fine-tune `model` (a folder or Hub id) on `task` (sst2, mrpc, conll, squad, ..., or a generic kind:
+    classify, regress, tag, qa, choice, seq2seq) with the BERT paper's recipe; the best checkpoint ends in `out`.
+
+    `data`: a folder of splits (train.*, dev.* / validation.*), a saved DatasetDict, a Hub dataset id (with
+    `data_config`), one training file, or data in memory (a dict of split -> data, or one table); `train` / `eval`
+    name a split's data directly. `options`: any other field of `bertforge.tasks.config.FinetuneConfig`
+    (eval_batch_size, max_seq_len, warmup_ratio, weight_decay, train_limit, eval_limit, freeze, features, head,
+    labels, group_by_length, doc_stride, max_query_length, source_col, target_col, max_target_len, num_beams,
+    compile). `report_to`: trackers besides metrics.jsonl (tensorboard, mlflow). `out` holding an earlier run is
+    refused unless `resume` or `overwrite`."""
+    from bertforge.tasks.finetune import FinetuneConfig, finetune as run
+
+    tracked = trackers(report_to, logging_dir)  # a missing tracker library: one line before any work
+    if data is None and train is None:
+        raise BertforgeError("give --data DIR (or --train FILE [--eval FILE])")
+    cfg = make_config(FinetuneConfig, "finetune", dict(
+        task=task, model=model_name(model, revision), out=out, data=data, train=train, eval=eval,
+        data_config=data_config, text_col=text_col, text_pair_col=text_pair_col, label_col=label_col, epochs=epochs,
+        max_steps=max_steps, lr=lr, batch_size=batch_size, seed=seed, runs=runs, device=device, precision=precision,
+        progress=progress, resume=resume, **tracked), options)
+    _check_positive(cfg)
+    done = run(cfg, overwrite=overwrite)
+    best = max(done.runs, key=lambda r: r["best"].get(done.main_metric, -math.inf))
+    metrics = dict(best["best"])
+    precision = cfg.training_precision
+    record = {"out": str(done.model_dir), "task": cfg.task, "main_metric": done.main_metric, "metrics": metrics,
+              "summary": done.summary, "precision": precision, "runs": done.runs}
+    return FinetuneResult(done.model_dir, metrics, read_history(best["out"]), record, task=cfg.task,
+                          main_metric=done.main_metric, summary=done.summary, runs=done.runs, precision=precision)
+
+
+def evaluate(model: Any, data: Any = None, *, task: str, eval: Any = None, split: str = "dev",
+             data_config: str | None = None, text_col: Any = None, text_pair_col: Any = None, label_col: Any = None,
+             batch_size: int = 64, limit: int | None = None, device: str = "auto", precision: str | None = None,
+             progress: bool = False, revision: str | None = None, **options: Any) -> dict[str, float]:
+    """The metrics of a fine-tuned model (a `finetune` output folder, or a Hub id) on `task`'s `split` (dev or
+    test) of `data` (as `finetune` takes it), or on `eval`: {"accuracy": ..., "f1": ...} by task. `precision`:
+    fp32 (default: exact), bf16, fp16 (GPU). `options`: max_seq_len, compile, and the seq2seq / SQuAD settings
+    of `finetune`."""
+    from bertforge.tasks.finetune import FinetuneConfig, evaluate_model
+
+    if data is None and eval is None:
+        raise BertforgeError("give --data DIR or --eval FILE")
+    name = model_name(model, revision)
+    cfg = make_config(FinetuneConfig, "evaluate", dict(
+        task=task, model=name, out=".", data=data, eval=eval, data_config=data_config, text_col=text_col,
+        text_pair_col=text_pair_col, label_col=label_col, eval_batch_size=batch_size, eval_limit=limit,
+        device=device, precision=precision, progress=progress), options)
+    _check_positive(cfg)
+    return evaluate_model(name, cfg, split=split)
+
+
+def predict(model: Any, inputs: Any, *, text_col: Any = None, text_pair_col: Any = None,
+            data_split: str | None = None, data_config: str | None = None, batch_size: int = 64,
+            device: str = "auto", precision: str = "fp32", compile: bool = False, progress: bool = False,
+            revision: str | None = None) -> list[dict[str, Any]]:
+    """Predictions of a fine-tuned model (its task is read from its config.json), one record per input row, in
+    order: label, score and probabilities (classification), score (regression), tokens and tags (tagging), answer,
+    span and score (QA), the chosen ending and probabilities (multiple choice), the generated text (seq2seq).
+
+    `inputs`: a list of strings (one text each) or dicts, a DataFrame, a pyarrow Table, a datasets Dataset, or a
+    file (csv, tsv, jsonl, json, parquet; a text file is one input a line), a saved or Hub dataset (its
+    `data_split` / `data_config`)."""
+    from bertforge.tasks.predict import predict as run
+
+    if batch_size <= 0:
+        raise BertforgeError(f"--batch-size must be positive, got {batch_size}")
+    return run(model_name(model, revision), inputs, batch_size=batch_size, device=device, progress=progress,
+               precision=precision, compile=compile, text_col=text_col, text_pair_col=text_pair_col,
+               split=data_split, config=data_config)

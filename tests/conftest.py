@@ -54,3 +54,15 @@ def verb_parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
 
     walk(build_parser(), ())
     return found
+
+
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread, as the console script runs with OMP_NUM_THREADS=1: sums run in the same order, so a
+    result computed here equals the command's bit for bit."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -30,13 +30,7 @@ TEXTS = ["A man is playing a guitar.", "A woman slices an onion.", "The cat slee
          "Stocks fell sharply on Monday, traders said.", "The Eiffel Tower is in Paris."]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The console script runs with OMP_NUM_THREADS=1; the same here, so sums run in the same order."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # results equal the command's bit for bit
 
 
 def cli(*args: object, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -49,15 +49,7 @@ def first_steps() -> dict[str, dict[str, str]]:
 JOBS = first_steps()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The console script runs with OMP_NUM_THREADS=1; the same here, so sums run in the same order."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # results equal the command's bit for bit
 
 
 def test_the_readme_shows_the_five_jobs_each_as_command_and_python_naming_its_extra():

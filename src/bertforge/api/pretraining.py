@@ -29,7 +29,8 @@ def train_tokenizer(corpus: Any = None, *, texts: Any = None, out: Any = None, k
     """A `Tokenizer` trained on the corpus (the same texts and options always give the same tokenizer), saved to
     `out` when given (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.txt for WordPiece).
 
-    `kind`: wordpiece (BERT), bpe (RoBERTa's byte-level BPE), unigram (ALBERT), gpt2, t5. Project Gutenberg headers
+    `kind`: wordpiece (BERT), bpe (RoBERTa's byte-level BPE), unigram (ALBERT), gpt2, t5, or a family's own
+    SentencePiece layout (deberta-v2, xlm-roberta). Project Gutenberg headers
     and footers in text files are skipped."""
     from bertforge.data.corpus import find_files, iter_texts
     from bertforge.io.rundir import claim_output_dir

@@ -118,7 +118,7 @@ class Table:
         if self.plain:
             return BertforgeError(f"{self.name}: lines of text have no column {column!r}; use a table (csv, tsv, "
                                   "jsonl, json, parquet) with named columns")
-        names = ", ".join(map(str, self.columns)) or "none"
+        names = column_list(self.columns)
         role = f" for the {what}" if what else ""
         if self.header_line is not None:
             return BertforgeError(f"{where(self.name, self.header_line)}: header has no column {column!r}{role} "
@@ -134,6 +134,13 @@ class Table:
             raise self.missing(column, what)
 
 
+def column_list(columns: Sequence) -> str:
+    """Column names for a one-line message: as written, or quoted with escapes where a name holds a line break or
+    another unprintable character (a quoted CSV header may)."""
+    shown = (str(c) if str(c).isprintable() else repr(str(c)) for c in columns)
+    return ", ".join(shown) or "none"
+
+
 def value(row: Row, column: Any, required: bool = True) -> Any:
     """`row[column]`; a row without it (a JSON object missing the field) is an error naming the row and the fields
     it has, unless not `required` (then None)."""
@@ -142,8 +149,7 @@ def value(row: Row, column: Any, required: bool = True) -> Any:
     except KeyError:
         if not required:
             return None
-        fields = ", ".join(map(str, row)) or "none"
-        raise BertforgeError(f"{row.where}: missing field {column!r} (its fields: {fields})") from None
+        raise BertforgeError(f"{row.where}: missing field {column!r} (its fields: {column_list(list(row))})") from None
 
 
 # ---------------------------------------------------------------------------------------------- opening sources
@@ -549,7 +555,7 @@ def pick_columns(table: Table, text: Any = None, pair: Any = None, label: Any = 
         text = next((c for c in TEXT_COLUMNS if table.has(c)), None)
         if text is None:
             raise BertforgeError(f"{table.name}: no text column (looked for {', '.join(TEXT_COLUMNS)}; columns: "
-                                 f"{', '.join(map(str, table.columns)) or 'none'}); name the text column")
+                                 f"{column_list(table.columns)}); name the text column")
         if pair is not None:
             table.require(pair, "text pair")
     if label is not None:

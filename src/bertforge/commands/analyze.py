@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from bertforge.commands.bounds import COUNT, LENGTH
 from bertforge.commands.needs import Need
@@ -113,7 +114,7 @@ def attention_command(args: argparse.Namespace) -> int:
     if maps.truncated:
         print(f"note: the input is longer than the model's maximum; truncated to {len(maps.tokens)} tokens",
               file=sys.stderr)
-    print(f"attention of {len(maps.tokens)} tokens -> {args.out}")
+    print(f"attention of {len(maps.tokens)} tokens -> {Path(args.out)}")
     return 0
 
 
@@ -125,7 +126,7 @@ def heads_command(args: argparse.Namespace) -> int:
                             batch_size=args.batch_size, text_col=args.text_col, data_split=args.data_split,
                             data_config=args.data_config, device=args.device, progress=args.progress,
                             overwrite=args.overwrite)
-    print(f"{stats.sentences} sentences, {stats.tokens} tokens in {stats.seconds:.1f}s -> {args.out}")
+    print(f"{stats.sentences} sentences, {stats.tokens} tokens in {stats.seconds:.1f}s -> {Path(args.out)}")
     for k, heads in stats.patterns().items():
         print(f"  heads with > 0.5 of their attention on {k}: {', '.join(heads) or 'none'}")
     return 0
@@ -142,7 +143,8 @@ def probe_command(args: argparse.Namespace) -> int:
     for k, acc in enumerate(result.accuracy):
         ctrl = f"{result.control[k]:.4f}" if result.control else "-"
         print(f"{k:5d}  {acc:.4f}  {ctrl}")
-    print(f"majority class {result.majority:.4f}; best layer {result.best_layer}; {result.seconds:.0f}s -> {args.out}")
+    print(f"majority class {result.majority:.4f}; best layer {result.best_layer}; {result.seconds:.0f}s -> "
+          f"{Path(args.out)}")
     return 0
 
 
@@ -153,7 +155,7 @@ def importance_command(args: argparse.Namespace) -> int:
                              batch_size=args.batch_size, data_config=args.data_config, text_col=args.text_col,
                              text_pair_col=args.text_pair_col, label_col=args.label_col, device=args.device,
                              progress=args.progress, overwrite=args.overwrite)
-    print(f"head importance ({scores.shape[0]} layers x {scores.shape[1]} heads) -> {args.out}")
+    print(f"head importance ({scores.shape[0]} layers x {scores.shape[1]} heads) -> {Path(args.out)}")
     return 0
 
 
@@ -161,5 +163,5 @@ def explain_command(args: argparse.Namespace) -> int:
     from bertforge.api import explain
 
     attr = explain(args.model, args.text, out=args.out, target=args.target, steps=args.steps, device=args.device)
-    print(f"{attr.label} (p = {attr.probability:.3f}), IG convergence delta {attr.delta:.2e} -> {args.out}")
+    print(f"{attr.label} (p = {attr.probability:.3f}), IG convergence delta {attr.delta:.2e} -> {Path(args.out)}")
     return 0

@@ -361,6 +361,79 @@ def test_quantize_and_export_equal_the_command(tiny, tmp_path):
     assert bertforge.predict(tmp_path / "eapi", tiny["sst"] / "dev.tsv")[0]["label"] == want["label"]
 
 
+def test_prune_writes_the_report_and_weights_the_command_writes(tiny, tmp_path):
+    from safetensors.torch import load_file
+
+    args = ("--task", "sst2", "--fraction", 0.5, "--step", 0.25, "--finetune-steps", 2, "--batch-size", 16)
+    proc = cli("prune", "--model", tiny["clf"], "--data", tiny["sst"], "--out", tmp_path / "cli", *args)
+    printed = json.loads(proc.stdout[:proc.stdout.rindex("}") + 1])
+    assert "transformers v5 cannot load pruned heads" in proc.stdout
+    result = bertforge.prune(tiny["clf"], tiny["sst"], task="sst2", out=tmp_path / "api", fraction=0.5, step=0.25,
+                             finetune_steps=2, batch_size=16, progress=False)
+    written = json.loads((tmp_path / "api" / "pruning.json").read_text())
+    assert result.to_dict() == written and result.out == tmp_path / "api"
+    assert json.loads((tmp_path / "cli" / "pruning.json").read_text()) == printed
+    timeless = lambda r: {k: v for k, v in r.items() if "seconds" not in k and k != "speedup"}  # noqa: E731
+    assert timeless(written) == timeless(printed) and result.heads_removed == printed["heads_removed"] > 0
+    ours, theirs = load_file(tmp_path / "api" / "model.safetensors"), load_file(tmp_path / "cli" / "model.safetensors")
+    assert ours.keys() == theirs.keys()
+    for name, tensor in theirs.items():
+        assert torch.equal(ours[name], tensor), name
+    with pytest.raises(BertforgeError, match="--fraction"):
+        bertforge.prune(tiny["clf"], tiny["sst"], task="sst2", out=tmp_path / "x", fraction=1.0)
+    assert not (tmp_path / "x").exists()
+
+
+def test_analysis_functions_equal_the_analyze_command(tiny, tmp_path):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("scipy")
+    sents = tmp_path / "s.txt"
+    sents.write_text("the cat sat on the mat .\na good film , a bad plot .\nthe dog ran in the park .\n")
+    tags = {"the": "DT", "a": "DT", "cat": "NN", "dog": "NN", "mat": "NN", "film": "NN", "sat": "VBD", "ran": "VBD",
+            "on": "IN", "good": "JJ", "bad": "JJ"}
+    rng = random.Random(0)
+    conll = tmp_path / "pos.txt"
+    conll.write_text("\n\n".join("\n".join(f"{w} {tags[w]} O O" for w in rng.choices(list(tags), k=6))
+                                 for _ in range(20)) + "\n")
+    untimed = lambda path: {k: v for k, v in json.loads(path.read_text()).items() if k != "seconds"}  # noqa: E731
+
+    cli("analyze", "attention", "--model", tiny["mlm"], "--text", "the cat sat", "--pair", "a dog ran",
+        "--layers", "1", "--out", tmp_path / "cli.html")
+    maps = bertforge.attention_maps(tiny["mlm"], "the cat sat", "a dog ran", layers=[1], out=tmp_path / "api.html")
+    assert (tmp_path / "api.html").read_text() == (tmp_path / "cli.html").read_text()
+    assert maps.attn.shape[:2] == (2, 2) and maps.tokens[0] == "[CLS]" and not maps.truncated
+
+    cli("analyze", "heads", "--model", tiny["mlm"], "--input", sents, "--out", tmp_path / "hcli", "--clusters", 2)
+    stats = bertforge.head_statistics(tiny["mlm"], sents.read_text().splitlines(), out=tmp_path / "hapi",
+                                      clusters=2, progress=False)
+    assert untimed(tmp_path / "hapi" / "heads.json") == untimed(tmp_path / "hcli" / "heads.json")
+    assert (tmp_path / "hapi" / "head_stats.png").is_file() and stats.sentences == 3 and stats.seconds > 0
+
+    cli("analyze", "probe", "--model", tiny["mlm"], "--task", "pos", "--data", conll, "--out", tmp_path / "pcli",
+        "--epochs", 2)
+    result = bertforge.probe(tiny["mlm"], conll, task="pos", out=tmp_path / "papi", epochs=2, progress=False)
+    assert untimed(tmp_path / "papi" / "probe.json") == untimed(tmp_path / "pcli" / "probe.json")
+    assert len(result.accuracy) == 3 and (result.n_train, result.n_test) == (96, 24)  # words of 16 and 4 sentences
+    from bertforge.analysis.probe import read_items
+
+    in_memory = bertforge.probe(tiny["mlm"], read_items("pos", conll), task="pos", epochs=2, progress=False)
+    assert (in_memory.accuracy, in_memory.control) == (result.accuracy, result.control)
+
+    cli("analyze", "importance", "--model", tiny["clf"], "--task", "sst2", "--data", tiny["sst"], "--out",
+        tmp_path / "icli")
+    scores = bertforge.head_importance(tiny["clf"], tiny["sst"], task="sst2", progress=False)  # no files
+    written = json.loads((tmp_path / "icli" / "importance.json").read_text())["importance"]
+    assert [[round(float(v), 5) for v in row] for row in scores] == written
+
+    pytest.importorskip("captum")
+    cli("analyze", "explain", "--model", tiny["clf"], "--text", "a good film", "--target", "1", "--steps", 8,
+        "--out", tmp_path / "ecli.html")
+    attr = bertforge.explain(tiny["clf"], "a good film", target="1", steps=8, out=tmp_path / "eapi.html")
+    assert (tmp_path / "eapi.html").read_text() == (tmp_path / "ecli.html").read_text() and attr.label == "1"
+    with pytest.raises(BertforgeError, match="--target"):
+        bertforge.explain(tiny["clf"], "a good film", target="2")
+
+
 # ---- pretraining: tokenizer, shards, model ----------------------------------------------------------------------------
 def test_tokenizer_prepare_and_pretrain_equal_the_command(tiny, tmp_path):
     corpus = tiny["corpus"]

@@ -18,11 +18,11 @@ import types
 __version__ = "0.1.0"
 
 # The public API's names (bertforge.api.__all__; a test keeps the two the same) and the core classes' modules.
-_API = ("DistillResult", "ExportResult", "FinetuneResult", "Index", "PretrainResult", "QuantizeResult",
-        "SentenceEncoderResult", "TextStream", "TrainResult", "create_app", "distill", "embed", "evaluate",
-        "evaluate_sentence_encoder", "export", "fill_mask", "finetune", "generate", "info", "load_sentence_encoder",
-        "longify", "predict", "prepare", "pretrain", "quantize", "read_texts", "serve", "train_sentence_encoder",
-        "train_tokenizer")
+_API = ("DistillResult", "ExportResult", "FinetuneResult", "Index", "PretrainResult", "PruneResult", "QuantizeResult",
+        "SentenceEncoderResult", "TextStream", "TrainResult", "attention_maps", "create_app", "distill", "embed",
+        "evaluate", "evaluate_sentence_encoder", "explain", "export", "fill_mask", "finetune", "generate",
+        "head_importance", "head_statistics", "info", "load_sentence_encoder", "longify", "predict", "prepare",
+        "pretrain", "probe", "prune", "quantize", "read_texts", "serve", "train_sentence_encoder", "train_tokenizer")
 _CORE = {"Encoder": "bertforge.model", "ModelConfig": "bertforge.config", "preset": "bertforge.config",
          "Tokenizer": "bertforge.tokenization", "SentenceEncoder": "bertforge.embed"}
 __all__ = sorted((*_API, *_CORE))

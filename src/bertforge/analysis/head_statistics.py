@@ -69,6 +69,7 @@ class HeadStats:
     sentences: int
     js: np.ndarray | None = None         # [L*H, L*H] mean JS divergence per token (heads in layer-major order)
     clusters: list[int] = field(default_factory=list)  # a cluster id per head (layer-major)
+    seconds: float = 0.0                 # how long computing it took
 
     def table(self) -> list[dict]:
         """One row per head: layer, head and every statistic (rounded)."""

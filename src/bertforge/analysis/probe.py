@@ -37,6 +37,7 @@ class ProbeResult:
     majority: float             # the most frequent training label, on the test items
     n_train: int
     n_test: int
+    seconds: float = 0.0        # how long the probes took
 
     @property
     def best_layer(self) -> int:

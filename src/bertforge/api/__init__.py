@@ -4,20 +4,22 @@ parses flags into these calls and prints their results; `bertforge` re-exports t
 
 Its modules import no torch until a function runs, so `import bertforge` and the command line start fast.
 """
-from bertforge.api.compression import distill, export, quantize
+from bertforge.api.analysis import attention_maps, explain, head_importance, head_statistics, probe
+from bertforge.api.compression import distill, export, prune, quantize
 from bertforge.api.embeddings import (embed, evaluate_sentence_encoder, load_sentence_encoder,
                                       train_sentence_encoder)
 from bertforge.api.index import Index
 from bertforge.api.inputs import read_texts
 from bertforge.api.models import TextStream, fill_mask, generate, info, longify
 from bertforge.api.pretraining import prepare, pretrain, train_tokenizer
-from bertforge.api.results import (DistillResult, ExportResult, FinetuneResult, PretrainResult, QuantizeResult,
-                                   SentenceEncoderResult, TrainResult)
+from bertforge.api.results import (DistillResult, ExportResult, FinetuneResult, PretrainResult, PruneResult,
+                                   QuantizeResult, SentenceEncoderResult, TrainResult)
 from bertforge.api.serving import create_app, serve
 from bertforge.api.tasks import evaluate, finetune, predict
 
-__all__ = ["DistillResult", "ExportResult", "FinetuneResult", "Index", "PretrainResult", "QuantizeResult",
-           "SentenceEncoderResult", "TextStream", "TrainResult", "create_app", "distill", "embed", "evaluate",
-           "evaluate_sentence_encoder", "export", "fill_mask", "finetune", "generate", "info",
-           "load_sentence_encoder", "longify", "predict", "prepare", "pretrain", "quantize", "read_texts", "serve",
-           "train_sentence_encoder", "train_tokenizer"]
+__all__ = ["DistillResult", "ExportResult", "FinetuneResult", "Index", "PretrainResult", "PruneResult",
+           "QuantizeResult", "SentenceEncoderResult", "TextStream", "TrainResult", "attention_maps", "create_app", "distill", "embed",
+           "evaluate", "evaluate_sentence_encoder", "explain", "export", "fill_mask", "finetune", "generate",
+           "head_importance", "head_statistics", "info", "load_sentence_encoder", "longify", "predict", "prepare",
+           "pretrain", "probe", "prune", "quantize", "read_texts", "serve", "train_sentence_encoder",
+           "train_tokenizer"]

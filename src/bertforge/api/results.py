@@ -104,3 +104,31 @@ class ExportResult:
         d = dataclasses.asdict(self)
         del d["out"]
         return {k: v for k, v in d.items() if v is not None or not (k.startswith("int8_") or k == "unfused")}
+
+
+@dataclass
+class PruneResult:
+    """`prune`: the pruned model in `out` (bertforge's layout: per-layer head counts in its config.json); the heads
+    removed per layer, the parameters and metrics before and after, the evaluation's seconds before and after and
+    their ratio (`speedup`). `to_dict()` is OUT/pruning.json, what `bertforge prune` prints."""
+
+    out: Path
+    fraction: float
+    heads_removed: int
+    heads_total: int
+    removed: dict[str, list[int]]
+    heads_per_layer: list[int]
+    parameters_before: int
+    parameters_after: int
+    metrics_before: dict[str, Any]
+    metrics_after: dict[str, Any]
+    eval_seconds_before: float
+    eval_seconds_after: float
+    speedup: float
+    finetune_steps: int
+    seed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        del d["out"]
+        return d

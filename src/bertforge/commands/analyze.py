@@ -2,17 +2,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
 from bertforge.commands.bounds import COUNT, LENGTH
 from bertforge.commands.needs import Need
-from bertforge.commands.options import add_overwrite_arg, add_progress_arg, add_seed_arg, device_of
+from bertforge.commands.options import add_overwrite_arg, add_progress_arg, add_seed_arg
 from bertforge.device import add_device_args
 from bertforge.commands.data_options import add_column_args, add_data_args, add_input_split_args
-from bertforge.errors import BertforgeError
 
 
 def _ints(value: str) -> list[int]:
@@ -109,177 +106,62 @@ def _plot_needs(args: argparse.Namespace, what: str) -> tuple[Need, ...]:
     return (Need("analysis", "matplotlib", f"{what} --out {args.out}"),) if args.out.lower().endswith(".png") else ()
 
 
-def _suffix(out: str, allowed: tuple[str, ...]) -> str:
-    suffix = Path(out).suffix.lower()
-    if suffix not in allowed:
-        raise BertforgeError(f"--out {out}: expected a {' or '.join(allowed)} file")
-    return suffix
-
-
-def _save(fig, path: Path) -> None:
-    """The figure as a PNG, written atomically."""
-    import matplotlib.pyplot as plt
-
-    from bertforge.io.write import atomic_write
-
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
-
-
-def _write_json(path: Path, record: dict) -> None:
-    from bertforge.io.write import atomic_write_text
-
-    atomic_write_text(path, json.dumps(record, indent=1) + "\n")
-
-
-def _load_encoder(args: argparse.Namespace, folder=None):
-    """The encoder (eager attention) and tokenizer of --model (`folder`: its opened model folder), on --device."""
-    from bertforge.analysis.attention import load_encoder
-    from bertforge.device import move_model
-
-    encoder, tok = load_encoder(folder or args.model)
-    return move_model(encoder, device_of(args), f"--model {args.model}"), tok
-
-
-def _load_task_data(args: argparse.Namespace):
-    """A fine-tuned --model on --device and its encoded --data."""
-    from bertforge.analysis.importance import load_task_data
-    from bertforge.device import move_model
-
-    model, kind, enc, labels, saved = load_task_data(args.model, args.task, args.data, data_config=args.data_config,
-                                                     text_col=args.text_col, text_pair_col=args.text_pair_col,
-                                                     label_col=args.label_col)
-    return move_model(model, device_of(args), f"--model {args.model}"), kind, enc, labels, saved
-
-
-def _claim(args: argparse.Namespace):
-    """--out, claimed before any work: an earlier analysis there is replaced only with --overwrite."""
-    from bertforge.io.rundir import claim_output_dir
-
-    device_of(args)
-    return claim_output_dir(args.out, resume=False, overwrite=args.overwrite, resume_flag=None)
-
-
 def attention_command(args: argparse.Namespace) -> int:
-    from bertforge.analysis.attention import attention_html, attention_maps, plot_attention
-    from bertforge.io.write import atomic_write_text, prepare_output_file
+    from bertforge.api import attention_maps
 
-    suffix = _suffix(args.out, (".png", ".html"))
-    device_of(args)
-    out = prepare_output_file(args.out)
-    encoder, tok = _load_encoder(args)
-    maps = attention_maps(encoder, tok, args.text, args.pair, args.max_length)
+    maps = attention_maps(args.model, args.text, args.pair, out=args.out, layers=args.layers, heads=args.heads,
+                          max_length=args.max_length, device=args.device)
     if maps.truncated:
         print(f"note: the input is longer than the model's maximum; truncated to {len(maps.tokens)} tokens",
               file=sys.stderr)
-    if suffix == ".png":
-        _save(plot_attention(maps, args.layers, args.heads), out)
-    else:
-        atomic_write_text(out, attention_html(maps, args.layers, args.heads))
-    print(f"attention of {len(maps.tokens)} tokens -> {out}")
+    print(f"attention of {len(maps.tokens)} tokens -> {Path(args.out)}")
     return 0
 
 
 def heads_command(args: argparse.Namespace) -> int:
-    from bertforge.analysis.head_statistics import head_statistics, plot_clusters, plot_statistics
-    from bertforge.config.positions import check_length, fit_length
-    from bertforge.io.tables import read_texts, single_source
-    from bertforge.model.folder import ModelFolder
+    from bertforge.api import head_statistics
 
-    texts = read_texts(single_source(args.input, args.data_split, args.data_config), args.text_col)
-    sentences = [t.strip() for t in texts if t.strip()][:args.max_sentences]
-    folder = ModelFolder.open(args.model)
-    length = args.max_length or 128
-    if folder.model_config is not None:  # the positions rule, before the model is loaded
-        length = check_length(args.max_length, folder.model_config, args.model, "--max-length") \
-            if args.max_length else fit_length(128, folder.model_config)
-    with _claim(args):
-        encoder, tok = _load_encoder(args, folder)
-        start = time.perf_counter()
-        stats = head_statistics(encoder, tok, sentences, args.batch_size, length, args.js_sentences,
-                                args.clusters, progress=args.progress)
-        seconds = time.perf_counter() - start
-        out = Path(args.out)
-        _write_json(out / "heads.json", {"sentences": stats.sentences, "tokens": stats.tokens,
-                                         "seconds": round(seconds, 2), "patterns_over_0.5": stats.patterns(),
-                                         "clusters": stats.clusters, "heads": stats.table()})
-        _save(plot_statistics(stats), out / "head_stats.png")
-        if stats.js is not None:
-            _save(plot_clusters(stats), out / "head_clusters.png")
-    print(f"{stats.sentences} sentences, {stats.tokens} tokens in {seconds:.1f}s -> {out}")
+    stats = head_statistics(args.model, args.input, out=args.out, max_sentences=args.max_sentences,
+                            max_length=args.max_length, js_sentences=args.js_sentences, clusters=args.clusters,
+                            batch_size=args.batch_size, text_col=args.text_col, data_split=args.data_split,
+                            data_config=args.data_config, device=args.device, progress=args.progress,
+                            overwrite=args.overwrite)
+    print(f"{stats.sentences} sentences, {stats.tokens} tokens in {stats.seconds:.1f}s -> {Path(args.out)}")
     for k, heads in stats.patterns().items():
         print(f"  heads with > 0.5 of their attention on {k}: {', '.join(heads) or 'none'}")
     return 0
 
 
 def probe_command(args: argparse.Namespace) -> int:
-    from bertforge.analysis.probe import plot_probe, probe, read_items
+    from bertforge.api import probe
 
-    items = read_items(args.task, args.data, args.max_sentences)
-    if args.eval:
-        train, test = items, read_items(args.task, args.eval)
-    else:
-        if len(items) < 5:
-            raise BertforgeError(f"{args.data}: {len(items)} examples is too few to split; give --eval")
-        cut = int(len(items) * 0.8)
-        train, test = items[:cut], items[cut:]
-    with _claim(args):
-        encoder, tok = _load_encoder(args)
-        start = time.perf_counter()
-        result = probe(encoder, tok, args.task, train, test, args.batch_size, epochs=args.epochs, seed=args.seed,
-                       control=not args.no_control, progress=args.progress)
-        seconds = time.perf_counter() - start
-        out = Path(args.out)
-        _write_json(out / "probe.json", {"task": args.task, "train": result.n_train, "test": result.n_test,
-                                         "seconds": round(seconds, 1), "accuracy": result.accuracy,
-                                         "control": result.control, "majority": result.majority,
-                                         "best_layer": result.best_layer})
-        _save(plot_probe([result]), out / "probe.png")
+    result = probe(args.model, args.data, task=args.task, eval=args.eval, out=args.out,
+                   max_sentences=args.max_sentences, epochs=args.epochs, control=not args.no_control,
+                   batch_size=args.batch_size, seed=args.seed, device=args.device, progress=args.progress,
+                   overwrite=args.overwrite)
     print("layer  model   random-init")
     for k, acc in enumerate(result.accuracy):
         ctrl = f"{result.control[k]:.4f}" if result.control else "-"
         print(f"{k:5d}  {acc:.4f}  {ctrl}")
-    print(f"majority class {result.majority:.4f}; best layer {result.best_layer}; {seconds:.0f}s -> {out}")
+    print(f"majority class {result.majority:.4f}; best layer {result.best_layer}; {result.seconds:.0f}s -> "
+          f"{Path(args.out)}")
     return 0
 
 
 def importance_command(args: argparse.Namespace) -> int:
-    from bertforge.analysis.importance import head_importance, plot_importance
+    from bertforge.api import head_importance
 
-    with _claim(args):
-        model, _, enc, _, _ = _load_task_data(args)
-        scores = head_importance(model, enc, batch_size=args.batch_size, max_examples=args.max_examples,
-                                 progress=args.progress)
-        out = Path(args.out)
-        rows = [[None if s != s else round(float(s), 5) for s in row] for row in scores]
-        _write_json(out / "importance.json", {"importance": rows})
-        _save(plot_importance(scores), out / "importance.png")
-    print(f"head importance ({scores.shape[0]} layers x {scores.shape[1]} heads) -> {out}")
+    scores = head_importance(args.model, args.data, task=args.task, out=args.out, max_examples=args.max_examples,
+                             batch_size=args.batch_size, data_config=args.data_config, text_col=args.text_col,
+                             text_pair_col=args.text_pair_col, label_col=args.label_col, device=args.device,
+                             progress=args.progress, overwrite=args.overwrite)
+    print(f"head importance ({scores.shape[0]} layers x {scores.shape[1]} heads) -> {Path(args.out)}")
     return 0
 
 
 def explain_command(args: argparse.Namespace) -> int:
-    from bertforge.analysis.explain import attribution_html, explain, plot_attribution
-    from bertforge.device import move_model
-    from bertforge.io.write import atomic_write_text, prepare_output_file
-    from bertforge.model.folder import ModelFolder
-    from bertforge.tasks.models import load_task_model
+    from bertforge.api import explain
 
-    suffix = _suffix(args.out, (".png", ".html"))
-    device = device_of(args)
-    out = prepare_output_file(args.out)
-    folder = ModelFolder.open(args.model)
-    model, _, labels = load_task_model(folder)
-    model = move_model(model, device, f"--model {args.model}")
-    target = None
-    if args.target is not None:
-        if not labels or args.target not in labels:
-            raise BertforgeError(f"--target {args.target!r} is not one of the model's labels ({labels})")
-        target = labels.index(args.target)
-    attr = explain(model, folder.tokenizer(), args.text, labels, target, args.steps)
-    if suffix == ".png":
-        _save(plot_attribution(attr), out)
-    else:
-        atomic_write_text(out, attribution_html(attr))
-    print(f"{attr.label} (p = {attr.probability:.3f}), IG convergence delta {attr.delta:.2e} -> {out}")
+    attr = explain(args.model, args.text, out=args.out, target=args.target, steps=args.steps, device=args.device)
+    print(f"{attr.label} (p = {attr.probability:.3f}), IG convergence delta {attr.delta:.2e} -> {Path(args.out)}")
     return 0

@@ -197,7 +197,6 @@ def train_command(args: argparse.Namespace) -> int:
 def eval_command(args: argparse.Namespace) -> int:
     from bertforge.api import evaluate_sentence_encoder
 
-    device_of(args)
     result = evaluate_sentence_encoder(
         args.model, sts=args.sts, squad=args.squad, queries=args.queries, passages=args.passages,
         relevant=args.qrels, limit=args.limit, text_col=args.text_col, text_pair_col=args.text_pair_col,
@@ -219,7 +218,6 @@ def _corpus(args: argparse.Namespace) -> dict:
 def index_build(args: argparse.Namespace) -> int:
     from bertforge.api import Index
 
-    device_of(args)
     index = Index.build(args.model, args.corpus, args.out, kind=args.kind, device=args.device,
                         precision=args.precision, pooling=args.pooling, compile=bool(args.compile),
                         overwrite=args.overwrite, **_corpus(args))
@@ -230,7 +228,6 @@ def index_build(args: argparse.Namespace) -> int:
 def index_add(args: argparse.Namespace) -> int:
     from bertforge.api import Index
 
-    device_of(args)
     index = Index.load(args.index, args.model, device=args.device, compile=bool(args.compile))
     n = index.add(args.corpus, **_corpus(args))
     print(f"added {n} passages; {len(index)} in {args.index}", file=sys.stderr)
@@ -240,7 +237,6 @@ def index_add(args: argparse.Namespace) -> int:
 def index_query(args: argparse.Namespace) -> int:
     from bertforge.api import Index
 
-    device_of(args)
     if args.k <= 0:
         raise BertforgeError(f"-k must be positive, got {args.k}")
     index = Index.load(args.index, args.model, device=args.device, compile=bool(args.compile))

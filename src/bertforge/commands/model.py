@@ -6,7 +6,6 @@ import json
 
 from bertforge.api.models import info as describe  # noqa: F401 (the description `info` prints)
 from bertforge.commands.bounds import COUNT
-from bertforge.commands.options import device_of
 from bertforge.device import add_device_args
 
 
@@ -51,7 +50,6 @@ def info(args: argparse.Namespace) -> int:
 def fill_mask_command(args: argparse.Namespace) -> int:
     from bertforge.api import fill_mask
 
-    device_of(args)
     results = fill_mask(args.model, args.text, top_k=args.top_k, device=args.device)
     if args.json:
         print(json.dumps([[c.to_dict() for c in cands] for cands in results], indent=2))

@@ -18,19 +18,6 @@ from bertforge.api.inputs import make_config, model_name, read_history, trackers
 from bertforge.api.results import FinetuneResult
 from bertforge.errors import BertforgeError
 
-# The numeric options that must be positive when given (the command line's bounds say the same for its flags).
-_POSITIVE = ("max_seq_len", "eval_batch_size", "eval_limit", "epochs", "max_steps", "batch_size", "lr", "runs",
-             "train_limit", "max_target_len", "num_beams", "max_query_length")
-
-
-def _check_positive(cfg: Any) -> None:
-    for name in _POSITIVE:
-        value = getattr(cfg, name, None)
-        if value is not None and value <= 0:
-            flag = {"eval_limit": "limit"}.get(name, name)
-            raise BertforgeError(f"--{flag.replace('_', '-')} must be positive, got {value}")
-
-
 def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = None, eval: Any = None,
              data_config: str | None = None, text_col: Any = None, text_pair_col: Any = None, label_col: Any = None,
              epochs: float = 3.0, max_steps: int | None = None, lr: float | None = None, batch_size: int = 32,
@@ -57,7 +44,6 @@ def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = 
         data_config=data_config, text_col=text_col, text_pair_col=text_pair_col, label_col=label_col, epochs=epochs,
         max_steps=max_steps, lr=lr, batch_size=batch_size, seed=seed, runs=runs, device=device, precision=precision,
         progress=progress, resume=resume, **tracked), options)
-    _check_positive(cfg)
     done = run(cfg, overwrite=overwrite)
     best = max(done.runs, key=lambda r: r["best"].get(done.main_metric, -math.inf))
     metrics = dict(best["best"])
@@ -85,7 +71,6 @@ def evaluate(model: Any, data: Any = None, *, task: str, eval: Any = None, split
         task=task, model=name, out=".", data=data, eval=eval, data_config=data_config, text_col=text_col,
         text_pair_col=text_pair_col, label_col=label_col, eval_batch_size=batch_size, eval_limit=limit,
         device=device, precision=precision, progress=progress), options)
-    _check_positive(cfg)
     return evaluate_model(name, cfg, split=split)
 
 

@@ -237,8 +237,6 @@ def index_add(args: argparse.Namespace) -> int:
 def index_query(args: argparse.Namespace) -> int:
     from bertforge.api import Index
 
-    if args.k <= 0:
-        raise BertforgeError(f"-k must be positive, got {args.k}")
     index = Index.load(args.index, args.model, device=args.device, compile=bool(args.compile))
     results = index.search(args.question, k=args.k, rerank=args.rerank)
     for question, hits in zip(args.question, results):

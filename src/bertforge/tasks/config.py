@@ -17,6 +17,10 @@ TASK_KINDS = {"sst2": "classify", "cola": "classify", "mrpc": "classify", "stsb"
               "qa": "qa", "choice": "choice", "seq2seq": "seq2seq"}
 TASKS = tuple(TASK_KINDS)
 FREEZE_KINDS = ("classify", "regress", "tag")  # what the feature-based mode (a head on frozen features) supports
+# The numeric fields that must be positive when given (the command line's bounds say the same for its flags; the
+# Python API and a config built in code meet this check).
+POSITIVE_FIELDS = ("max_seq_len", "eval_batch_size", "eval_limit", "epochs", "max_steps", "batch_size", "lr", "runs",
+                   "train_limit", "max_target_len", "num_beams", "max_query_length")
 
 
 def default_max_len(kind: str) -> int:
@@ -81,6 +85,11 @@ class FinetuneConfig:
             raise BertforgeError(f"unknown task {self.task!r} (choose from {', '.join(TASKS)})")
         if self.runs < 1:
             raise BertforgeError(f"--runs must be at least 1, got {self.runs}")
+        for name in POSITIVE_FIELDS:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                flag = {"eval_limit": "limit"}.get(name, name)
+                raise BertforgeError(f"--{flag.replace('_', '-')} must be positive, got {value}")
         if self.max_seq_len is None:
             self.max_seq_len = default_max_len(self.kind)
         if self.freeze and self.kind not in FREEZE_KINDS:

@@ -34,9 +34,9 @@ def model_name(model: Any, revision: str | None = None, flag: str = "--model") -
     revision applies to Hub ids only (a local folder has no versions; as on the command line, it is ignored for
     one)."""
     if isinstance(model, (str, os.PathLike)):
-        from bertforge.io.hub import resolve_model_path
+        from bertforge.io.hub import resolve_model_option
 
-        return resolve_model_path(model, revision if not os.path.lexists(model) else None, flag)
+        return resolve_model_option(model, revision, flag)
     if model is None:
         raise BertforgeError(f"{flag}: no model given")
     return model

@@ -18,7 +18,7 @@ def model_specs(models: Any, revision: str | None = None) -> list[str]:
     """The models to serve as `NAME=FOLDER` / `FOLDER` specs: from one folder or Hub id, a list of `[NAME=]FOLDER`
     or `[NAME=]ID`, or a dict of name -> folder or id. A Hub id becomes its snapshot folder, served under the id
     (`ID=FOLDER`)."""
-    from bertforge.io.hub import resolve_model_path
+    from bertforge.io.hub import resolve_model_option
 
     if isinstance(models, (str, os.PathLike)):
         models = [models]
@@ -27,7 +27,7 @@ def model_specs(models: Any, revision: str | None = None) -> list[str]:
     specs = []
     for name, model in items:
         flag = f"--model {name}=" if name else "--model"
-        path = resolve_model_path(model, revision if not os.path.lexists(model) else None, flag)
+        path = resolve_model_option(model, revision, flag)
         if name:
             specs.append(f"{name}={path}")
         else:

@@ -89,7 +89,7 @@ def resolve_model_args(args: argparse.Namespace) -> None:
     """Each model option's value as a local path: a folder stays as given, a Hugging Face Hub id becomes its
     snapshot folder (at --revision), `serve --model ID` becomes `ID=FOLDER` so it is served under its id. One line
     for a name that is neither, before any work."""
-    from bertforge.io.hub import resolve_model_path
+    from bertforge.io.hub import resolve_model_option
 
     revision, used = getattr(args, "revision", None), False
     for dest in MODEL_DESTS:
@@ -99,13 +99,12 @@ def resolve_model_args(args: argparse.Namespace) -> None:
             resolved = []
             for spec in value:
                 name, sep, model = spec.rpartition("=")
-                path = resolve_model_path(model, revision if not Path(model).exists() else None,
-                                          f"{flag} {name}=" if sep else flag)
+                path = resolve_model_option(model, revision, f"{flag} {name}=" if sep else flag)
                 used |= str(path) != model
                 resolved.append(f"{name or model}={path}" if str(path) != model else spec)
             setattr(args, dest, resolved)
         elif isinstance(value, str) and value:
-            path = resolve_model_path(value, revision if not Path(value).exists() else None, flag)
+            path = resolve_model_option(value, revision, flag)
             used |= str(path) != value
             setattr(args, dest, str(path))
     if revision is not None and not used:

@@ -53,6 +53,13 @@ def resolve_model_path(name: str | Path, revision: str | None = None, flag: str 
     raise BertforgeError(f"{named(flag, name)}: model directory not found")
 
 
+def resolve_model_option(name: str | Path, revision: str | None = None, flag: str = "--model") -> Path:
+    """`resolve_model_path` for a verb's model options, where one `revision` (the command's --revision) may be meant
+    for another of them: it applies to a Hub id and is ignored for a local path."""
+    local = os.path.lexists(Path(name).expanduser())
+    return resolve_model_path(name, None if local else revision, flag)
+
+
 def hub_snapshot(model_id: str, revision: str | None = None, flag: str = "--model") -> Path:
     """The folder of `model_id` at `revision` from huggingface_hub: downloaded, or from the cache when offline."""
     from huggingface_hub import constants, errors, snapshot_download

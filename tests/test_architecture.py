@@ -16,7 +16,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bertforge"
 # order (test_the_architecture_doc_matches_the_code).
 LAYERS: list[str] = [
     "errors", "labels", "device", "io", "families", "config", "tokenization", "model", "data", "training",
-    "generation", "tasks", "embed", "analysis", "distill", "pretrain", "lab",
+    "generation", "tasks", "embed",
+    "retrieval",  # sparse / dense / hybrid retrieval, the corpus index, readers over the top k, open-QA scoring
+    "analysis", "distill", "pretrain", "lab",
     "serve",  # calls the same encode / predict functions the CLI calls
     "api",  # the public functions: one per verb, over everything below (serve included)
     "commands", "cli",

@@ -1,0 +1,137 @@
+"""RAG's marginalisation against transformers' RagTokenForGeneration / RagSequenceForGeneration: the same generator
+weights (BART and T5, random, fp32), the same `context_input_ids` and `doc_scores`, the same loss and logits."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+import transformers
+
+from bertforge.errors import BertforgeError
+from bertforge.model import Seq2SeqLM
+from bertforge.retrieval.rag import RetrievalAugmentedGenerator, marginalise_tokens, rag_token_nll
+
+transformers.logging.set_verbosity_error()
+V, K, B = 53, 3, 2
+
+
+def hf_generator(kind: str):
+    torch.manual_seed(0)
+    if kind == "t5":
+        cfg = transformers.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=40, num_layers=2, num_decoder_layers=2,
+                                    num_heads=4, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, bos_token_id=None,
+                                    initializer_factor=1.0)
+        return transformers.T5ForConditionalGeneration(cfg).eval()
+    cfg = transformers.BartConfig(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2,
+                                  encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=40,
+                                  decoder_ffn_dim=24, max_position_embeddings=40, init_std=0.3)
+    return transformers.BartForConditionalGeneration(cfg).eval()
+
+
+def hf_rag(kind: str, marginalise: str, generator):
+    q = transformers.DPRConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=20)
+    cfg = transformers.RagConfig.from_question_encoder_generator_configs(q, generator.config, n_docs=K)
+    cls = transformers.RagTokenForGeneration if marginalise == "token" else transformers.RagSequenceForGeneration
+    return cls(config=cfg, question_encoder=transformers.DPRQuestionEncoder(q), generator=generator).eval()
+
+
+@pytest.fixture(scope="module", params=["bart", "t5"])
+def generators(request, tmp_path_factory):
+    hf = hf_generator(request.param)
+    path = tmp_path_factory.mktemp(request.param)
+    hf.save_pretrained(path)
+    return request.param, hf, Seq2SeqLM.from_pretrained(path)
+
+
+def inputs(pad: int, bos: int | None):
+    g = torch.Generator().manual_seed(3)
+    ctx = torch.randint(3, V, (B * K, 9), generator=g)
+    mask = torch.ones_like(ctx)
+    mask[1, 6:], mask[4, 3:] = 0, 0
+    ctx = ctx.masked_fill(mask == 0, pad)
+    labels = torch.randint(3, V, (B, 6), generator=g)
+    if bos is not None:
+        labels[:, 0] = bos
+    labels[1, 4:] = pad  # a shorter answer: padding never scores
+    scores = torch.randn(B, K, generator=g) * 2
+    return ctx, mask, labels, scores
+
+
+@pytest.mark.parametrize("marginalise", ["token", "sequence"])
+def test_loss_and_logits_equal_transformers(generators, marginalise):
+    kind, hf, ours = generators
+    ref = hf_rag(kind, marginalise, hf)
+    cfg = hf.config
+    ctx, mask, labels, scores = inputs(cfg.pad_token_id, cfg.bos_token_id if kind == "bart" else None)
+    model = RetrievalAugmentedGenerator(ours, n_docs=K, marginalise=marginalise)
+    with torch.no_grad():
+        want = ref(context_input_ids=ctx, context_attention_mask=mask, doc_scores=scores, labels=labels, n_docs=K)
+        got = model(ctx, mask, scores, labels=labels)
+    torch.testing.assert_close(got.loss, want.loss, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.logits, want.logits, atol=1e-5, rtol=1e-5)
+    if marginalise == "token":
+        with torch.no_grad():
+            marg = ref(context_input_ids=ctx, context_attention_mask=mask, doc_scores=scores, labels=labels,
+                       n_docs=K, do_marginalize=True).logits
+        torch.testing.assert_close(got.marginalised(), marg, atol=1e-5, rtol=1e-5)
+
+
+def test_sequence_rescoring_without_the_start_token_equals_transformers(generators):
+    kind, hf, ours = generators
+    if kind != "bart":
+        pytest.skip("exclude_bos_score applies where answers start with a bos token")
+    ref = hf_rag(kind, "sequence", hf)
+    ctx, mask, labels, scores = inputs(hf.config.pad_token_id, hf.config.bos_token_id)
+    model = RetrievalAugmentedGenerator(ours, n_docs=K, marginalise="sequence")
+    with torch.no_grad():
+        want = ref(context_input_ids=ctx, context_attention_mask=mask, doc_scores=scores, labels=labels, n_docs=K,
+                   exclude_bos_score=True, reduce_loss=True)
+        got = model(ctx, mask, scores, labels=labels, exclude_bos_score=True, reduce=True)
+    torch.testing.assert_close(got.loss, want.loss, atol=1e-5, rtol=1e-5)
+
+
+def test_token_marginalisation_by_hand():
+    """Two passages with priors 0.75 / 0.25 and next-token distributions [0.5, 0.5] / [1, 0] (as logits):
+    RAG-Token's distribution is 0.75 * [0.5, 0.5] + 0.25 * [1, 0] = [0.625, 0.375]."""
+    logits = torch.log(torch.tensor([[[0.5, 0.5]], [[1.0, 1e-30]]]))
+    scores = torch.log(torch.tensor([[0.75, 0.25]]))
+    probs = marginalise_tokens(logits, scores, 2).exp()
+    torch.testing.assert_close(probs, torch.tensor([[[0.625, 0.375]]]))
+    # labels [start, 1]: the target after the start token is token 1, -log 0.375; the padding (token 0) that the
+    # shift appends after it never scores
+    nll = rag_token_nll(torch.cat([logits, logits], 1), scores, torch.tensor([[0, 1]]), n_docs=2, pad_token_id=0)
+    torch.testing.assert_close(nll, -torch.log(torch.tensor([0.375])))
+
+
+def test_a_loss_that_falls_trains_the_generator_through_the_passages(generators):
+    kind, _, ours = generators
+    model = RetrievalAugmentedGenerator(ours, n_docs=K, marginalise="token")
+    cfg = ours.config
+    ctx, mask, labels, scores = inputs(cfg.pad_token_id, cfg.bos_token_id if kind == "bart" else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    losses = []
+    for _ in range(8):
+        loss = model(ctx, mask, scores, labels=labels, reduce=True).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_bad_shapes_are_one_line(generators):
+    _, _, ours = generators
+    with pytest.raises(BertforgeError, match="n_docs"):
+        RetrievalAugmentedGenerator(ours, n_docs=0)
+    with pytest.raises(BertforgeError, match="marginalise"):
+        RetrievalAugmentedGenerator(ours, marginalise="passage")
+    model = RetrievalAugmentedGenerator(ours, n_docs=K)
+    ctx, mask, labels, scores = inputs(ours.config.pad_token_id, None)
+    with pytest.raises(BertforgeError, match="doc_scores"):
+        model(ctx, mask, scores[:, :2], labels=labels)

@@ -2,6 +2,7 @@
 weights (BART and T5, random, fp32), the same `context_input_ids` and `doc_scores`, the same loss and logits."""
 from __future__ import annotations
 
+import copy
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -23,12 +24,20 @@ def hf_generator(kind: str):
     if kind == "t5":
         cfg = transformers.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=40, num_layers=2, num_decoder_layers=2,
                                     num_heads=4, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, bos_token_id=None,
+                                    tie_word_embeddings=False,
                                     initializer_factor=1.0)
-        return transformers.T5ForConditionalGeneration(cfg).eval()
+        model = transformers.T5ForConditionalGeneration(cfg).eval()
+        with torch.no_grad():  # wide output weights, so that decoding goes somewhere other than the pad token
+            model.lm_head.weight.normal_(0, 3.0)
+            model.lm_head.weight[0] = 0.0  # the pad token never wins
+        return model
     cfg = transformers.BartConfig(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2,
                                   encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=40,
                                   decoder_ffn_dim=24, max_position_embeddings=40, init_std=0.3)
-    return transformers.BartForConditionalGeneration(cfg).eval()
+    model = transformers.BartForConditionalGeneration(cfg).eval()
+    model.final_logits_bias.normal_(0, 0.5)  # transformers starts it at zero; a random one checks it is added
+    model.final_logits_bias[0, cfg.eos_token_id] = -5.0  # answers longer than one token, for the decoding tests
+    return model
 
 
 def hf_rag(kind: str, marginalise: str, generator):
@@ -109,6 +118,7 @@ def test_token_marginalisation_by_hand():
 
 def test_a_loss_that_falls_trains_the_generator_through_the_passages(generators):
     kind, _, ours = generators
+    ours = copy.deepcopy(ours)  # the fixture's weights stay those of transformers' model for the other tests
     model = RetrievalAugmentedGenerator(ours, n_docs=K, marginalise="token")
     cfg = ours.config
     ctx, mask, labels, scores = inputs(cfg.pad_token_id, cfg.bos_token_id if kind == "bart" else None)
@@ -135,3 +145,19 @@ def test_bad_shapes_are_one_line(generators):
     ctx, mask, labels, scores = inputs(ours.config.pad_token_id, None)
     with pytest.raises(BertforgeError, match="doc_scores"):
         model(ctx, mask, scores[:, :2], labels=labels)
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_rag_token_decoding_equals_transformers(generators, beams):
+    from bertforge.retrieval.rag import generate_token_marginal
+
+    kind, hf, ours = generators
+    ref = hf_rag(kind, "token", hf)
+    cfg = hf.config
+    ctx, mask, _, scores = inputs(cfg.pad_token_id, None)
+    with torch.no_grad():
+        want = ref.generate(context_input_ids=ctx, context_attention_mask=mask, doc_scores=scores, n_docs=K,
+                            num_beams=beams, max_length=8, do_sample=False)
+    got = generate_token_marginal(ours, ctx, mask, scores, max_new_tokens=7, greedy=beams == 1, num_beams=beams)
+    assert got.tolist() == want.tolist()
+    assert len(set(want[:, 1:].flatten().tolist())) >= 2, "a decoding test needs answers that go somewhere"

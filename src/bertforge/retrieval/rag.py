@@ -142,3 +142,57 @@ class RetrievalAugmentedGenerator(nn.Module):
                                         bos_token_id=cfg.bos_token_id, epsilon=self.label_smoothing,
                                         exclude_bos_score=exclude_bos_score, reduce=reduce)
         return RagOutput(loss, seq_logits, doc_scores)
+
+
+# ---- decoding -------------------------------------------------------------------------------------------------
+class _PassageCache:
+    """The generator's cache over B*k rows, seen by the decoding loops as B rows: a reorder of question rows moves
+    each question's k passage rows together, and their log-priors with them."""
+
+    def __init__(self, inner, log_prior: torch.Tensor):
+        self.inner, self.log_prior = inner, log_prior  # log_prior [B, k]
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    def reorder(self, index: torch.Tensor) -> "_PassageCache":
+        k = self.log_prior.shape[1]
+        rows = (index[:, None] * k + torch.arange(k, device=index.device)).reshape(-1)
+        self.inner = self.inner.reorder(rows)
+        self.log_prior = self.log_prior[index]
+        return self
+
+
+class TokenMarginalDecoder:
+    """RAG-Token as a model of the generation protocol (`generation.search`): each step runs the generator on every
+    (question, passage) row and returns log sum_z p(z|x) p(y_i | x, z, y_<i) per question, so greedy, sampling and
+    beam search decode RAG-Token unchanged. `doc_scores` [B, k] are fixed for the whole decoding."""
+
+    def __init__(self, generator: nn.Module, doc_scores: torch.Tensor):
+        self.generator, self.config = generator, generator.config
+        self.log_prior = F.log_softmax(doc_scores.float(), dim=1)
+        self.k = doc_scores.shape[1]
+
+    def _marginal(self, logits: torch.Tensor, cache: _PassageCache) -> torch.Tensor:
+        logprobs = F.log_softmax(logits.float(), -1).view(-1, self.k, logits.shape[-1])
+        return torch.logsumexp(logprobs + cache.log_prior[:, :, None], dim=1)
+
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, max_new_tokens: int):
+        logits, inner, start = self.generator.prefill(input_ids, attention_mask, max_new_tokens)
+        cache = _PassageCache(inner, self.log_prior)
+        return self._marginal(logits, cache), cache, start[::self.k]
+
+    def step(self, tokens: torch.Tensor, cache: _PassageCache):
+        logits, cache.inner = self.generator.step(tokens.repeat_interleave(self.k), cache.inner)
+        return self._marginal(logits, cache), cache
+
+
+def generate_token_marginal(generator: nn.Module, context_input_ids: torch.Tensor,
+                            context_attention_mask: torch.Tensor, doc_scores: torch.Tensor, config=None,
+                            **options) -> torch.Tensor:
+    """RAG-Token decoding (greedy, sampled or beam search: `generation.GenerationConfig`): [B, 1 + generated]."""
+    from bertforge.generation.search import generate_ids
+
+    return generate_ids(TokenMarginalDecoder(generator, doc_scores), context_input_ids, context_attention_mask,
+                        config, **options)

@@ -161,3 +161,41 @@ def test_rag_token_decoding_equals_transformers(generators, beams):
     got = generate_token_marginal(ours, ctx, mask, scores, max_new_tokens=7, greedy=beams == 1, num_beams=beams)
     assert got.tolist() == want.tolist()
     assert len(set(want[:, 1:].flatten().tolist())) >= 2, "a decoding test needs answers that go somewhere"
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_rag_sequence_thorough_decoding_equals_transformers(generators, beams):
+    """Contexts without padding: transformers' per-passage beam search drops the attention mask (see the
+    function's docstring), which only matters where a context is padded."""
+    from bertforge.retrieval.rag import generate_sequence_marginal
+
+    kind, hf, ours = generators
+    ref = hf_rag(kind, "sequence", hf)
+    ctx, _, _, scores = inputs(hf.config.pad_token_id, None)
+    ctx = ctx.masked_fill(ctx == hf.config.pad_token_id, 5)
+    mask = torch.ones_like(ctx)
+    with torch.no_grad():
+        want = ref.generate(context_input_ids=ctx, context_attention_mask=mask, doc_scores=scores, n_docs=K,
+                            num_beams=beams, max_length=7, do_sample=False)
+    got = generate_sequence_marginal(ours, ctx, mask, scores, num_beams=beams, max_new_tokens=6)
+    for q in range(B):
+        assert got[q].tolist() == want[q, :len(got[q])].tolist()
+        assert (want[q, len(got[q]):] == hf.config.pad_token_id).all()
+
+
+def test_fast_decoding_scores_a_candidate_only_on_its_own_passages(generators):
+    from bertforge.retrieval.rag import generate_sequence_marginal
+
+    kind, hf, ours = generators
+    ctx, mask, _, scores = inputs(hf.config.pad_token_id, None)
+    fast = generate_sequence_marginal(ours, ctx, mask, scores, num_beams=2, max_new_tokens=5, decoding="fast")
+    thorough = generate_sequence_marginal(ours, ctx, mask, scores, num_beams=2, max_new_tokens=5)
+    assert len(fast) == len(thorough) == B
+    # with one passage the two coincide: every candidate came from it
+    one = scores[:, :1]
+    rows = torch.arange(0, B * K, K)
+    f1 = generate_sequence_marginal(ours, ctx[rows], mask[rows], one, num_beams=2, max_new_tokens=5, decoding="fast")
+    t1 = generate_sequence_marginal(ours, ctx[rows], mask[rows], one, num_beams=2, max_new_tokens=5)
+    assert [a.tolist() for a in f1] == [a.tolist() for a in t1]
+    with pytest.raises(BertforgeError, match="decoding"):
+        generate_sequence_marginal(ours, ctx, mask, scores, decoding="quick")

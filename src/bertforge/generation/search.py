@@ -77,10 +77,25 @@ def _gather(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return t.gather(1, index.view(*index.shape, *[1] * (t.dim() - 2)).expand(*index.shape, *t.shape[2:]))
 
 
-@torch.inference_mode()
 def beam_search(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                 config: GenerationConfig) -> torch.Tensor:
     """The best finished hypothesis per row: [B, T0 + generated], padded with the fill id."""
+    done, length = _beams(model, input_ids, attention_mask, config)
+    return done[:, 0, :int(length[:, 0].max())]
+
+
+def beam_hypotheses(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                    config: GenerationConfig) -> torch.Tensor:
+    """Every row's `num_beams` finished hypotheses, best first: [B, num_beams, T0 + generated], padded with the
+    fill id (what RAG-Sequence rescores against every passage)."""
+    done, length = _beams(model, input_ids, attention_mask, config)
+    return done[:, :, :int(length.max())]
+
+
+@torch.inference_mode()
+def _beams(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+           config: GenerationConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the finished hypotheses [B, num_beams, T0 + max_new_tokens], best first; their lengths [B, num_beams])."""
     cfg = config.resolved()
     eos, pad = _ends(model, cfg)
     K, lp = cfg.num_beams, cfg.length_penalty
@@ -137,8 +152,7 @@ def beam_search(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | N
             break
         cache = cache.reorder((from_beam + torch.arange(B, device=dev)[:, None] * K).view(-1))
         logits, cache = model.step(running[:, :, cur].reshape(-1), cache)
-    length = done_len[:, 0].clamp(min=T0)
-    return done[:, 0, :int(length.max())]
+    return done, done_len.clamp(min=T0)
 
 
 def generate_ids(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

@@ -196,3 +196,80 @@ def generate_token_marginal(generator: nn.Module, context_input_ids: torch.Tenso
 
     return generate_ids(TokenMarginalDecoder(generator, doc_scores), context_input_ids, context_attention_mask,
                         config, **options)
+
+
+DECODINGS = ("thorough", "fast")
+
+
+def generate_sequence_marginal(generator: nn.Module, context_input_ids: torch.Tensor,
+                               context_attention_mask: torch.Tensor, doc_scores: torch.Tensor, *,
+                               num_beams: int = 4, max_new_tokens: int = 20, decoding: str = "thorough",
+                               deduplicate: bool = True) -> list[torch.Tensor]:
+    """RAG-Sequence decoding: per question, beam search on each of its k passages gives up to k x num_beams
+    candidate answers (duplicates removed); each is then scored by p(y|x) = sum_z p(z|x) p(y|x,z) and the best
+    returned (one tensor of ids per question, starting with the decoder's start token).
+
+    "thorough" computes p(y|x,z) for every candidate and every passage (k extra forward passes a candidate, as
+    transformers' RagSequenceForGeneration.generate); "fast" counts a passage only where beam search found the
+    candidate on it (p(y|x,z) ~ 0 elsewhere; Lewis et al. 2020, section 2.5), so no candidate reads a passage it
+    did not come from. Beam search reads each passage with its attention mask (transformers' generate drops the
+    mask there, so their candidates differ where contexts are padded; the rescoring agrees)."""
+    from bertforge.generation.config import GenerationConfig
+    from bertforge.generation.search import beam_hypotheses, generate_ids
+
+    if decoding not in DECODINGS:
+        raise BertforgeError(f"decoding: expected one of {', '.join(DECODINGS)} (got {decoding!r})")
+    k = doc_scores.shape[1]
+    _check_scores(doc_scores, k)
+    cfg = generator.config
+    pad = cfg.pad_token_id
+    scorer = RetrievalAugmentedGenerator(generator, n_docs=k, marginalise="sequence")
+    answers = []
+    for q in range(doc_scores.shape[0]):
+        rows = slice(q * k, (q + 1) * k)
+        ids, mask = context_input_ids[rows], context_attention_mask[rows]
+        if num_beams > 1:
+            hyps = beam_hypotheses(generator, ids, mask, GenerationConfig(max_new_tokens=max_new_tokens,
+                                                                          num_beams=num_beams))
+        else:
+            hyps = generate_ids(generator, ids, mask, max_new_tokens=max_new_tokens, greedy=True)[:, None]
+        # candidates in order of appearance (passage by passage, best beam first), with the passages that found each
+        found: dict[tuple[int, ...], set[int]] = {}
+        order: list[tuple[int, ...]] = []  # every candidate, or each once when deduplicating
+        for z in range(k):
+            for h in hyps[z]:
+                key = tuple(h.tolist())
+                if key not in found or not deduplicate:
+                    order.append(key)
+                found.setdefault(key, set()).add(z)
+        cands = torch.tensor(order, dtype=torch.long, device=ids.device)
+        n = len(cands)
+        with torch.no_grad():
+            out = generator(ids.repeat(n, 1), mask.repeat(n, 1), decoder_input_ids=cands.repeat_interleave(k, 0))
+            logits = out["logits"]
+            if decoding == "thorough":
+                nll = rag_sequence_nll(logits, doc_scores[q:q + 1].repeat(n, 1), cands, n_docs=k, pad_token_id=pad,
+                                       bos_token_id=cfg.bos_token_id, exclude_bos_score=True)
+            else:
+                nll = _fast_nll(logits, doc_scores[q], cands, [found[tuple(c.tolist())] for c in cands], k, pad,
+                                cfg.bos_token_id)
+        best = int(torch.argmin(nll))  # the first of equals, as topk's order
+        answers.append(cands[best])
+    return answers
+
+
+def _fast_nll(logits: torch.Tensor, scores: torch.Tensor, cands: torch.Tensor, sources: list[set[int]], k: int,
+              pad: int, bos: int | None) -> torch.Tensor:
+    """RAG-Sequence's nll with p(y|x,z) = 0 for the passages z whose beams did not produce y."""
+    n = len(cands)
+    excluded = torch.ones(n, k, dtype=torch.bool, device=cands.device)
+    for i, zs in enumerate(sources):
+        excluded[i, sorted(zs)] = False
+    target = _targets(cands, pad)
+    logprobs = F.log_softmax(logits.float(), -1).view(n, k, *logits.shape[1:])
+    tgt = target[:, None, :].expand(-1, k, -1)
+    ll = logprobs.gather(-1, tgt[..., None]).squeeze(-1).masked_fill(tgt.eq(pad), 0.0)
+    use_bos = bos is not None and bool(target[:, 0].eq(bos).all())
+    ll = ll[:, :, 1:].sum(2) if use_bos else ll.sum(2)
+    ll = ll + F.log_softmax(scores.float(), 0)[None, :]
+    return -torch.logsumexp(ll.masked_fill(excluded, float("-inf")), dim=1)

@@ -199,3 +199,56 @@ def test_fast_decoding_scores_a_candidate_only_on_its_own_passages(generators):
     assert [a.tolist() for a in f1] == [a.tolist() for a in t1]
     with pytest.raises(BertforgeError, match="decoding"):
         generate_sequence_marginal(ours, ctx, mask, scores, decoding="quick")
+
+
+# ---- checkpoints in transformers' RAG layout ------------------------------------------------------------------
+def test_a_transformers_rag_folder_loads_with_the_same_loss(generators, tmp_path):
+    from bertforge.retrieval.rag_folder import load_generator, open_rag_folder
+
+    kind, hf, _ = generators
+    ref = hf_rag(kind, "token", hf)
+    ref.save_pretrained(tmp_path)
+    folder = open_rag_folder(tmp_path)
+    assert folder.n_docs == K
+    model = RetrievalAugmentedGenerator(load_generator(folder), n_docs=folder.n_docs)
+    ctx, mask, labels, scores = inputs(hf.config.pad_token_id, None)
+    with torch.no_grad():
+        want = ref(context_input_ids=ctx, context_attention_mask=mask, doc_scores=scores, labels=labels).loss
+        got = model(ctx, mask, scores, labels=labels).loss
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_an_assembled_rag_folder_loads_in_transformers_unchanged(generators, tmp_path):
+    from bertforge.retrieval.rag_folder import save_rag_folder
+
+    kind, hf, ours = generators
+    q = transformers.DPRQuestionEncoder(transformers.DPRConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1,
+                                                               num_attention_heads=2, intermediate_size=20)).eval()
+    q.save_pretrained(tmp_path / "q")
+    ours.save_pretrained(tmp_path / "g")  # bertforge's own save of the generator
+    save_rag_folder(tmp_path / "rag", tmp_path / "q", tmp_path / "g", settings={"n_docs": K})
+    cls = transformers.RagSequenceForGeneration
+    loaded, info = cls.from_pretrained(tmp_path / "rag", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ctx, mask, labels, scores = inputs(hf.config.pad_token_id, None)
+    with torch.no_grad():
+        want = loaded.eval()(context_input_ids=ctx, context_attention_mask=mask, doc_scores=scores,
+                             labels=labels).loss
+        got = RetrievalAugmentedGenerator(ours, n_docs=K, marginalise="sequence")(ctx, mask, scores,
+                                                                                 labels=labels).loss
+        qv = loaded.question_encoder(torch.tensor([[5, 6, 7]])).pooler_output
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(qv, q(torch.tensor([[5, 6, 7]])).pooler_output, atol=1e-6, rtol=1e-6)
+
+
+def test_a_rag_folder_missing_its_generator_is_one_line(generators, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from bertforge.retrieval.rag_folder import open_rag_folder
+
+    kind, hf, _ = generators
+    hf_rag(kind, "token", hf).save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    save_file({k: v for k, v in state.items() if not k.startswith("rag.generator.")}, tmp_path / "model.safetensors")
+    with pytest.raises(BertforgeError, match="no generator weights"):
+        open_rag_folder(tmp_path)

@@ -160,17 +160,22 @@ class Seq2SeqLM(nn.Module):
         """Encode the (right-padded) sources once, project every decoder layer's cross-attention keys and values,
         run the decoder on its start token. Returns (next-token logits [B, V], the cache, the start tokens [B, 1]:
         the sequence generation continues)."""
+        return self.prefill_encoded(self.encode(input_ids, attention_mask), attention_mask, max_new_tokens)
+
+    def prefill_encoded(self, memory: torch.Tensor, attention_mask: torch.Tensor | None,
+                        max_new_tokens: int) -> tuple[torch.Tensor, Seq2SeqCache, torch.Tensor]:
+        """`prefill` from the encoder's output [B, S, H] (and its mask [B, S]): what a model that builds the memory
+        its own way (Fusion-in-Decoder joins k passages' encodings) decodes from."""
         cfg = self.config
         if hasattr(self.decoder, "embed_positions") and max_new_tokens > cfg.max_position_embeddings:
             raise BertforgeError(f"--max-new-tokens {max_new_tokens} exceeds the decoder's "
                                  f"{cfg.max_position_embeddings} positions (max_position_embeddings)")
-        B, w = input_ids.shape[0], self.shared.weight
-        memory = self.encode(input_ids, attention_mask)
+        B, w = memory.shape[0], self.shared.weight
         heads = cfg.decoder_attention_heads
         self_kv = KVCache(cfg.decoder_layers, B, heads, cfg.head_dim_for(heads), max_new_tokens + 1,
                           w.dtype, w.device)
         cache = Seq2SeqCache(self_kv, self.cross_keys_values(memory), _key_mask(attention_mask), max_new_tokens)
-        start = torch.full((B, 1), cfg.decoder_start_token_id, dtype=torch.long, device=input_ids.device)
+        start = torch.full((B, 1), cfg.decoder_start_token_id, dtype=torch.long, device=memory.device)
         return self._next(start, cache), cache, start
 
     def step(self, tokens: torch.Tensor, cache: Seq2SeqCache) -> tuple[torch.Tensor, Seq2SeqCache]:

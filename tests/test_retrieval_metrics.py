@@ -110,6 +110,11 @@ def test_regex_has_answer_hand_worked_and_as_dpr(answers, text, expected):
     assert _dpr_has_answer(answers, text, "regex") is expected
 
 
+def test_one_answer_is_not_its_characters():
+    assert has_answer("cat", "the cat") and not has_answer("tac", "the cat")  # not "t", "a", "c" one by one
+    assert prepare_answers("New York").tokens == (("new", "york"),)
+
+
 def test_simple_tokens_match_the_regex_module_on_mixed_scripts():
     text = "Ça va? 3.14 km² — naïve «Zürich» 東京タワー ‘quoted’ e\u0301 \u200b x\ty\u00a0z \U0001F600!"
     regex = pytest.importorskip("regex")

@@ -348,3 +348,10 @@ def test_evaluate_open_qa_cli_equals_api(minilm_index, tmp_path, capsys):
     assert with_reader.reader_scored == 7 and 0.0 <= with_reader.exact_match <= 100.0
     assert main(["evaluate", "--task", "open-qa", "--questions", str(questions)]) == 2  # one line: give --index
     assert "give --index" in capsys.readouterr().err
+
+
+def test_the_command_line_offers_the_readers_formats():
+    from bertforge.commands.open_qa import FORMATS as OFFERED
+    from bertforge.retrieval.questions import FORMATS
+
+    assert OFFERED == FORMATS

@@ -11,6 +11,7 @@ from bertforge.api.embeddings import (embed, evaluate_sentence_encoder, load_sen
 from bertforge.api.index import Index
 from bertforge.api.inputs import read_texts
 from bertforge.api.models import TextStream, fill_mask, generate, info, longify
+from bertforge.api.open_qa import evaluate_open_qa
 from bertforge.api.pretraining import prepare, pretrain, train_tokenizer
 from bertforge.api.results import (DistillResult, ExportResult, FinetuneResult, PretrainResult, PruneResult,
                                    QuantizeResult, SentenceEncoderResult, TrainResult)
@@ -22,4 +23,5 @@ __all__ = ["DistillResult", "ExportResult", "FinetuneResult", "Index", "Pretrain
            "evaluate", "evaluate_sentence_encoder", "explain", "export", "fill_mask", "finetune", "generate",
            "head_importance", "head_statistics", "info", "load_sentence_encoder", "longify", "predict", "prepare",
            "pretrain", "probe", "prune", "quantize", "read_texts", "serve", "train_sentence_encoder",
-           "train_tokenizer"]
+           "train_tokenizer",
+           "evaluate_open_qa"]

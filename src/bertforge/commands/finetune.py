@@ -11,6 +11,7 @@ from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_p
 from bertforge.commands.data_options import add_column_args, add_data_args, add_input_split_args
 from bertforge.device import INFERENCE_PRECISIONS, TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, EPOCHS, FRACTION, LENGTH, NONNEG, POSITIVE, STEPS
+from bertforge.commands.open_qa import TASK as OPEN_QA, add_open_qa_args, run_open_qa
 
 TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
              "v1.1/v2.0), swag (multiple choice); generic: classify regress (csv/tsv/jsonl with --text-col/"
@@ -25,7 +26,9 @@ def _task_choices() -> tuple[str, ...]:
 
 
 def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
-    p.add_argument("--task", required=True, type=str.lower, choices=_task_choices(), metavar="TASK", help=TASK_HELP)
+    choices = _task_choices() if train else (*_task_choices(), OPEN_QA)
+    p.add_argument("--task", required=True, type=str.lower, choices=choices, metavar="TASK",
+                   help=TASK_HELP + ("" if train else f"; {OPEN_QA} (retrieval, and a reader: --index, --questions)"))
     add_data_args(p, "a folder of splits (train.*, dev.* or validation.*, test.*: csv, tsv, jsonl, json, parquet, or "
                      "save_to_disk folders; e.g. ../shared/data/glue/SST-2), a saved DatasetDict, a Hugging Face Hub "
                      "dataset id (with --data-config), or one file" + (
@@ -105,8 +108,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev = subparsers.add_parser("evaluate", help="score a fine-tuned model on a task's data (JSON metrics)",
                                description="Evaluate a fine-tuned model directory (a finetune OUT folder) and print "
                                            "the metrics as JSON.")
-    ev.add_argument("--model", required=True, metavar="DIR", help="fine-tuned model directory")
+    ev.add_argument("--model", metavar="DIR", help="fine-tuned model directory (every task but open-qa)")
     _data_args(ev, train=False)
+    add_open_qa_args(ev)
     ev.add_argument("--split", default="dev", choices=("dev", "test"),
                     help="which file of --data to score: dev (dev/valid/validation) or test (default: dev)")
     add_device_args(ev, INFERENCE_PRECISIONS, "fp32", "bf16 or fp16 (GPU only) autocast", device=False)
@@ -170,6 +174,12 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from bertforge.api import evaluate
+    from bertforge.errors import BertforgeError
+
+    if args.task == OPEN_QA:
+        return run_open_qa(args)
+    if not args.model:
+        raise BertforgeError(f"evaluate --task {args.task}: give --model")
 
     metrics = evaluate(args.model, args.data, task=args.task, split=args.split, batch_size=args.eval_batch_size,
                        limit=args.limit, precision=args.precision, **_options(args))

@@ -22,14 +22,14 @@ TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNL
 OPEN_QA = "open-qa"
 
 
-def _task_choices() -> tuple[str, ...]:
+def _task_choices(train: bool = False) -> tuple[str, ...]:
     from bertforge.tasks.config import TASKS  # torch-free: building the parser stays fast
 
-    return TASKS + (OPEN_QA,)
+    return TASKS + (OPEN_QA,) if train else TASKS  # an open-qa reader is scored by its finetune run
 
 
 def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
-    p.add_argument("--task", required=True, type=str.lower, choices=_task_choices(), metavar="TASK", help=TASK_HELP)
+    p.add_argument("--task", required=True, type=str.lower, choices=_task_choices(train), metavar="TASK", help=TASK_HELP)
     add_data_args(p, "a folder of splits (train.*, dev.* or validation.*, test.*: csv, tsv, jsonl, json, parquet, or "
                      "save_to_disk folders; e.g. ../shared/data/glue/SST-2), a saved DatasetDict, a Hugging Face Hub "
                      "dataset id (with --data-config), or one file" + (

@@ -109,9 +109,10 @@ def read(model: nn.Module, tokenizer, questions: Sequence[str], passages: Sequen
          batch_size: int = 8, n_best: int = 20, max_answer_len: int = 30, progress: bool = False
          ) -> list[dict[str, Any]]:
     """The answer of each question from its passages (`hit_fields` dicts, best retrieved first)."""
-    encoded = encode_questions(tokenizer, questions, passages, max_len)
+    found = [i for i, hits in enumerate(passages) if hits]  # an empty index gives a question no passage
+    encoded = encode_questions(tokenizer, [questions[i] for i in found], [passages[i] for i in found], max_len)
     logits = reader_logits(model, [x for _, x in encoded], tokenizer.pad_token_id, batch_size, progress)
-    out = []
-    for q, hits, (rows, _), (s, e, sel) in zip(questions, passages, encoded, logits):
-        out.append({"question": q, **best_answers(rows, hits, s, e, sel, n_best, max_answer_len)})
+    out = [{"question": q, "answer": "", "score": 0.0, "passages": [], "answers": []} for q in questions]
+    for i, (rows, _), (s, e, sel) in zip(found, encoded, logits):
+        out[i].update(best_answers(rows, passages[i], s, e, sel, n_best, max_answer_len))
     return out

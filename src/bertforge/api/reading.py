@@ -88,12 +88,15 @@ def check_question(question: Any, i: int = 0) -> str:
     return question.strip()
 
 
-def ask(question: Any, *, index: Any, reader: Any, retriever: Any = None, k: int = 20, device: str = "auto",
+def ask(question: Any, *, index: Any, reader: Any = None, retriever: Any = None, k: int = 20, device: str = "auto",
         batch_size: int = 8, progress: bool = False, revision: str | None = None) -> Any:
     """Answer `question` (a string, or a list of them) from the top `k` passages of `index` (a folder, or a loaded
     `Index`), read by `reader` (a folder `finetune(task="open-qa")` wrote). `retriever`: the question encoder of a
     dense index (default: the one the index records), or "bm25" for a sparse one. Returns an `AskResult` (a list of
     them for a list), whose `to_dict()` is what `bertforge ask` prints."""
+    # `reader` is a keyword with a default so that another way of answering (a generator) can sit beside it
+    if reader is None:
+        raise BertforgeError("reader: give the reader that reads the passages (a finetune task='open-qa' folder)")
     one = isinstance(question, str)
     questions = [question] if one else list(question)
     if not questions:

@@ -179,8 +179,7 @@ def evaluate_reader(model: nn.Module, tokenizer, questions: Sequence[Question], 
 def finetune_reader(cfg: OpenQAConfig, retrieve: Retrieve, *, overwrite: bool = False) -> dict[str, Any]:
     """Train a reader into `cfg.out` (claimed as finetune claims it: resume / overwrite, recorded options);
     returns the run's record (tasks.finetune.train_one's, with `main_metric`)."""
-    from bertforge.tasks.finetune import _file_identity, default_lr, train_one
-    from bertforge.tasks.folders import install_model  # noqa: F401 (train_one installs the best model)
+    from bertforge.tasks.finetune import _file_identity, default_lr
 
     folder = ModelFolder.open(cfg.model)
     if cfg.lr is None:

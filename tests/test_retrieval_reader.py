@@ -255,3 +255,23 @@ def test_open_qa_refusals(open_qa, tmp_path):
                            out=str(tmp_path / "r"), index=str(open_qa / "index"), train_retriever=True)
     with pytest.raises(BertforgeError, match="--index and --reader go together"):
         bertforge.create_app(None, index=str(open_qa / "index"))
+
+
+def test_answer_route_without_index_and_reader_is_404(tmp_path):
+    pytest.importorskip("httpx")
+    pytest.importorskip("fastapi")
+    import bertforge
+    from fastapi.testclient import TestClient
+
+    from bertforge.config import ModelConfig
+    from bertforge.model import Encoder
+    from bertforge.model.checkpoint import save_pretrained
+
+    tok = _tokenizer()
+    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)
+    save_pretrained(Encoder(cfg), tmp_path / "enc", cfg, tokenizer=tok)
+    with TestClient(bertforge.create_app([str(tmp_path / "enc")], device="cpu")) as client:
+        got = client.post("/answer", json={"question": "who?"})
+        assert got.status_code == 404 and "--index" in got.json()["error"]
+        assert client.post("/embed", json={"inputs": "a cat"}).status_code == 200  # the models still serve

@@ -110,8 +110,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="open-qa: passages read per question (default: 8)")
     oq.add_argument("--max-answer-len", type=COUNT, default=30, metavar="N",
                     help="open-qa: tokens an answer span may have (default: 30)")
-    oq.add_argument("--train-retriever", action="store_true",
-                    help="open-qa: train the question encoder too (ORQA); not implemented: refused")
     add_tracking_args(ft)
     add_config_arg(ft)
     ft.set_defaults(func=run_finetune, needs=_finetune_needs)
@@ -194,7 +192,7 @@ def _run_open_qa(args: argparse.Namespace) -> int:
                       seed=args.seed, precision=args.precision, resume=args.resume, overwrite=args.overwrite,
                       report_to=args.report_to, logging_dir=args.logging_dir, device=args.device,
                       progress=args.progress, index=args.index, retriever=args.retriever, k=args.k,
-                      train_retriever=args.train_retriever, max_answer_len=args.max_answer_len,
+                      max_answer_len=args.max_answer_len,
                       max_seq_len=args.max_seq_len, eval_batch_size=args.eval_batch_size, eval_limit=args.limit,
                       train_limit=args.train_limit, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
                       compile=args.compile, group_by_length=args.group_by_length)

@@ -17,11 +17,11 @@ from bertforge.api.results import (DistillResult, ExportResult, FinetuneResult, 
                                    QuantizeResult, SentenceEncoderResult, TrainResult)
 from bertforge.api.serving import create_app, serve
 from bertforge.api.tasks import evaluate, finetune, predict
+from bertforge.api.reading import ask
 
 __all__ = ["DistillResult", "ExportResult", "FinetuneResult", "Index", "PretrainResult", "PruneResult",
            "QuantizeResult", "SentenceEncoderResult", "TextStream", "TrainResult", "attention_maps", "create_app", "distill", "embed",
            "evaluate", "evaluate_sentence_encoder", "explain", "export", "fill_mask", "finetune", "generate",
            "head_importance", "head_statistics", "info", "load_sentence_encoder", "longify", "predict", "prepare",
            "pretrain", "probe", "prune", "quantize", "read_texts", "serve", "train_sentence_encoder",
-           "train_tokenizer",
-           "evaluate_open_qa"]
+           "train_tokenizer", "evaluate_open_qa", "ask"]

@@ -68,17 +68,9 @@ def _searcher(index: Any, retriever: Any, device: str | None, revision: str | No
 
 
 def _reader(reader: Any, device: str | None, revision: str | None) -> Callable[[str, list], str]:
-    """The reader as `answer_fn`: `bertforge.ask` over the retrieved hits. The seam the extractive reader plugs into;
-    without it, a reader is refused in one line."""
-    import bertforge.api as api
+    """The reader as `answer_fn`: the extractive reader (`bertforge.ask`'s), loaded once, reading the hits the
+    evaluation retrieved."""
+    from bertforge.api.reading import LoadedReader
 
-    ask = getattr(api, "ask", None)
-    if ask is None:
-        raise BertforgeError("reader: this installation has no extractive reader (bertforge.ask); score retrieval "
-                             "alone, or pass answer_fn")
-
-    def answer(question: str, hits: list) -> str:
-        found = ask(reader, question, passages=hits, device=device, revision=revision)
-        return found if isinstance(found, str) else str(getattr(found, "answer", found))
-
-    return answer
+    loaded = LoadedReader(reader, device=device or "auto", revision=revision)
+    return lambda question, hits: loaded.read([question], [hits])[0].answer

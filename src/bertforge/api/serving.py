@@ -38,16 +38,34 @@ def model_specs(models: Any, revision: str | None = None) -> list[str]:
 def create_app(models: Any, *, precision: str = "fp32", device: str = "auto", max_batch_tokens: int = 16384,
                max_wait_ms: float = 2.0, max_queue: int = 256, max_inputs: int = 128, max_body_bytes: int = 8 << 20,
                api_key: str | None = None, batches_in_flight: int = 2, read_timeout: float = 30.0,
-               max_connections: int = 512, revision: str | None = None):
+               max_connections: int = 512, revision: str | None = None, index: Any = None, reader: Any = None,
+               retriever: Any = None):
     """The FastAPI application serving `models` (the first is the default): a folder or Hub id, a list of
     `[NAME=]FOLDER` / `[NAME=]ID`, or a dict of name -> folder or id; each loaded now on `device` (embeddings in
     `precision`: fp32, bf16, fp16 on a GPU, int8 on the CPU). `api_key`: every route but /health then needs
-    `Authorization: Bearer KEY`. The limits are `bertforge serve`'s flags of the same names."""
+    `Authorization: Bearer KEY`. The limits are `bertforge serve`'s flags of the same names. `index` and `reader`
+    (with `retriever`, as `bertforge.ask` takes them): /answer answers questions as `ask` does (`models` may then
+    be None)."""
     return _app(models, precision, device, revision, api_key, max_batch_tokens, max_wait_ms, max_queue, max_inputs,
-                max_body_bytes, batches_in_flight, read_timeout, max_connections)[0]
+                max_body_bytes, batches_in_flight, read_timeout, max_connections,
+                answer=(index, reader, retriever))[0]
 
 
-def _app(models: Any, precision: str, device: str, revision: str | None, api_key: str | None, *limits: Any):
+def _answerer(answer: tuple, device: str, revision: str | None) -> Any:
+    """The `Asker` /answer calls (None without an index and a reader; one of them alone is refused)."""
+    index, reader, retriever = answer
+    if index is None and reader is None:
+        return None
+    if index is None or reader is None:
+        raise BertforgeError("--index and --reader go together: /answer retrieves from the one and reads with the "
+                             "other")
+    from bertforge.api.reading import Asker
+
+    return Asker(index, reader, retriever, device=device, revision=revision)
+
+
+def _app(models: Any, precision: str, device: str, revision: str | None, api_key: str | None, *limits: Any,
+         answer: tuple = (None, None, None)):
     """(the application, the models it serves by name), every option checked before a model is loaded."""
     try:
         from bertforge.serve import ServeOptions, create_app as make, load_models
@@ -61,8 +79,9 @@ def _app(models: Any, precision: str, device: str, revision: str | None, api_key
     if options.max_wait_ms < 0:
         raise BertforgeError(f"--max-wait-ms must be 0 or more, got {options.max_wait_ms}")
     check_api_key(api_key, "--api-key")
-    loaded = load_models(model_specs(models, revision), precision, device)
-    return make(loaded, options), loaded
+    answerer = _answerer(answer, device, revision)
+    loaded = load_models(model_specs(models, revision), precision, device) if models or answerer is None else {}
+    return make(loaded, options, answerer), loaded
 
 
 def check_api_key(api_key: str | None, where: str) -> None:
@@ -76,7 +95,8 @@ def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: in
           log_level: str = "info", precision: str = "fp32", device: str = "auto", max_batch_tokens: int = 16384,
           max_wait_ms: float = 2.0, max_queue: int = 256, max_inputs: int = 128, max_body_bytes: int = 8 << 20,
           api_key: str | None = None, batches_in_flight: int = 2, read_timeout: float = 30.0,
-          max_connections: int = 512, revision: str | None = None) -> None:
+          max_connections: int = 512, revision: str | None = None, index: Any = None, reader: Any = None,
+          retriever: Any = None) -> None:
     """Serve `models` (as `create_app` takes them, with its options) on `host`:`port` until interrupted (SIGINT /
     SIGTERM: requests in flight are answered first), saying on stderr what each model serves. `api_key`
     (default: $BERTFORGE_API_KEY; unset or empty: no authentication). `threads`: torch's intra-op threads."""
@@ -94,9 +114,12 @@ def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: in
     if threads:
         torch.set_num_threads(threads)
     app, loaded = _app(models, precision, device, revision, api_key, max_batch_tokens, max_wait_ms, max_queue,
-                       max_inputs, max_body_bytes, batches_in_flight, read_timeout, max_connections)
+                       max_inputs, max_body_bytes, batches_in_flight, read_timeout, max_connections,
+                       answer=(index, reader, retriever))
     for m in loaded.values():
         print(f"bertforge serve: {m.name} ({m.path}): {', '.join(m.tasks)}", file=sys.stderr)
+    if index is not None:
+        print(f"bertforge serve: /answer: index {index}, reader {reader}", file=sys.stderr)
     print(f"bertforge serve: authentication {'on (Bearer key)' if api_key else 'off (no --api-key)'}",
           file=sys.stderr)
     # uvicorn handles SIGTERM/SIGINT: it stops accepting, lets in-flight requests finish, then the app's

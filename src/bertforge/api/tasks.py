@@ -12,6 +12,7 @@ DataFrame, a pyarrow Table, a datasets Dataset or a dict of split -> data); `tex
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from bertforge.api.inputs import make_config, model_name, read_history, trackers
@@ -37,6 +38,9 @@ def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = 
     from bertforge.tasks.finetune import FinetuneConfig, finetune as run
 
     tracked = trackers(report_to, logging_dir)  # a missing tracker library: one line before any work
+    if task.lower().replace("-", "").replace("_", "") == "openqa":  # the reader over retrieved passages
+        return _finetune_open_qa(model, data, out, train, eval, epochs, max_steps, lr, batch_size, seed, device,
+                                 precision, progress, resume, overwrite, revision, tracked, options)
     if data is None and train is None:
         raise BertforgeError("give --data DIR (or --train FILE [--eval FILE])")
     cfg = make_config(FinetuneConfig, "finetune", dict(
@@ -52,6 +56,27 @@ def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = 
               "summary": done.summary, "precision": precision, "runs": done.runs}
     return FinetuneResult(done.model_dir, metrics, read_history(best["out"]), record, task=cfg.task,
                           main_metric=done.main_metric, summary=done.summary, runs=done.runs, precision=precision)
+
+
+def _finetune_open_qa(model, data, out, train, eval, epochs, max_steps, lr, batch_size, seed, device, precision,
+                      progress, resume, overwrite, revision, tracked, options) -> FinetuneResult:
+    """finetune(task="open-qa"): `options` carry index, retriever, k, train_retriever and the reader's settings
+    (bertforge.retrieval.reader_train.OpenQAConfig); `data` is the training questions when `train` is not given."""
+    from bertforge.api.reading import finetune_open_qa
+
+    options = {k: v for k, v in options.items() if v is not None or k in ("index", "retriever")}
+    run = finetune_open_qa(model, out=out, train=train if train is not None else data, eval=eval, epochs=epochs,
+                           max_steps=max_steps, lr=lr, batch_size=batch_size, seed=seed, device=device,
+                           precision=precision, progress=progress, resume=resume, overwrite=overwrite,
+                           revision=revision, **tracked, **options)
+    metrics = dict(run["best"])
+    main = run["main_metric"]
+    summary = {"median": metrics[main], "min": metrics[main], "max": metrics[main], "std": 0.0, "n": 1} \
+        if main in metrics else {}
+    record = {"out": str(out), "task": "open-qa", "main_metric": main, "metrics": metrics, "summary": summary,
+              "runs": [run]}
+    return FinetuneResult(Path(out), metrics, read_history(out), record, task="open-qa", main_metric=main,
+                          summary=summary, runs=[run], precision=precision or "")
 
 
 def evaluate(model: Any, data: Any = None, *, task: str, eval: Any = None, split: str = "dev",

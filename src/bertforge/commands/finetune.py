@@ -6,6 +6,7 @@ import json
 import logging
 
 from bertforge.commands.needs import Need, task_needs, tracker_needs
+from bertforge.errors import BertforgeError
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
                                         add_tracking_args)
 from bertforge.commands.data_options import add_column_args, add_data_args, add_input_split_args
@@ -16,19 +17,21 @@ from bertforge.commands.open_qa import TASK as OPEN_QA, add_open_qa_args, run_op
 TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
              "v1.1/v2.0), swag (multiple choice); generic: classify regress (csv/tsv/jsonl with --text-col/"
              "--text-pair-col/--label-col), tag (CoNLL format), qa (SQuAD json), choice (SWAG csv or jsonl), "
-             "seq2seq (source -> target text with a T5/BART model: jsonl/tsv/csv with --source-col/--target-col)")
+             "seq2seq (source -> target text with a T5/BART model: jsonl/tsv/csv with --source-col/--target-col), "
+             "open-qa (a reader over the top -k passages of --index for {\"question\", \"answer\": [...]} rows or "
+             "SQuAD json)")
 
 
 def _task_choices() -> tuple[str, ...]:
     from bertforge.tasks.config import TASKS  # torch-free: building the parser stays fast
 
-    return TASKS
+    return TASKS + (OPEN_QA,)  # finetune trains an open-qa reader; evaluate scores retrieval and a reader
 
 
 def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
-    choices = _task_choices() if train else (*_task_choices(), OPEN_QA)
-    p.add_argument("--task", required=True, type=str.lower, choices=choices, metavar="TASK",
-                   help=TASK_HELP + ("" if train else f"; {OPEN_QA} (retrieval, and a reader: --index, --questions)"))
+    p.add_argument("--task", required=True, type=str.lower, choices=_task_choices(), metavar="TASK",
+                   help=TASK_HELP + ("" if train else f"; {OPEN_QA} scores retrieval, and a reader: --index, "
+                                     "--questions"))
     add_data_args(p, "a folder of splits (train.*, dev.* or validation.*, test.*: csv, tsv, jsonl, json, parquet, or "
                      "save_to_disk folders; e.g. ../shared/data/glue/SST-2), a saved DatasetDict, a Hugging Face Hub "
                      "dataset id (with --data-config), or one file" + (
@@ -101,6 +104,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--doc-stride", type=COUNT, default=128, metavar="N", help="SQuAD window stride (default: 128)")
     ft.add_argument("--max-query-length", type=COUNT, default=64, metavar="N",
                     help="SQuAD: question tokens kept (default: 64)")
+    oq = ft.add_argument_group("open-qa (the reader over retrieved passages)")
+    oq.add_argument("--index", metavar="DIR", help="open-qa: the index the passages are retrieved from (frozen)")
+    oq.add_argument("--retriever", metavar="R", help="open-qa: the question encoder of a dense index (default: the "
+                    "one the index records), or bm25 for a sparse index")
+    oq.add_argument("-k", "--top-k", dest="k", type=COUNT, default=8, metavar="K",
+                    help="open-qa: passages read per question (default: 8)")
+    oq.add_argument("--max-answer-len", type=COUNT, default=30, metavar="N",
+                    help="open-qa: tokens an answer span may have (default: 30)")
     add_tracking_args(ft)
     add_config_arg(ft)
     ft.set_defaults(func=run_finetune, needs=_finetune_needs)
@@ -153,6 +164,8 @@ def run_finetune(args: argparse.Namespace) -> int:
     from bertforge.api import finetune
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.task == OPEN_QA:
+        return _run_open_qa(args)
     result = finetune(args.model, args.data, task=args.task, out=args.out, train=args.train, epochs=args.epochs,
                       max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size, seed=args.seed,
                       runs=args.runs, precision=args.precision, resume=args.resume, overwrite=args.overwrite,
@@ -169,6 +182,26 @@ def run_finetune(args: argparse.Namespace) -> int:
         print(f"{args.task}: best {result.main_metric} median {s['median']:.4f}{spread}, {how} -> {result.out}")
     else:
         print(f"{args.task}: trained (no evaluation data), {how} -> {result.out}")
+    return 0
+
+
+def _run_open_qa(args: argparse.Namespace) -> int:
+    from bertforge.api import finetune
+
+    if args.index is None:
+        raise BertforgeError("--task open-qa needs --index DIR (the index the passages are retrieved from)")
+    result = finetune(args.model, args.data, task=args.task, out=args.out, train=args.train, eval=args.eval,
+                      epochs=args.epochs, max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size,
+                      seed=args.seed, precision=args.precision, resume=args.resume, overwrite=args.overwrite,
+                      report_to=args.report_to, logging_dir=args.logging_dir, device=args.device,
+                      progress=args.progress, index=args.index, retriever=args.retriever, k=args.k,
+                      max_answer_len=args.max_answer_len,
+                      max_seq_len=args.max_seq_len, eval_batch_size=args.eval_batch_size, eval_limit=args.limit,
+                      train_limit=args.train_limit, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
+                      compile=args.compile, group_by_length=args.group_by_length)
+    best = result.metrics.get(result.main_metric)
+    got = f"best {result.main_metric} {best:.2f}" if best is not None else "trained (no evaluation questions)"
+    print(f"open-qa: {got} -> {result.out}")
     return 0
 
 

@@ -13,10 +13,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                                      "rerank)",
                        description="Serve one or more models over HTTP. Concurrent requests are batched by a "
                                    "token budget and a short wait, then run through the offline API.")
-    p.add_argument("--model", action="append", required=True, metavar="[NAME=]DIR",
+    p.add_argument("--model", action="append", metavar="[NAME=]DIR",
                    help="a model folder, optionally named (repeat for several; the first is the default). "
                         "Unnamed, it serves under its folder's name, or for a folder called model, best, ...: its "
                         "model card's title or its parent folder's name")
+    p.add_argument("--index", metavar="DIR", help="with --reader: answer questions on /answer from this index's "
+                                                  "top k passages (as `bertforge ask`)")
+    p.add_argument("--reader", metavar="DIR", help="with --index: the reader /answer reads the passages with")
+    p.add_argument("--retriever", metavar="R", help="with --index: the question encoder of a dense index (default: "
+                                                    "the one it records), or bm25")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=PORT, default=8080)
     p.add_argument("--max-batch-tokens", type=COUNT, default=16384, metavar="N",
@@ -47,8 +52,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def serve_command(args: argparse.Namespace) -> int:
     from bertforge.api import serve
+    from bertforge.errors import BertforgeError
 
-    serve(args.model, host=args.host, port=args.port, threads=args.threads, log_level=args.log_level,
+    if not args.model and not (args.index and args.reader):
+        raise BertforgeError("give at least one --model DIR (or --index DIR --reader DIR to serve /answer)")
+    serve(args.model or [], index=args.index, reader=args.reader, retriever=args.retriever, host=args.host, port=args.port, threads=args.threads, log_level=args.log_level,
           precision=args.precision, device=args.device, max_batch_tokens=args.max_batch_tokens,
           max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_inputs=args.max_inputs,
           max_body_bytes=args.max_body_bytes, api_key=args.api_key, batches_in_flight=args.batches_in_flight,

@@ -27,11 +27,11 @@ from bertforge.errors import BertforgeError
 from bertforge.serve import schemas as S
 from bertforge.serve.batcher import Batcher, Job, QueueFull
 from bertforge.serve.metrics import Metrics
-from bertforge.serve.registry import (CLASSIFY, EMBED, FILL_MASK, RERANK, SIMILARITY, TOKENIZE, ServedModel,
-                                      normalize_rows)
+from bertforge.serve.registry import (CLASSIFY, EMBED, FILL_MASK, RERANK, SIMILARITY, TOKENIZE, Operation,
+                                      ServedModel, normalize_rows)
 
 ROUTES = ("/embed", "/v1/embeddings", "/v1/models", "/classify", "/fill-mask", "/rerank", "/similarity", "/tokenize",
-          "/health", "/info", "/metrics")
+          "/health", "/info", "/metrics", "/answer")
 
 
 @dataclass
@@ -161,9 +161,19 @@ class Around:
         self.metrics.request(route, status, time.perf_counter() - start)
 
 
-def create_app(models: dict[str, ServedModel], options: ServeOptions | None = None) -> FastAPI:
-    """The FastAPI app serving `models` (the first is the default); the batcher runs while the app lives."""
+def create_app(models: dict[str, ServedModel], options: ServeOptions | None = None,
+               answerer: Any = None) -> FastAPI:
+    """The FastAPI app serving `models` (the first is the default); the batcher runs while the app lives.
+    `answerer`: an index and a reader (`api.reading.Asker`: `answerer(questions, k)` -> results with `to_dict()`)
+    that /answer calls, in the inference thread as every model's work."""
     opts = options or ServeOptions()
+    answer_op = None
+    if answerer is not None:
+        def answer_run(items: list[tuple[str, int]]) -> list[dict[str, Any]]:
+            k = items[0][1]  # one request per call (not batchable): one k
+            return [r.to_dict() for r in answerer([q for q, _ in items], k)]
+
+        answer_op = Operation("answer", answer_run, batchable=False)
     metrics = Metrics()
     batcher = Batcher(opts.max_batch_tokens, opts.max_wait_ms, opts.max_queue, on_batch=metrics.batch,
                       max_in_flight=opts.batches_in_flight)
@@ -246,9 +256,9 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
                 raise ApiError(413, f"{field}[{i}]: {n} tokens, over the model's limit of {model.max_length} "
                                     "(send \"truncate\": true to cut it)", f"{field}[{i}]", "input_too_long")
 
-    async def run(model: ServedModel, task: str, inputs: list, lengths: list[int]) -> Job:
+    async def run(model: ServedModel | None, task: str, inputs: list, lengths: list[int]) -> Job:
         try:
-            job = await batcher.submit(model.ops[task], inputs, lengths)
+            job = await batcher.submit(model.ops[task] if model is not None else answer_op, inputs, lengths)
         except QueueFull as err:
             raise ApiError(429, f"{err}: retry later", None, "overloaded") from None
         except BertforgeError as err:
@@ -359,6 +369,19 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
                         if body.add_special_tokens or not s])
         return respond(out)
 
+    @app.post("/answer")
+    async def answer(body: S.AnswerRequest) -> JSONResponse:
+        if answerer is None:
+            raise ApiError(404, "no index and reader here: start serve with --index DIR --reader DIR to answer "
+                                "questions", None, "not_found")
+        questions = as_list(body.question, "question")
+        for i, q in enumerate(questions):
+            if not q.strip():
+                raise ApiError(422, f"question[{i}]: an empty question", f"question[{i}]", "invalid_field")
+        # the batch budget counts what a question costs the reader: k rows of up to its length
+        job = await run(None, "answer", [(q, body.k) for q in questions], [body.k * answerer.max_len] * len(questions))
+        return respond(job.results[0] if isinstance(body.question, str) else job.results, job)
+
     # OpenAI's model list (what `client.models.list()` / `retrieve()` read)
     def model_card(model: ServedModel) -> dict[str, Any]:
         return {"id": model.name, "object": "model", "created": model.created, "owned_by": "bertforge"}
@@ -383,7 +406,7 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
     @app.get("/info")
     async def info() -> JSONResponse:
         limits = {k: v for k, v in asdict(opts).items() if k != "api_key"}
-        return respond({"models": [m.info() for m in models.values()], "default_model": next(iter(models)),
+        return respond({"models": [m.info() for m in models.values()], "default_model": next(iter(models), None),
                         "limits": limits, "auth": bool(opts.api_key)})
 
     @app.get("/metrics")

@@ -65,3 +65,8 @@ class SimilarityRequest(_Request):
 class TokenizeRequest(_Request):
     inputs: Texts
     add_special_tokens: StrictBool = True
+
+
+class AnswerRequest(BaseModel):
+    question: Texts  # one question, or a list of them
+    k: Annotated[StrictInt, Field(ge=1, le=1000)] = 20  # passages read per question

@@ -1,0 +1,150 @@
+"""Open-domain question answering: `ask` (retrieve the top k passages from an index, read them with a trained
+reader) and the reader's training behind `finetune(task="open-qa")`.
+
+    bertforge.finetune("runs/bert", task="open-qa", train="nq-train.jsonl", eval="nq-dev.jsonl", out="runs/reader",
+                       index="runs/index", retriever=None, k=8)
+    result = bertforge.ask("who wrote hamlet?", index="runs/index", reader="runs/reader", k=20)
+    result.answer, result.score, result.passages          # result.to_dict(): what `bertforge ask` prints
+
+`Asker` holds the loaded index and reader; serve's /answer calls the very same object, so the three answer alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bertforge.api.inputs import device_for, model_name
+from bertforge.errors import BertforgeError
+
+BM25 = "bm25"  # --retriever bm25: the index is a sparse one and needs no question encoder
+
+
+@dataclass
+class AskResult:
+    """One question's answer: the text, its score (P(passage) x P(span), summed over the spans that read alike),
+    the passages it came from (id, title, text, retrieval_score, start / end: the span's characters in the text,
+    score), the next best `answers`."""
+
+    question: str
+    answer: str
+    score: float
+    passages: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"question": self.question, "answer": self.answer, "score": self.score, "passages": self.passages,
+                "answers": self.answers}
+
+
+def open_index(index: Any, retriever: Any = None, device: str | None = None, revision: str | None = None):
+    """The `Index` to retrieve from: an Index as given, or the folder `index` opened with `retriever` as its question
+    encoder (a model folder or Hub id; None or "bm25": the index's own)."""
+    from bertforge.api.index import Index
+
+    if index is None:
+        raise BertforgeError("index: give the index to retrieve passages from")
+    if hasattr(index, "search") and not isinstance(index, (str, bytes)):
+        return index
+    model = None if retriever is None or str(retriever).lower() == BM25 else model_name(retriever, revision,
+                                                                                          "--retriever")
+    return Index.load(index, model, device=device)
+
+
+class LoadedReader:
+    """A reader model loaded once: `read(questions, hits)` -> one `AskResult` per question, from the passages given
+    (what `Asker` retrieved, or what an evaluation's retriever found)."""
+
+    def __init__(self, reader: Any, *, device: str | None = "auto", batch_size: int = 8,
+                 max_answer_len: int | None = None, revision: str | None = None):
+        from bertforge.device import move_model
+        from bertforge.retrieval.reader import load_reader
+
+        run_on = device_for(device)
+        self.reader, self.tokenizer, self.task = load_reader(model_name(reader, revision, "--reader"))
+        self.reader = move_model(self.reader, run_on, "--reader")
+        self.max_len = int(self.task.get("max_seq_len") or 256)
+        self.max_answer_len = int(max_answer_len or self.task.get("max_answer_len") or 30)
+        self.batch_size = batch_size
+
+    def read(self, questions: list[str], hits: list[list[Any]], progress: bool = False) -> list[AskResult]:
+        from bertforge.retrieval.reading import hit_fields, read
+
+        passages = [[hit_fields(h) for h in row] for row in hits]
+        out = read(self.reader, self.tokenizer, questions, passages, self.max_len, self.batch_size,
+                   max_answer_len=self.max_answer_len, progress=progress)
+        return [AskResult(**r) for r in out]
+
+
+class Asker:
+    """A loaded index and reader: `asker(questions, k)` -> one `AskResult` per question. Build it once and call it
+    for many questions (serve holds one)."""
+
+    def __init__(self, index: Any, reader: Any, retriever: Any = None, *, device: str | None = "auto",
+                 batch_size: int = 8, max_answer_len: int | None = None, revision: str | None = None):
+        self.index = open_index(index, retriever, device, revision)
+        self.reader = LoadedReader(reader, device=device, batch_size=batch_size, max_answer_len=max_answer_len,
+                                   revision=revision)
+
+    @property
+    def max_len(self) -> int:
+        """The reader's input length (what serve counts a question's work by)."""
+        return self.reader.max_len
+
+    def retrieve(self, questions: list[str], k: int) -> list[list[Any]]:
+        return self.index.search(list(questions), k=k)
+
+    def __call__(self, questions: list[str], k: int = 20, progress: bool = False) -> list[AskResult]:
+        if k <= 0:
+            raise BertforgeError(f"k: must be positive, got {k}")
+        questions = [check_question(q, i) for i, q in enumerate(questions)]
+        return self.reader.read(questions, self.retrieve(questions, k), progress)
+
+
+def check_question(question: Any, i: int = 0) -> str:
+    if not isinstance(question, str) or not question.strip():
+        raise BertforgeError(f"question[{i}]: an empty question (give its text)")
+    return question.strip()
+
+
+def ask(question: Any, *, index: Any, reader: Any = None, retriever: Any = None, k: int = 20, device: str = "auto",
+        batch_size: int = 8, progress: bool = False, revision: str | None = None) -> Any:
+    """Answer `question` (a string, or a list of them) from the top `k` passages of `index` (a folder, or a loaded
+    `Index`), read by `reader` (a folder `finetune(task="open-qa")` wrote). `retriever`: the question encoder of a
+    dense index (default: the one the index records), or "bm25" for a sparse one. Returns an `AskResult` (a list of
+    them for a list), whose `to_dict()` is what `bertforge ask` prints."""
+    # `reader` is a keyword with a default so that another way of answering (a generator) can sit beside it
+    if reader is None:
+        raise BertforgeError("reader: give the reader that reads the passages (a finetune task='open-qa' folder)")
+    one = isinstance(question, str)
+    questions = [question] if one else list(question)
+    if not questions:
+        raise BertforgeError("question: give at least one question")
+    results = Asker(index, reader, retriever, device=device, batch_size=batch_size, revision=revision)(
+        questions, k, progress)
+    return results[0] if one else results
+
+
+def finetune_open_qa(model: Any, *, out: Any, train: Any, eval: Any = None, index: Any = None, retriever: Any = None,
+                     train_retriever: bool = False, device: str = "auto", overwrite: bool = False,
+                     revision: str | None = None, **options: Any) -> dict[str, Any]:
+    """`finetune(task="open-qa")`: a reader trained on the top-k passages `index` gives the `train` questions (see
+    `bertforge.retrieval.reader_train`). Returns the run's record."""
+    from bertforge.api.inputs import make_config
+    from bertforge.retrieval.reader_train import OpenQAConfig, finetune_reader
+
+    if train_retriever:
+        raise BertforgeError("train_retriever: training the question encoder with the reader (ORQA) is not "
+                             "implemented; the retriever stays frozen")
+    if train is None:
+        raise BertforgeError("train: give the training questions (--train FILE)")
+    device_for(device)
+    searcher = open_index(index, retriever, device, revision)
+    hints = {"index": str(getattr(searcher, "path", None) or index),
+             "retriever": None if retriever is None else str(retriever)}
+    cfg = make_config(OpenQAConfig, "finetune --task open-qa", dict(
+        model=model_name(model, revision), out=out, train=train, eval=eval, device=device, hints=hints), options)
+
+    def retrieve(questions: list[str], k: int) -> list[list[Any]]:
+        return searcher.search(questions, k=k)
+
+    return finetune_reader(cfg, retrieve, overwrite=overwrite)

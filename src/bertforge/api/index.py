@@ -186,9 +186,9 @@ class Index:
         from bertforge.io.rundir import lock_and_record
         from bertforge.retrieval.index import RetrievalIndex
 
+        encoder = self.model  # checked before the passages are read
         found = _passages(passages, ids, text_col, id_col, title_col, require_ids, data_split, data_config,
                           seen=set(self._index.passages.ids))
-        encoder = self.model
         if self.path is None:
             return self._index.add(encoder, found, batch_size=batch_size, progress=progress)
         lock = lock_and_record(self.path, what="--index")  # load, add and save as one step: no lost update

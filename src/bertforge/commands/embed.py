@@ -10,7 +10,7 @@ from bertforge.commands.needs import Need, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
                                         add_tracking_args, device_of)
 from bertforge.device import PRECISIONS, TRAINING_PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, EPOCHS, POSITIVE, STEPS
+from bertforge.commands.bounds import COUNT, EPOCHS, FRACTION, POSITIVE, STEPS
 from bertforge.commands.data_options import add_column_args, add_input_split_args
 from bertforge.errors import BertforgeError
 
@@ -99,7 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "approximate (dense and hybrid)")
     b.add_argument("--fusion", choices=("weighted", "rrf"),
                    help="hybrid: weighted sum of min-max normalised scores (default) or reciprocal-rank fusion")
-    b.add_argument("--alpha", type=float, help="hybrid, weighted: the dense score's weight, 0 to 1 (default 0.5)")
+    b.add_argument("--alpha", type=FRACTION, help="hybrid, weighted: the dense score's weight, 0 to 1 (default 0.5)")
     b.add_argument("--stopwords", default="en", choices=("en", "none"),
                    help="bm25 and hybrid: drop English stopwords (default) or keep every word")
     b.add_argument("--pooling", choices=POOLINGS)
@@ -118,11 +118,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = isub.add_parser("query", help="top-k passages for a question")
     q.add_argument("--index", required=True, metavar="DIR")
     q.add_argument("question", nargs="+", help="one or more questions")
-    q.add_argument("-k", "--top-k", dest="k", type=COUNT, default=10,
+    q.add_argument("-k", type=COUNT, default=10,
                    help="hits per question (default 10; above the number of passages: all of them, with a warning)")
     q.add_argument("--model", metavar="DIR", help="default: the model recorded in the index (dense and hybrid)")
     q.add_argument("--fusion", choices=("weighted", "rrf"), help="a hybrid index: other than its recorded fusion")
-    q.add_argument("--alpha", type=float, help="a hybrid index: other than its recorded dense weight")
+    q.add_argument("--alpha", type=FRACTION, help="a hybrid index: other than its recorded dense weight")
     q.add_argument("--rerank", metavar="DIR", help="cross-encoder (BertForSequenceClassification, 1 label) that "
                                                     "re-orders the top-k")
     q.add_argument("--json", action="store_true", help="print JSON lines instead of a table")

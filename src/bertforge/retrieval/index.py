@@ -138,11 +138,12 @@ class RetrievalIndex:
         if self.path is None:
             raise BertforgeError("this index is held in memory only: give it a folder to save to")
         p = self.passages
-        writers: dict[str, Any] = {"docs.jsonl": store.docs_bytes(p.ids, p.titles, p.texts)}
+        writers: dict[str, Any] = {}  # in this order: the largest file first, as embed.index writes them
         if self.vectors is not None:
             import faiss
 
             writers["index.faiss"] = lambda tmp: faiss.write_index(self.vectors.index, tmp)
+        writers["docs.jsonl"] = store.docs_bytes(p.ids, p.titles, p.texts)
         if self.bm25 is not None:
             writers["bm25.npz"] = self.bm25.arrays_bytes()
             writers["bm25-vocab.json"] = self.bm25.vocab_bytes()

@@ -26,7 +26,7 @@ from bertforge.retrieval.passages import Passages, with_title
 from bertforge.retrieval.sparse import BM25Index, BM25Settings, bm25s_module
 
 
-@dataclass
+@dataclass(slots=True)
 class Hit:
     rank: int
     score: float  # the method's score: cosine (dense), BM25 (bm25), the fused score (hybrid)
@@ -41,7 +41,8 @@ class Hit:
             d["rerank_score"] = round(self.rerank_score, 6)
         return d
 
-    to_dict = as_dict
+    def to_dict(self) -> dict[str, Any]:  # the name the public API's result objects share
+        return self.as_dict()
 
 
 def require_method(method: str) -> None:
@@ -232,19 +233,18 @@ class RetrievalIndex:
             depth = fusions.candidate_depth(k, n)
             dense, sparse = self._dense(model, queries, depth), self._sparse(queries, depth)
             lists = [fusions.fuse(d, s, how["method"], how["alpha"], k) for d, s in zip(dense, sparse)]
-        p = self.passages
-        return [[Hit(r + 1, float(s), p.ids[i], p.titles[i], p.texts[i]) for r, (i, s) in enumerate(ranked)]
-                for ranked in lists]
+        ids, titles, texts = self.passages.ids, self.passages.titles, self.passages.texts
+        return [[Hit(r, s, ids[i], titles[i], texts[i]) for r, (i, s) in enumerate(ranked, 1)] for ranked in lists]
 
     def _dense(self, model: SentenceEncoder, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
         q = model.encode(queries, precision=self.meta.get("precision", "fp32"), normalize=True, progress=False)
         scores, rows = self.vectors.index.search(np.ascontiguousarray(q, dtype=np.float32), k)
-        return [[(int(i), float(s)) for s, i in zip(srow, irow) if i >= 0] for srow, irow in zip(scores, rows)]
+        return [[(i, s) for s, i in zip(srow, irow) if i >= 0] for srow, irow in zip(scores.tolist(), rows.tolist())]
 
     def _sparse(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
         rows, scores = self.bm25.search(queries, k)
         # a passage sharing no term with the query scores 0: never a hit
-        return [[(int(i), float(s)) for i, s in zip(irow, srow) if s > 0] for irow, srow in zip(rows, scores)]
+        return [[(i, s) for i, s in zip(irow, srow) if s > 0] for irow, srow in zip(rows.tolist(), scores.tolist())]
 
 
 def check_options(method: str, model: Any, kind: str | None, fusion: str | None, alpha: float | None

@@ -173,7 +173,8 @@ class RetrievalIndex:
     def load_model(self, model_dir: str | Path | None = None) -> SentenceEncoder | None:
         """The index's model (its recorded path, or `model_dir`) with the recorded pooling, checked; None for bm25."""
         if not self.needs_model:
-            self.check_model(None if model_dir is None else model_dir)  # type: ignore[arg-type]
+            if model_dir is not None:
+                raise BertforgeError(f"{self.path or 'the index'}: a bm25 index embeds nothing; leave the model out")
             return None
         source = model_dir or self.meta.get("model")
         if not source:

@@ -136,7 +136,7 @@ def test_rrf_by_hand():
     assert candidate_depth(10, 1000) == 100 and candidate_depth(50, 1000) == 200 and candidate_depth(10, 30) == 30
 
 
-# ---- dense and hybrid through the command line -------------------------------------------------------------------------
+# ---- dense and hybrid through the command line -----------------------------------------------------------------------
 def _tiny(path, seed: int, hidden: int = 32):
     from bertforge.config import ModelConfig
     from bertforge.model import Encoder
@@ -225,7 +225,7 @@ def json_hits(folder, queries, capsys):
     return hits_of(capsys.readouterr().out)
 
 
-# ---- the folder: round trip, no pickle, kills ---------------------------------------------------------------------------
+# ---- the folder: round trip, no pickle, kills ------------------------------------------------------------------------
 def test_save_load_round_trip_without_pickle(models, tmp_path, monkeypatch):
     import bertforge
 
@@ -307,7 +307,7 @@ def test_a_bm25_add_killed_at_every_step_leaves_the_last_committed_index(tmp_pat
         assert names == [f"bm25-vocab.{gen}.json", f"bm25.{gen}.npz", f"docs.{gen}.jsonl", "meta.json"], (i, names)
 
 
-# ---- bad input: one line each ------------------------------------------------------------------------------------------
+# ---- bad input: one line each ----------------------------------------------------------------------------------------
 def test_bad_input_is_one_line(models, tmp_path, capsys):
     import bertforge
 

@@ -1,11 +1,13 @@
-"""`Index`: passages embedded by a sentence encoder in a FAISS index (exact "flat", or approximate "hnsw" / "ivf"),
-searched by cosine; kept in a folder (`bertforge index build / add / query` read and write the same folders) or
-in memory until saved.
+"""`Index`: passages retrieved by a sentence encoder (method "dense": a FAISS index, exact "flat" or approximate
+"hnsw" / "ivf", searched by cosine), by BM25 ("bm25", on bm25s: no model), or by both fused ("hybrid": weighted
+min-max or reciprocal-rank fusion); kept in a folder (`bertforge index build / add / query` read and write the same
+folders) or in memory until saved.
 
     index = bertforge.Index.build("sentence-transformers/all-MiniLM-L6-v2", passages, "runs/index")
-    index.search("who wrote the novel?", k=5)       # [Hit(rank=1, score=0.71, id=..., text=...), ...]
+    index.search("who wrote the novel?", k=5)       # [Hit(rank=1, score=0.71, id=..., title=..., text=...), ...]
     index.add(more_passages)                        # saved at once: the folder's next generation
     index = bertforge.Index.load("runs/index")      # the model recorded in it, fingerprint-checked
+    sparse = bertforge.Index.build(None, passages, "runs/bm25", method="bm25")
 
 An index never mixes models: every add and search checks the model's fingerprint against the one that built it.
 """
@@ -20,11 +22,12 @@ from bertforge.errors import BertforgeError
 
 
 class Index:
-    """A vector index of passages and the sentence encoder they were embedded with. Build one with `Index.build`,
-    open a folder with `Index.load`; `add`, `search` and `save` it."""
+    """Passages and the way they are retrieved (dense, bm25 or hybrid; for dense and hybrid the sentence encoder
+    they were embedded with). Build one with `Index.build`, open a folder with `Index.load`; `add`, `search` and
+    `save` it."""
 
-    def __init__(self, vectors: Any, model: Any = None, *, device: str | None = None, compile: bool = False):
-        self._vectors = vectors  # bertforge.embed.index.VectorIndex
+    def __init__(self, index: Any, model: Any = None, *, device: str | None = None, compile: bool = False):
+        self._index = index      # bertforge.retrieval.index.RetrievalIndex
         self._model = model      # a loaded SentenceEncoder, a model name, or None: the one the index records
         self._device, self._compile = device, compile
         self._encoder = None
@@ -33,70 +36,94 @@ class Index:
     @property
     def path(self) -> Path | None:
         """Its folder (None: held in memory only)."""
-        return self._vectors.path
+        return self._index.path
 
     @property
-    def kind(self) -> str:
-        return self._vectors.meta["kind"]
+    def method(self) -> str:
+        """dense, bm25 or hybrid."""
+        return self._index.method
 
     @property
-    def dim(self) -> int:
-        return self._vectors.meta["dim"]
+    def kind(self) -> str | None:
+        """The dense structure (flat, hnsw, ivf); None for bm25."""
+        return self._index.meta.get("kind")
+
+    @property
+    def dim(self) -> int | None:
+        """The embedding width; None for bm25."""
+        return self._index.meta.get("dim")
 
     @property
     def ids(self) -> list[str]:
-        return list(self._vectors.ids)
+        return list(self._index.passages.ids)
+
+    @property
+    def titles(self) -> list[str]:
+        return list(self._index.passages.titles)
 
     @property
     def texts(self) -> list[str]:
-        return list(self._vectors.texts)
+        return list(self._index.passages.texts)
 
     def __len__(self) -> int:
-        return len(self._vectors)
+        return len(self._index)
 
     def __repr__(self) -> str:
-        return f"Index({len(self)} passages, {self.kind}, dim {self.dim}, {self.path or 'in memory'})"
+        what = self.method if self.method == "bm25" else f"{self.method}, {self.kind}, dim {self.dim}"
+        return f"Index({len(self)} passages, {what}, {self.path or 'in memory'})"
 
     @property
     def model(self):
-        """The sentence encoder of the index (loaded on first use: the one given, else the one it records)."""
-        if self._encoder is None:
+        """The sentence encoder of the index (loaded on first use: the one given, else the one it records); None
+        for a bm25 index."""
+        if self._encoder is None and self._index.needs_model:
             from bertforge.embed import SentenceEncoder
 
             if isinstance(self._model, SentenceEncoder):
-                self._vectors.check_model(self._model)
+                self._index.check_model(self._model)
                 self._encoder = placed(self._model, self._device, self._compile)
             else:
-                encoder = self._vectors.load_model(self._model)
+                encoder = self._index.load_model(self._model)
                 self._encoder = placed(encoder, self._device or "auto", self._compile, f"--model {encoder.source}")
         return self._encoder
 
     # ---- build / load / save -----------------------------------------------------------------------------------
     @classmethod
-    def build(cls, model: Any, passages: Any, out: Any = None, *, ids: list[str] | None = None, kind: str = "flat",
-              text_col: Any = None, id_col: Any = None, data_split: str | None = None,
-              data_config: str | None = None, batch_size: int = 32, device: str | None = None,
-              precision: str = "fp32", pooling: Any = None, compile: bool = False, progress: bool = False,
-              overwrite: bool = False, revision: str | None = None) -> "Index":
-        """Embed `passages` with `model` (a folder, Hub id or loaded SentenceEncoder) into a new index, saved in
-        `out` (None: in memory until `save`; a folder that holds files is refused unless `overwrite`).
+    def build(cls, model: Any, passages: Any, out: Any = None, *, method: str = "dense", ids: list[str] | None = None,
+              kind: str | None = None, fusion: str | None = None, alpha: float | None = None,
+              stopwords: str = "en", text_col: Any = None, id_col: Any = None, title_col: Any = None,
+              require_ids: bool = False, data_split: str | None = None, data_config: str | None = None,
+              batch_size: int = 32, device: str | None = None, precision: str = "fp32", pooling: Any = None,
+              compile: bool = False, progress: bool = False, overwrite: bool = False,
+              revision: str | None = None) -> "Index":
+        """Index `passages` by `method` into a new index, saved in `out` (None: in memory until `save`; a folder
+        that holds files is refused unless `overwrite`).
 
+        `method`: "dense" (embedded by `model`, a folder, Hub id or loaded SentenceEncoder, into a FAISS index of
+        `kind` flat / hnsw / ivf, default flat), "bm25" (`model` None; `stopwords` "en" or "none") or "hybrid" (both;
+        `fusion` "weighted" (default: `alpha` the dense list's weight, default 0.5) or "rrf").
         `passages`: a list of strings (with `ids`, else "texts:ROW"), or a file (one passage a line; a table with
-        `text_col` and an optional `id_col`, default "id"), a saved or Hub dataset, data in memory. Empty passages
-        are skipped. `precision`: what the passages (and later queries) are embedded in."""
-        from bertforge.embed.index import VectorIndex, require_faiss
+        `text_col` and optional `id_col` (default: id, _id, doc_id, ...) and `title_col` (default: title)), a saved
+        or Hub dataset, data in memory; `require_ids` refuses a table without ids. Empty passages are skipped,
+        duplicate ids refused. `precision`: what the passages (and later queries) are embedded in."""
         from bertforge.io.rundir import claim_output_dir
+        from bertforge.retrieval.index import RetrievalIndex, check_options, require_method
 
-        require_faiss()  # before hours of embedding
-        device_for(device, precision)
+        require_method(method)  # the libraries, before hours of embedding
+        check_options(method, model, kind, fusion, alpha)
+        if method != "bm25":
+            device_for(device, precision)
 
         def make(folder: Path | None) -> "Index":
-            found_ids, texts = _passages(passages, ids, text_col, id_col, data_split, data_config)
-            encoder = load_sentence_encoder(model, pooling=pooling, device=device, compile=compile,
-                                            revision=revision)
-            vectors = VectorIndex.build(folder, encoder, found_ids, texts, kind=kind, batch_size=batch_size,
-                                        precision=precision, progress=progress)
-            index = cls(vectors, encoder, device=device, compile=compile)
+            found = _passages(passages, ids, text_col, id_col, title_col, require_ids, data_split, data_config)
+            encoder = None
+            if method != "bm25":
+                encoder = load_sentence_encoder(model, pooling=pooling, device=device, compile=compile,
+                                                revision=revision)
+            built = RetrievalIndex.build(folder, found, method=method, model=encoder, kind=kind, stopwords=stopwords,
+                                         fusion=fusion, alpha=alpha, batch_size=batch_size, precision=precision,
+                                         progress=progress)
+            index = cls(built, encoder, device=device, compile=compile)
             index._encoder = encoder
             return index
 
@@ -113,17 +140,21 @@ class Index:
     @classmethod
     def load(cls, path: Any, model: Any = None, *, device: str | None = None, compile: bool = False,
              revision: str | None = None) -> "Index":
-        """The index in folder `path`; searched and added to with `model` (default: the model recorded in it;
-        either way fingerprint-checked), on `device` (default: auto)."""
-        from bertforge.embed.index import VectorIndex, require_faiss
+        """The index in folder `path`; a dense or hybrid one searched and added to with `model` (default: the
+        model recorded in it; either way fingerprint-checked), on `device` (default: auto)."""
+        from bertforge.retrieval.index import RetrievalIndex
 
-        require_faiss()
-        if device is not None:
-            device_for(device)
         if not Path(path).is_dir():
             raise BertforgeError(f"--index {path}: not an index directory")
+        index = RetrievalIndex.load(path)
+        if not index.needs_model:
+            if model is not None:
+                raise BertforgeError(f"{path}: a bm25 index embeds nothing; leave the model out")
+            return cls(index)
+        if device is not None:
+            device_for(device)
         chosen = model_name(model, revision) if model is not None else None
-        return cls(VectorIndex.load(path), chosen, device=device, compile=compile)
+        return cls(index, chosen, device=device, compile=compile)
 
     def save(self, path: Any = None, *, overwrite: bool = False) -> Path:
         """Write the index to `path` (default: its own folder) as the folder's next generation (a crash at any
@@ -135,50 +166,54 @@ class Index:
                 raise BertforgeError("this index is held in memory only: give save() a folder")
             lock = lock_and_record(self.path, what="--index")
             try:
-                self._vectors.save()
+                self._index.save()
             finally:
                 lock.release()
             return self.path
         with claim_output_dir(path, resume=False, overwrite=overwrite, what="--out", resume_flag=None):
-            self._vectors.path = Path(path)
-            self._vectors.save()
-        return self._vectors.path
+            self._index.path = Path(path)
+            self._index.save()
+        return self._index.path
 
     # ---- use ---------------------------------------------------------------------------------------------------
     def add(self, passages: Any, *, ids: list[str] | None = None, text_col: Any = None, id_col: Any = None,
-            data_split: str | None = None, data_config: str | None = None, batch_size: int = 32,
-            progress: bool = False) -> int:
-        """Embed `passages` (as `build` takes them; ids must be new) into the index; an index with a folder is
-        saved at once, under the folder's lock (an add another process committed meanwhile is kept). Returns the
-        number of passages added."""
-        from bertforge.embed.index import VectorIndex
+            title_col: Any = None, require_ids: bool = False, data_split: str | None = None,
+            data_config: str | None = None, batch_size: int = 32, progress: bool = False) -> int:
+        """Index `passages` (as `build` takes them; ids must be new); an index with a folder is saved at once,
+        under the folder's lock (an add another process committed meanwhile is kept). Returns the number of
+        passages added."""
         from bertforge.io.read import read_json
         from bertforge.io.rundir import lock_and_record
+        from bertforge.retrieval.index import RetrievalIndex
 
-        ids, texts = _passages(passages, ids, text_col, id_col, data_split, data_config)
-        encoder = self.model
+        encoder = self.model  # checked before the passages are read
+        found = _passages(passages, ids, text_col, id_col, title_col, require_ids, data_split, data_config,
+                          seen=set(self._index.passages.ids))
         if self.path is None:
-            return self._vectors.add(encoder, ids, texts, batch_size=batch_size, progress=progress)
+            return self._index.add(encoder, found, batch_size=batch_size, progress=progress)
         lock = lock_and_record(self.path, what="--index")  # load, add and save as one step: no lost update
         try:
             committed = read_json(self.path / "meta.json").get("generation", 0)
-            if committed != self._vectors.meta.get("generation", 0):
-                self._vectors = VectorIndex.load(self.path)
-            return self._vectors.add(encoder, ids, texts, batch_size=batch_size, progress=progress)
+            if committed != self._index.meta.get("generation", 0):
+                self._index = RetrievalIndex.load(self.path)
+            return self._index.add(encoder, found, batch_size=batch_size, progress=progress)
         finally:
             lock.release()
 
-    def search(self, queries: str | list[str], k: int = 10, *, rerank: Any = None, revision: str | None = None):
-        """The top `k` passages of each query by cosine, best first: a list of `Hit`s (rank, score, id, text) for
-        one query, a list of such lists for a list of queries. `rerank`: a cross-encoder (a folder, Hub id or
-        loaded `CrossEncoder`) that re-orders each query's hits (its score in `Hit.rerank_score`)."""
-        from bertforge.embed.index import rerank as rerank_hits
+    def search(self, queries: str | list[str], k: int = 10, *, rerank: Any = None, fusion: str | None = None,
+               alpha: float | None = None, revision: str | None = None):
+        """The top `k` passages of each query, best first: a list of `Hit`s (rank, score, id, title, text) for one
+        query, a list of such lists for a list of queries. The score is the method's: cosine, BM25, or the fused
+        score. `k` above the number of passages returns them all, with a warning. `fusion` / `alpha` (a hybrid
+        index): other than the recorded ones for this search. `rerank`: a cross-encoder (a folder, Hub id or loaded
+        `CrossEncoder`) that re-orders each query's hits (its score in `Hit.rerank_score`)."""
+        from bertforge.retrieval.index import rerank as rerank_hits
 
         if k <= 0:
-            raise BertforgeError(f"-k must be positive, got {k}")
+            raise BertforgeError(f"k must be positive, got {k}")
         one = isinstance(queries, str)
         questions = [queries] if one else list(queries)
-        results = self._vectors.search(self.model, questions, k=k)
+        results = self._index.search(self.model, questions, k=k, fusion=fusion, alpha=alpha)
         if rerank is not None:
             cross = _cross_encoder(rerank, self._device, revision)
             results = [rerank_hits(hits, q, cross) for q, hits in zip(questions, results)]
@@ -194,22 +229,31 @@ def _cross_encoder(model: Any, device: str | None, revision: str | None):
     return placed(CrossEncoder.from_pretrained(name), device or "auto", what=f"--rerank {name}")
 
 
-def _passages(passages: Any, ids: list[str] | None, text_col: Any, id_col: Any, data_split: Any,
-              data_config: Any) -> tuple[list[str], list[str]]:
-    """(ids, texts) of the passages to index: read with their columns (`embed.data.read_corpus`), or paired with
-    the `ids` given; empty passages are skipped."""
-    from bertforge.embed.data import read_corpus
+def _passages(passages: Any, ids: list[str] | None, text_col: Any, id_col: Any, title_col: Any, require_ids: bool,
+              data_split: Any, data_config: Any, seen: set[str] | None = None):
+    """The passages to index (retrieval.passages: ids and titles kept, duplicates refused, empty ones skipped), or
+    the texts paired with the `ids` given."""
     from bertforge.io.tables import single_source
+    from bertforge.retrieval.passages import Passage, Passages, read_passages
 
     source = single_source(passages, data_split, data_config)
     if ids is None:
-        return read_corpus(source, text_col, id_col)
+        return read_passages(source, text_col=text_col, id_col=id_col, title_col=title_col, require_ids=require_ids,
+                             seen=None if seen is None else set(seen))
     if id_col is not None:
         raise BertforgeError("give ids or id_col, not both")
-    texts = read_texts(source, text_col, what="passages")
+    texts = read_texts(source, text_col, what="passages")  # row i pairs with ids[i], empty rows included
     if len(ids) != len(texts):
         raise BertforgeError(f"ids: {len(ids)} ids for {len(texts)} passages")
-    kept = [(str(i), t) for i, t in zip(ids, texts) if t.strip()]
-    if not kept:
+    out, known = Passages(), set(seen or ())
+    for pid, text in zip(ids, texts):
+        pid = str(pid)
+        if not text.strip():
+            continue
+        if pid in known:
+            raise BertforgeError(f"ids: duplicate passage id {pid!r}")
+        known.add(pid)
+        out.append(Passage(pid, "", text))
+    if not out:
         raise BertforgeError("passages: empty corpus")
-    return [i for i, _ in kept], [t for _, t in kept]
+    return out

@@ -10,7 +10,7 @@ from bertforge.commands.needs import Need, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
                                         add_tracking_args, device_of)
 from bertforge.device import PRECISIONS, TRAINING_PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, EPOCHS, POSITIVE, STEPS
+from bertforge.commands.bounds import COUNT, EPOCHS, FRACTION, POSITIVE, STEPS
 from bertforge.commands.data_options import add_column_args, add_input_split_args
 from bertforge.errors import BertforgeError
 
@@ -82,40 +82,52 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pooling", choices=POOLINGS)
     p.set_defaults(func=eval_command, progress=False, needs=(Need("embed", "scipy", "embed-eval"),))
 
-    p = sub.add_parser("index", help="FAISS vector index: build, add, query")
+    p = sub.add_parser("index", help="passage index (dense FAISS, BM25, or hybrid): build, add, query")
     isub = p.add_subparsers(dest="index_command", metavar="ACTION")
-    b = isub.add_parser("build", help="encode a corpus and build an index directory")
-    b.add_argument("--model", required=True, metavar="DIR")
+    b = isub.add_parser("build", help="index a corpus into an index directory (dense, bm25 or hybrid)")
+    b.add_argument("--method", default="dense", choices=("dense", "bm25", "hybrid"),
+                   help="dense: a sentence encoder's vectors (default); bm25: BM25 over words (no --model); hybrid: "
+                        "both, fused (docs/retrieval.md)")
+    b.add_argument("--model", metavar="DIR", help="the sentence encoder (dense and hybrid)")
     b.add_argument("--corpus", required=True, metavar="PATH",
                    help="one passage per line, or a table (csv / tsv / jsonl / json / parquet, a saved or Hub "
-                        "dataset) with a text column and an optional id column")
+                        "dataset) with a text column and optional id and title columns")
     _corpus_columns(b)
     b.add_argument("--out", required=True, metavar="DIR")
-    b.add_argument("--kind", default="flat", choices=("flat", "hnsw", "ivf"),
-                   help="flat: exact inner product on unit vectors (default); hnsw / ivf: approximate")
+    b.add_argument("--kind", choices=("flat", "hnsw", "ivf"),
+                   help="the dense structure: flat, exact inner product on unit vectors (default); hnsw / ivf: "
+                        "approximate (dense and hybrid)")
+    b.add_argument("--fusion", choices=("weighted", "rrf"),
+                   help="hybrid: weighted sum of min-max normalised scores (default) or reciprocal-rank fusion")
+    b.add_argument("--alpha", type=FRACTION, help="hybrid, weighted: the dense score's weight, 0 to 1 (default 0.5)")
+    b.add_argument("--stopwords", default="en", choices=("en", "none"),
+                   help="bm25 and hybrid: drop English stopwords (default) or keep every word")
     b.add_argument("--pooling", choices=POOLINGS)
     _encode_options(b)
     add_overwrite_arg(b)
-    b.set_defaults(func=index_build, needs=(Need("embed", "faiss", "index build"),))
-    a = isub.add_parser("add", help="encode more passages into an existing index (same model required)")
+    b.set_defaults(func=index_build, needs=_index_needs)
+    a = isub.add_parser("add", help="index more passages into an existing index (same model required)")
     a.add_argument("--index", required=True, metavar="DIR")
     a.add_argument("--corpus", required=True, metavar="PATH", help="passages, as for `index build`")
     _corpus_columns(a)
-    a.add_argument("--model", metavar="DIR", help="default: the model recorded in the index")
+    a.add_argument("--model", metavar="DIR", help="default: the model recorded in the index (dense and hybrid)")
     a.add_argument("--batch-size", type=COUNT, default=32)
     _device_options(a)
     add_progress_arg(a)
-    a.set_defaults(func=index_add, needs=(Need("embed", "faiss", "index add"),))
+    a.set_defaults(func=index_add, needs=_index_needs)
     q = isub.add_parser("query", help="top-k passages for a question")
     q.add_argument("--index", required=True, metavar="DIR")
     q.add_argument("question", nargs="+", help="one or more questions")
-    q.add_argument("-k", type=COUNT, default=10)
-    q.add_argument("--model", metavar="DIR", help="default: the model recorded in the index")
+    q.add_argument("-k", type=COUNT, default=10,
+                   help="hits per question (default 10; above the number of passages: all of them, with a warning)")
+    q.add_argument("--model", metavar="DIR", help="default: the model recorded in the index (dense and hybrid)")
+    q.add_argument("--fusion", choices=("weighted", "rrf"), help="a hybrid index: other than its recorded fusion")
+    q.add_argument("--alpha", type=FRACTION, help="a hybrid index: other than its recorded dense weight")
     q.add_argument("--rerank", metavar="DIR", help="cross-encoder (BertForSequenceClassification, 1 label) that "
                                                     "re-orders the top-k")
     q.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     _device_options(q)
-    q.set_defaults(func=index_query, needs=(Need("embed", "faiss", "index query"),))
+    q.set_defaults(func=index_query, needs=_index_needs)
     p.set_defaults(func=lambda args: _index_help(p))
 
 
@@ -124,10 +136,34 @@ def _train_needs(args: argparse.Namespace) -> tuple[Need, ...]:
     return (*tracker_needs(args), *((Need("embed", "scipy", "embed-train --eval"),) if args.eval else ()))
 
 
+def _index_needs(args: argparse.Namespace) -> tuple[Need, ...]:
+    """dense: faiss; bm25: bm25s; hybrid: both. `index add` / `query` read the method from the index's meta.json
+    (an unreadable one: dense's, and loading it says what is wrong)."""
+    method = getattr(args, "method", None)
+    what = f"index {args.index_command}"
+    if method is None:
+        import json as json_
+
+        try:
+            method = json_.loads((Path(args.index) / "meta.json").read_text(encoding="utf-8")).get("method", "dense")
+        except (OSError, ValueError, AttributeError):
+            method = "dense"
+    needs = []
+    if method != "bm25":
+        needs.append(Need("embed", "faiss", what))
+    if method in ("bm25", "hybrid"):
+        needs.append(Need("retrieval", "bm25s", f"{what} --method {method}"))
+    return tuple(needs)
+
+
 def _corpus_columns(p: argparse.ArgumentParser) -> None:
     add_column_args(p, pair=False, label=False)
     p.add_argument("--id-col", metavar="COL",
-                   help="the passage id column (default: id where there is one, else FILE:ROW)")
+                   help="the passage id column (default: the first of id, _id, doc_id, passage_id, pid present, "
+                        "else FILE:ROW)")
+    p.add_argument("--title-col", metavar="COL", help="the passage title column (default: title where there is one)")
+    p.add_argument("--require-ids", action="store_true",
+                   help="refuse a corpus without an id column (instead of naming passages FILE:ROW)")
     add_input_split_args(p)
 
 
@@ -211,17 +247,29 @@ def eval_command(args: argparse.Namespace) -> int:
 # ---- index ---------------------------------------------------------------------------------------------------------
 def _corpus(args: argparse.Namespace) -> dict:
     """--corpus with its column and split flags, as `Index.build` / `Index.add` take them."""
-    return dict(text_col=args.text_col, id_col=args.id_col, data_split=args.data_split, data_config=args.data_config,
-                batch_size=args.batch_size, progress=args.progress)
+    return dict(text_col=args.text_col, id_col=args.id_col, title_col=args.title_col, require_ids=args.require_ids,
+                data_split=args.data_split, data_config=args.data_config, batch_size=args.batch_size,
+                progress=args.progress)
 
 
 def index_build(args: argparse.Namespace) -> int:
     from bertforge.api import Index
 
-    index = Index.build(args.model, args.corpus, args.out, kind=args.kind, device=args.device,
-                        precision=args.precision, pooling=args.pooling, compile=bool(args.compile),
-                        overwrite=args.overwrite, **_corpus(args))
-    print(f"indexed {len(index)} passages ({index.kind}, dim {index.dim}) -> {args.out}", file=sys.stderr)
+    if args.method != "bm25" and not args.model:
+        raise BertforgeError(f"--model: a {args.method} index needs the sentence encoder that embeds the passages")
+    if args.method == "bm25":
+        for flag, value in (("--kind", args.kind), ("--model", args.model), ("--pooling", args.pooling)):
+            if value is not None:
+                raise BertforgeError(f"{flag}: a bm25 index embeds nothing (it applies to --method dense and hybrid)")
+    if args.method != "hybrid":
+        for flag, value in (("--fusion", args.fusion), ("--alpha", args.alpha)):
+            if value is not None:
+                raise BertforgeError(f"{flag}: applies to --method hybrid")
+    index = Index.build(args.model, args.corpus, args.out, method=args.method, kind=args.kind, fusion=args.fusion,
+                        alpha=args.alpha, stopwords=args.stopwords, device=args.device, precision=args.precision,
+                        pooling=args.pooling, compile=bool(args.compile), overwrite=args.overwrite, **_corpus(args))
+    what = "bm25" if index.method == "bm25" else f"{index.method}, {index.kind}, dim {index.dim}"
+    print(f"indexed {len(index)} passages ({what}) -> {args.out}", file=sys.stderr)
     return 0
 
 
@@ -238,7 +286,7 @@ def index_query(args: argparse.Namespace) -> int:
     from bertforge.api import Index
 
     index = Index.load(args.index, args.model, device=args.device, compile=bool(args.compile))
-    results = index.search(args.question, k=args.k, rerank=args.rerank)
+    results = index.search(args.question, k=args.k, rerank=args.rerank, fusion=args.fusion, alpha=args.alpha)
     for question, hits in zip(args.question, results):
         if args.json:
             print(json.dumps({"query": question, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
@@ -246,6 +294,7 @@ def index_query(args: argparse.Namespace) -> int:
         print(f"# {question}")
         for h in hits:
             extra = f"  rerank {h.rerank_score:8.4f}" if h.rerank_score is not None else ""
-            text = h.text if len(h.text) <= 100 else h.text[:97] + "..."
+            text = f"{h.title}. {h.text}" if h.title else h.text
+            text = text if len(text) <= 100 else text[:97] + "..."
             print(f"{h.rank:3d}  {h.score:7.4f}{extra}  [{h.id}]  {text}")
     return 0

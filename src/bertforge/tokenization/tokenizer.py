@@ -30,7 +30,7 @@ from tokenizers.models import BPE, Unigram, WordPiece
 
 from bertforge.config.hf import read_config_json
 from bertforge.errors import BertforgeError
-from bertforge.io.hub import looks_like_model_id, resolve_model_path
+from bertforge.io.hub import HUB_PREFIX, looks_like_hub_id, resolve_model_path
 from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write_text
 from bertforge.tokenization.pipelines import (LAYOUTS, N_SENTINELS, ROLES, SPECIAL_TOKENS, TOKENIZER_KINDS,
@@ -168,7 +168,8 @@ class Tokenizer:
 
         In a model folder the tokenizer's ids must fit the model's embedding (`vocab_size`, else config.json's):
         another model's tokenizer copied in would otherwise fail later, as an IndexError inside the embedding."""
-        if revision is not None or (isinstance(path, str) and not os.path.lexists(path) and looks_like_model_id(path)):
+        if revision is not None or (isinstance(path, str) and (path.startswith(HUB_PREFIX) or (
+                not os.path.lexists(path) and looks_like_hub_id(path)))):
             path = resolve_model_path(path, revision, flag="")
         path = Path(path)
         tok = cls._from_files(path)

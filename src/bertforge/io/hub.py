@@ -75,7 +75,7 @@ def resolve_model_path(name: str | Path, revision: str | None = None, flag: str 
         why = hub_id_problem(model_id) if model_id else "no id after it"
         if why:
             raise BertforgeError(f"{named(flag, name)}: not a Hugging Face Hub id ({why})")
-        return hub_snapshot(model_id, revision, flag)
+        return hub_snapshot(model_id, revision, flag, shown=name)
     path = Path(name).expanduser()
     if os.path.lexists(path):
         if revision is not None:
@@ -110,11 +110,11 @@ def resolve_model_option(name: str | Path, revision: str | None = None, flag: st
     return resolve_model_path(name, None if local else revision, flag)
 
 
-def hub_snapshot(model_id: str, revision: str | None = None, flag: str = "--model") -> Path:
+def hub_snapshot(model_id: str, revision: str | None = None, flag: str = "--model", shown: str = "") -> Path:
     """The folder of `model_id` at `revision` from huggingface_hub: downloaded, or from the cache when offline."""
     from huggingface_hub import constants, errors, snapshot_download
 
-    where = named(flag, model_id) + (f" (revision {revision})" if revision else "")
+    where = named(flag, shown or model_id) + (f" (revision {revision})" if revision else "")
     try:
         folder = snapshot_download(model_id, revision=revision, allow_patterns=list(HUB_FILES),
                                    token=os.environ.get("HF_TOKEN") or None)
@@ -125,8 +125,9 @@ def hub_snapshot(model_id: str, revision: str | None = None, flag: str = "--mode
                              "token may read (a private or gated model needs HF_TOKEN)") from None
     except errors.LocalEntryNotFoundError:
         why = "offline (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else "the Hugging Face Hub cannot be reached"
-        raise BertforgeError(f"{where}: no such folder, and not in the Hugging Face cache ({constants.HF_HUB_CACHE}) "
-                             f"while {why}") from None
+        lead = "" if shown else "no such folder, and "  # hf://ID asked for the Hub alone
+        raise BertforgeError(f"{where}: {lead}not in the Hugging Face cache ({constants.HF_HUB_CACHE}) while {why}") \
+            from None
     except errors.HfHubHTTPError as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BertforgeError(f"{where}: the Hugging Face Hub refused the download ({reason})") from None

@@ -212,3 +212,66 @@ def test_invalid_utf8_is_blamed_on_the_line_holding_the_byte(tmp_path, fmt):
     (tmp_path / "bad.json").write_bytes(b'[\n{"text": "a"},\n{"text": "\xff"}\n]')
     with pytest.raises(BertforgeError, match=r"bad\.json:3: invalid UTF-8"):
         open_table(tmp_path / "bad.json")
+
+
+def exported_folder(root: Path) -> Path:
+    """A folder as `bertforge export` leaves it (config.json beside model.onnx, no PyTorch weights); the graph's
+    bytes are never read when onnxruntime is missing."""
+    from bertforge.config import ModelConfig
+
+    folder = root / "exported"
+    folder.mkdir()
+    cfg = ModelConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)
+    (folder / "config.json").write_text(json.dumps(cfg.to_hf_dict(["BertModel"])))
+    (folder / "model.onnx").write_bytes(b"not read")
+    return folder
+
+
+def test_an_exported_model_without_onnxruntime_is_one_line_naming_the_export_extra(tmp_path, monkeypatch):
+    import sys
+
+    import bertforge
+    from bertforge.model.folder import ModelFolder
+
+    folder = exported_folder(tmp_path)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as when the export extra is not installed
+    expected = r"exported: an exported ONNX model; running it needs onnxruntime, which is not installed: " \
+               r"pip install 'bertforge\[export\]'"
+    with pytest.raises(BertforgeError, match=expected):
+        ModelFolder.open(folder)
+    with pytest.raises(BertforgeError, match=expected):
+        bertforge.embed(str(folder), ["a text"])
+    with pytest.raises(BertforgeError, match=expected):
+        bertforge.predict(str(folder), ["a text"])
+
+
+def test_a_config_whose_family_the_weights_do_not_share_says_they_disagree(tmp_path):
+    from bertforge.config import ModelConfig
+    from bertforge.model import Encoder
+    from bertforge.model.checkpoint import save_pretrained
+    from bertforge.model.folder import ModelFolder
+
+    cfg = ModelConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=66, model_type="xlm-roberta")
+    save_pretrained(Encoder(cfg), tmp_path / "m", cfg)
+    assert ModelFolder.open(tmp_path / "m").model_config.model_type == "xlm-roberta"
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "model_type": "deberta-v2"}))
+    with pytest.raises(BertforgeError, match=r"config\.json: the config and the weights disagree about the model's "
+                                             r"family: model_type is 'deberta-v2', but model\.safetensors names its "
+                                             r"tensors as another family does \(xlm-roberta, "):
+        ModelFolder.open(tmp_path / "m")
+
+
+def test_a_resume_refused_for_a_moved_model_shows_where_the_two_paths_differ(tmp_path):
+    from bertforge.io.rundir import claim_output_dir
+
+    out = tmp_path / "run"
+    base = "/data/experiments/2024/checkpoints/encoders/bert-base-finetuned-on-sst2/seed-"
+    with claim_output_dir(out, resume=False, overwrite=False, options={"model": base + "1/best"}):
+        (out / "config.json").write_text("{}")
+    with pytest.raises(BertforgeError) as err:
+        claim_output_dir(out, resume=True, overwrite=False, options={"model": base + "2/best"})
+    message = str(err.value)
+    assert message.startswith("--model was ...") and "seed-1/best" in message and "seed-2/best" in message, message

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
-from bertforge.io.read import MAX_WARNINGS_PER_FILE, READ_ERRORS, LineReader, open_binary, warn
+from bertforge.io.read import (MAX_WARNINGS_PER_FILE, READ_ERRORS, LineReader, compression, open_binary, warn,
+                               zstd_module)
 from bertforge.io.tables import SUFFIXES as DATA_SUFFIXES
 from bertforge.io.tables import file_format, is_saved_dataset, open_table, pick_columns, text_value
 
@@ -90,6 +91,9 @@ def find_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[P
             found += matched
         else:
             raise BertforgeError(f"{raw}: no such file or folder")
+    for f in found:
+        if compression(f) == ".zst":
+            zstd_module(f)  # before any file is read
     seen: set[Path] = set()
     unique = []
     for f in found:

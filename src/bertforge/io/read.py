@@ -78,13 +78,20 @@ def open_binary(path: Path) -> BinaryIO:
     if kind == ".xz":
         return lzma.open(path, "rb")
     if kind == ".zst":
-        try:
-            import zstandard
-        except ImportError:
-            raise BertforgeError(f"{path}: reading a .zst file needs zstandard (pip install zstandard), or "
-                                 "decompress it first (zstd -d)") from None
+        zstandard = zstd_module(path)
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
     return open(path, "rb")
+
+
+def zstd_module(path: str | Path) -> Any:
+    """zstandard, or one line saying that reading `path` (a .zst file) needs it: checked for a whole corpus before
+    any of it is read."""
+    try:
+        import zstandard
+    except ImportError:
+        raise BertforgeError(f"{path}: reading a .zst file needs zstandard (pip install zstandard), or decompress it "
+                             "first (zstd -d)") from None
+    return zstandard
 
 
 def open_text(path: Path) -> io.TextIOWrapper:

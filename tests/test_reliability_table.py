@@ -827,8 +827,7 @@ def onnx_without_runtime(kit: Kit) -> None:
     for verb in ("predict", "embed"):
         one_line(python_cli(HIDE_ONNXRUNTIME, verb, "--model", exported, "--input", kit.tmp / "absent.txt", "--out",
                             kit.tmp / "o.jsonl"),
-                 "exported: an exported ONNX model; running it needs onnxruntime, which is not installed: "
-                 "pip install 'bertforge[export]'")
+                 f"--model {exported} needs onnxruntime, which is not installed: pip install 'bertforge[export]'")
     assert not (kit.tmp / "o.jsonl").exists()
 
 

@@ -91,6 +91,18 @@ def need_onnxruntime(path: str | Path, flag: str = "--model") -> None:
                              "not installed: pip install 'bertforge[export]'")
 
 
+def check_runtime(name: Any, flag: str = "--model") -> None:
+    """`need_onnxruntime` for a model given by its local path, for verbs that read their input before they open
+    the model (a Hub id brings no ONNX graph: only PyTorch weights are downloaded)."""
+    if isinstance(name, (str, Path)) and Path(name).expanduser().exists():
+        try:
+            graph = onnx_file(Path(name).expanduser(), flag)
+        except BertforgeError:
+            return  # said when the folder is opened
+        if graph is not None:
+            need_onnxruntime(name, flag)
+
+
 @dataclass(frozen=True)
 class ModelFolder:
     path: Path                      # the folder with config.json and the tokenizer

@@ -34,6 +34,8 @@ EXTRAS: dict[str, dict[str, str]] = {
 # The options that name a data source (a file, a folder of splits, a saved or Hub dataset): what reading each
 # imports is decided by `io.tables.source_libraries`, for every verb alike.
 SOURCE_OPTIONS = ("data", "input", "corpus", "train", "eval", "sts")
+# The options that name a model (a folder, an exported graph, a Hub id): `model_needs` (and commands.options).
+MODEL_DESTS = ("model", "teacher", "student_init", "init_from", "rerank", "tokenizer")
 
 
 @dataclass(frozen=True)
@@ -136,8 +138,6 @@ def check_needs(args: argparse.Namespace) -> None:
 def model_needs(args: argparse.Namespace) -> tuple[Need, ...]:
     """onnxruntime for a model option naming a folder (or .onnx file) that `bertforge export` wrote, whatever the
     verb: said before the verb reads its input."""
-    from bertforge.commands.options import MODEL_DESTS
-
     needs = []
     for dest in MODEL_DESTS:
         value = getattr(args, dest, None)

@@ -4,8 +4,8 @@ Inputs: ``.txt`` (documents separated by blank lines, or one per file), ``.jsonl
 ``text`` or the one named), and tables: ``.csv``, ``.tsv``, ``.parquet``, ``.json`` and datasets' ``save_to_disk``
 folders (one document per row, from the text column: the one named, else the first of text, sentence, ... present;
 read by `bertforge.io.tables`); every file but Parquet also compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``), read
-as the format under the compression suffix (the suffixes and formats are `bertforge.io.tables`'). Folders are searched recursively (a ``.json`` file
-is read only when named: in folders they are mostly metadata), globs expanded. Project Gutenberg headers and
+as the format under the compression suffix (the suffixes and formats are `bertforge.io.tables`'). Folders are
+searched recursively (a ``.json`` file is read only when named: in folders they are mostly metadata), globs expanded. Project Gutenberg headers and
 footers are dropped. Bad input never crashes the reader: binary files are skipped, invalid UTF-8 is replaced,
 huge lines are read in bounded chunks, and each problem is reported as one ``file:line: ...`` warning through
 ``logging`` (logger ``bertforge.data``) and ``warnings``; a table without the text column is an error.

@@ -16,6 +16,7 @@ import io
 import json
 import logging
 import lzma
+import re
 import warnings
 import zlib
 from collections.abc import Iterator
@@ -106,10 +107,13 @@ def open_text(path: Path) -> io.TextIOWrapper:
 def bad_utf8(fields: list[str], line: int, path: Path) -> None:
     """Raise naming the line of the first undecodable byte in a record's `fields` (starting at `line`)."""
     text = "\x00".join(fields)
-    at = next((i for i, c in enumerate(text) if "\udc80" <= c <= "\udcff"), None)
-    if at is not None:
-        byte = ord(text[at]) - 0xDC00
+    found = _ESCAPED.search(text)
+    if found is not None:
+        at, byte = found.start(), ord(found.group()) - 0xDC00
         raise BertforgeError(f"{where(path, line + text.count(chr(10), 0, at))}: invalid UTF-8 (byte 0x{byte:02x})")
+
+
+_ESCAPED = re.compile("[\udc80-\udcff]")  # an undecodable byte, as "surrogateescape" keeps it
 
 
 class DuplicateKey(ValueError):

@@ -677,3 +677,181 @@ def two_configs(kit: Kit) -> None:
                  "--config", kit.tmp / "a.json", "--config", kit.tmp / "b.json"),
              "--config is given 2 times", "a.json", "b.json")
     assert not (kit.tmp / "ft").exists()
+
+
+# ---- the input probe: what a file says, read as it says it ------------------------------------------------------
+def _gzip(path: Path, text: str) -> Path:
+    import gzip
+
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+FINETUNE = ["--max-steps", "2", "--batch-size", "8", "--no-progress", "--device", "cpu"]
+
+
+@row("tokenizer train on corpus.csv.gz and a gzipped JSON list (.json.gz); finetune on train.tsv.gz / dev.tsv.gz; "
+     "a .zst corpus without zstandard",
+     "each read as the format under the compression suffix (rows of the text column, never the compressed or JSON "
+     "text itself); the .zst file one line naming zstandard",
+     "a tokenizer whose vocabulary holds no JSON punctuation; a fine-tuned model")
+def compressed_inputs(kit: Kit) -> None:
+    lines = kit.corpus.read_text().splitlines()
+    _gzip(kit.tmp / "corpus.csv.gz", "text\n" + "\n".join(f'"{t}"' for t in lines) + "\n")
+    _gzip(kit.tmp / "corpus.json.gz", json.dumps([{"text": t} for t in lines]))
+    ok(cli("tokenizer", "train", "--corpus", kit.tmp / "corpus.csv.gz", kit.tmp / "corpus.json.gz", "--out",
+           kit.tmp / "tok", "--vocab-size", "80", "--min-frequency", "1", "--no-progress"))
+    vocab = json.loads((kit.tmp / "tok" / "tokenizer.json").read_text())["model"]["vocab"]
+    assert not {"{", "[", ":", "text"} & set(vocab), sorted(vocab)[:40]
+    data = kit.tmp / "sst"
+    data.mkdir()
+    for name in ("train", "dev"):
+        _gzip(data / f"{name}.tsv.gz", (kit.sst / f"{name}.tsv").read_text())
+    ok(cli("finetune", "--task", "sst2", "--model", kit.enc, "--data", data, "--out", kit.tmp / "ft", *FINETUNE))
+    (kit.tmp / "c.txt.zst").write_bytes(b"\x28\xb5\x2f\xfd")
+    script = "import sys; sys.modules['zstandard'] = None\nfrom bertforge.cli import main\nsys.exit(main(sys.argv[1:]))"
+    one_line(python_cli(script, "tokenizer", "train", "--corpus", kit.tmp / "c.txt.zst", "--out", kit.tmp / "t2",
+                        "--no-progress"),
+             "c.txt.zst: reading a .zst file needs zstandard")
+
+
+@row("train.jsonl with a line naming \"label\" twice; a Parquet file with two columns named text",
+     "refused in one line naming the key and the line (the column and the row), as a CSV header naming a column twice",
+     "no --out folder")
+def duplicate_keys(kit: Kit) -> None:
+    pytest.importorskip("pyarrow")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = kit.tmp / "d"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"text": "a good film", "label": 1}\n{"text": "bad", "label": 0, "label": 1}\n')
+    base = ["finetune", "--task", "classify", "--model", kit.enc, "--out", kit.tmp / "ft", *FINETUNE]
+    one_line(cli(*base, "--data", data), "train.jsonl:2: the key 'label' appears twice in one object")
+    (data / "train.jsonl").unlink()
+    pq.write_table(pa.Table.from_arrays([pa.array(["a", "b"]), pa.array(["c", "d"]), pa.array([0, 1])],
+                                        names=["text", "text", "label"]), data / "train.parquet")
+    one_line(cli(*base, "--data", data), "train.parquet row 0: the schema names the column 'text' more than once")
+    assert not (kit.tmp / "ft").exists()
+
+
+@row("a binary train.csv whose labels are written 1, 1.0, \"1\", true (and 0, 0.0, false), finetune --task classify",
+     "one class per value: 2 classes, named 0 and 1",
+     "a model whose config.json has two labels, 0 and 1")
+def labels_by_value(kit: Kit) -> None:
+    data = kit.tmp / "d"
+    data.mkdir()
+    rows = [(t, lab) for t, lab in zip(kit.corpus.read_text().splitlines()[:48],
+                                       ["1", "1.0", '"1"', "true", "0", "0.0", "false", "0"] * 6)]
+    (data / "train.csv").write_text("text,label\n" + "".join(f"{t},{lab}\n" for t, lab in rows))
+    ok(cli("finetune", "--task", "classify", "--model", kit.enc, "--data", data, "--out", kit.tmp / "ft", *FINETUNE))
+    assert json.loads((kit.tmp / "ft" / "config.json").read_text())["id2label"] == {"0": "0", "1": "1"}
+
+
+@row("--data holding train.csv and train.jsonl; a folder ./acme/fr beside a Hub id acme/fr, with and without "
+     "--revision; hf://acme/fr",
+     "the two files refused in one line naming both; the folder read with a notice naming it; with --revision one "
+     "line saying a folder shadows the id and to write hf://acme/fr; hf:// asks the Hub (offline: its cache)",
+     "no --out folder but the one the shadowing folder's run wrote")
+def silent_choices(kit: Kit) -> None:
+    data = kit.tmp / "d"
+    data.mkdir()
+    (data / "train.csv").write_text("text,label\na,1\n")
+    (data / "train.jsonl").write_text('{"text": "a", "label": 1}\n')
+    one_line(cli("finetune", "--task", "classify", "--model", kit.enc, "--data", data, "--out", kit.tmp / "ft",
+                 *FINETUNE), "both train.csv and train.jsonl hold the train split")
+    shutil.copytree(kit.clf, kit.tmp / "acme" / "fr")
+    (kit.tmp / "in.txt").write_text("a good film\n")
+    base = ["predict", "--input", "in.txt", "--out", "p.jsonl"]
+    done = ok(cli(*base, "--model", "acme/fr", cwd=kit.tmp))
+    assert "--model acme/fr: read from the local folder" in done.stderr and "hf://acme/fr" in done.stderr
+    one_line(cli(*base, "--model", "acme/fr", "--revision", "v1", cwd=kit.tmp),
+             "--model acme/fr: --revision v1 names a version of a Hugging Face Hub model, but a local folder of "
+             "that name shadows the id; write hf://acme/fr")
+    one_line(cli(*base, "--model", "hf://acme/fr", cwd=kit.tmp), "--model hf://acme/fr: not in the Hugging Face cache")
+    assert not (kit.tmp / "ft").exists()
+
+
+@row("--model acme/a--b, --model acmé/fr, --model acme/fr. (predict, and serve's model registration)",
+     "one line: no such folder, and not a Hugging Face Hub id (the Hub's own reason), never an HFValidationError",
+     "nothing written")
+def invalid_hub_ids(kit: Kit) -> None:
+    (kit.tmp / "in.txt").write_text("a good film\n")
+    for name in ("acme/a--b", "acmé/fr", "acme/fr."):
+        one_line(cli("predict", "--model", name, "--input", kit.tmp / "in.txt", "--out", kit.tmp / "p.jsonl"),
+                 f"--model {name}: no such folder, and not a Hugging Face Hub id")
+    one_line(cli("serve", "--model", f"m=acme/a--b", "--port", "0"), "--model m=acme/a--b: no such folder, and not")
+    assert not (kit.tmp / "p.jsonl").exists()
+
+
+@row("predict on a CSV whose text field is 200 KB, and on a one-line text of 5 MB",
+     "both predicted (the csv module's 128 KiB field limit raised; a text over 1,000,000 characters cut before "
+     "tokenizing)",
+     "one prediction per input row")
+def long_fields(kit: Kit) -> None:
+    words = kit.corpus.read_text().split()
+    long = " ".join(words * (200_000 // len(" ".join(words)) + 1))
+    (kit.tmp / "long.csv").write_text(f'text\n"{long}"\nshort\n')
+    (kit.tmp / "huge.txt").write_text(" ".join(words * (5_000_000 // len(" ".join(words)) + 1)) + "\n")
+    for name in ("long.csv", "huge.txt"):
+        ok(cli("predict", "--model", kit.clf, "--input", kit.tmp / name, "--out", kit.tmp / f"{name}.jsonl"))
+    assert len((kit.tmp / "long.csv.jsonl").read_text().splitlines()) == 2
+    assert len((kit.tmp / "huge.txt.jsonl").read_text().splitlines()) == 1
+
+
+@row("predict on a CSV with an invalid UTF-8 byte on line 700 (past the decoder's first chunk)",
+     "one line naming line 700, the line that holds the byte",
+     "no --out file")
+def utf8_line(kit: Kit) -> None:
+    data = ("text\n" + "".join(f"sentence number {i} is plain text\n" for i in range(2, 1000))).encode()
+    at = data.index(b"number 700 ")
+    (kit.tmp / "bad.csv").write_bytes(data[:at] + b"\xff" + data[at:])
+    one_line(cli("predict", "--model", kit.clf, "--input", kit.tmp / "bad.csv", "--out", kit.tmp / "p.jsonl"),
+             "bad.csv:700: invalid UTF-8 (byte 0xff)")
+    assert not (kit.tmp / "p.jsonl").exists()
+
+
+HIDE_ONNXRUNTIME = "import sys; sys.modules['onnxruntime'] = None\nfrom bertforge.cli import main\n" \
+                   "sys.exit(main(sys.argv[1:]))"
+
+
+@row("predict and embed on a folder `export` wrote (model.onnx, no PyTorch weights) where onnxruntime is missing",
+     "one line naming the export extra, before the input is read",
+     "no --out file")
+def onnx_without_runtime(kit: Kit) -> None:
+    exported = kit.tmp / "exported"
+    shutil.copytree(kit.clf, exported)
+    (exported / "model.safetensors").unlink()
+    (exported / "model.onnx").write_bytes(b"never read")
+    for verb in ("predict", "embed"):
+        one_line(python_cli(HIDE_ONNXRUNTIME, verb, "--model", exported, "--input", kit.tmp / "absent.txt", "--out",
+                            kit.tmp / "o.jsonl"),
+                 f"--model {exported} needs onnxruntime, which is not installed: pip install 'bertforge[export]'")
+    assert not (kit.tmp / "o.jsonl").exists()
+
+
+@row("a model folder whose config.json says model_type deberta-v2 over another family's model.safetensors",
+     "one line: the config and the weights disagree about the model's family (not a field the config lacks)",
+     "nothing written")
+def config_family(kit: Kit) -> None:
+    model = kit.model_with("mixed", model_type="deberta-v2")
+    (kit.tmp / "in.txt").write_text("a good film\n")
+    one_line(cli("embed", "--model", model, "--input", kit.tmp / "in.txt", "--out", kit.tmp / "e.npy"),
+             "config.json: the config and the weights disagree about the model's family: model_type is "
+             "'deberta-v2', but model.safetensors names its tensors as another family does (bert")
+    assert not (kit.tmp / "e.npy").exists()
+
+
+@row("finetune --resume after the --model folder moved to a path that shares its first 60 characters",
+     "refused in one line that shows where the two paths differ, with context",
+     "the run as it was")
+def resume_moved_model(kit: Kit) -> None:
+    deep = kit.tmp / ("checkpoints-of-the-encoder-used-for-this-experiment" + "-x" * 10)
+    shutil.copytree(kit.enc, deep / "one" / "enc")
+    shutil.copytree(kit.enc, deep / "two" / "enc")
+    out = kit.tmp / "ft"
+    args = ["finetune", "--task", "sst2", "--data", kit.sst, "--out", out, *FINETUNE]
+    ok(cli(*args, "--model", deep / "one" / "enc"))
+    line = one_line(cli(*args, "--model", deep / "two" / "enc", "--resume"), "--model was ...")
+    assert "one/enc" in line and "two/enc" in line, line

@@ -46,6 +46,9 @@ def embed(model: Any, texts: Any, *, text_col: Any = None, data_split: str | Non
     model's own choice). `compile`: torch.compile the encoder."""
     if device is not None or not _loaded(model):
         device_for(device, precision)  # a missing GPU or a precision it cannot run: one line before any reading
+    from bertforge.model.folder import check_runtime
+
+    check_runtime(model)  # an exported model without onnxruntime: one line before any reading
     rows = read_texts(texts, text_col, split=data_split, config=data_config)
     encoder = load_sentence_encoder(model, pooling=pooling, device=device, compile=compile, revision=revision)
     return encoder.encode(rows, batch_size=batch_size, precision=precision, normalize=normalize, progress=progress)

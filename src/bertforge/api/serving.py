@@ -31,7 +31,7 @@ def model_specs(models: Any, revision: str | None = None) -> list[str]:
         if name:
             specs.append(f"{name}={path}")
         else:
-            specs.append(str(path) if str(path) == str(model) else f"{model}={path}")
+            specs.append(str(path) if str(path) == str(model) else f"{str(model).removeprefix('hf://')}={path}")
     return specs
 
 

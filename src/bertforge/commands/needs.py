@@ -35,6 +35,8 @@ EXTRAS: dict[str, dict[str, str]] = {
 # The options that name a data source (a file, a folder of splits, a saved or Hub dataset): what reading each
 # imports is decided by `io.tables.source_libraries`, for every verb alike.
 SOURCE_OPTIONS = ("data", "input", "corpus", "train", "eval", "sts")
+# The options that name a model (a folder, an exported graph, a Hub id): `model_needs` (and commands.options).
+MODEL_DESTS = ("model", "teacher", "student_init", "init_from", "rerank", "tokenizer")
 
 
 @dataclass(frozen=True)
@@ -130,5 +132,25 @@ def check_needs(args: argparse.Namespace) -> None:
     """The parsed verb's declared needs and its data sources' libraries, each importable, else one line (a
     BertforgeError) naming its extra."""
     needs = getattr(args, "needs", ())
-    for need in (*(needs(args) if callable(needs) else needs), *source_needs(args)):
+    for need in (*(needs(args) if callable(needs) else needs), *source_needs(args), *model_needs(args)):
         need.check()
+
+
+def model_needs(args: argparse.Namespace) -> tuple[Need, ...]:
+    """onnxruntime for a model option naming a folder (or .onnx file) that `bertforge export` wrote, whatever the
+    verb: said before the verb reads its input."""
+    needs = []
+    for dest in MODEL_DESTS:
+        value = getattr(args, dest, None)
+        for spec in value if isinstance(value, list) else [value]:
+            path = Path(str(spec).rpartition("=")[2]).expanduser() if isinstance(spec, str) else None
+            if path is not None and (path.suffix == ".onnx" or (path / "model.onnx").is_file()):
+                from bertforge.model.folder import onnx_file  # (torch: only for a model folder that may be one)
+
+                try:
+                    exported = onnx_file(path) is not None
+                except BertforgeError:
+                    exported = False  # said when the folder is opened
+                if exported:
+                    needs.append(Need("export", "onnxruntime", f"--{dest.replace('_', '-')} {spec}"))
+    return tuple(needs)

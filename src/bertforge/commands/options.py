@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.commands.bounds import SEED, Number
-from bertforge.commands.needs import Need
+from bertforge.commands.needs import MODEL_DESTS, Need  # noqa: F401 (MODEL_DESTS: re-exported)
 from bertforge.errors import BertforgeError
 
 CONFIG_DEST = "config_file"
-# The options that name a model to load (a folder or a Hugging Face Hub id); serve's take `NAME=` in front.
-MODEL_DESTS = ("model", "teacher", "student_init", "init_from", "rerank", "tokenizer")
+# MODEL_DESTS (commands.needs): the options that name a model to load (a folder or a Hugging Face Hub id); serve's
+# take `NAME=` in front.
 
 
 def add_progress_arg(p: argparse.ArgumentParser, default: bool = True) -> None:
@@ -101,7 +101,8 @@ def resolve_model_args(args: argparse.Namespace) -> None:
                 name, sep, model = spec.rpartition("=")
                 path = resolve_model_option(model, revision, f"{flag} {name}=" if sep else flag)
                 used |= str(path) != model
-                resolved.append(f"{name or model}={path}" if str(path) != model else spec)
+                served = name or model.removeprefix("hf://")  # served under its Hub id
+                resolved.append(f"{served}={path}" if str(path) != model else spec)
             setattr(args, dest, resolved)
         elif isinstance(value, str) and value:
             path = resolve_model_option(value, revision, flag)

@@ -1,10 +1,11 @@
 """Read raw text corpora into documents and sentences.
 
-Inputs: ``.txt`` / ``.txt.gz`` (documents separated by blank lines, or one per file), ``.jsonl`` / ``.jsonl.gz``
-(one document per record, field ``text`` or the one named), and tables: ``.csv``, ``.tsv``, ``.parquet``, ``.json``
-and datasets' ``save_to_disk`` folders (one document per row, from the text column: the one named, else the first
-of text, sentence, ... present; read by `bertforge.io.tables`). Folders are searched recursively (a ``.json`` file
-is read only when named: in folders they are mostly metadata), globs expanded. Project Gutenberg headers and
+Inputs: ``.txt`` (documents separated by blank lines, or one per file), ``.jsonl`` (one document per record, field
+``text`` or the one named), and tables: ``.csv``, ``.tsv``, ``.parquet``, ``.json`` and datasets' ``save_to_disk``
+folders (one document per row, from the text column: the one named, else the first of text, sentence, ... present;
+read by `bertforge.io.tables`); every file but Parquet also compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``), read
+as the format under the compression suffix (the suffixes and formats are `bertforge.io.tables`'). Folders are
+searched recursively (a ``.json`` file is read only when named: in folders they are mostly metadata), globs expanded. Project Gutenberg headers and
 footers are dropped. Bad input never crashes the reader: binary files are skipped, invalid UTF-8 is replaced,
 huge lines are read in bounded chunks, and each problem is reported as one ``file:line: ...`` warning through
 ``logging`` (logger ``bertforge.data``) and ``warnings``; a table without the text column is an error.
@@ -20,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
-from bertforge.io.read import MAX_WARNINGS_PER_FILE, READ_ERRORS, LineReader, open_binary, warn
+from bertforge.io.read import (MAX_WARNINGS_PER_FILE, READ_ERRORS, LineReader, compression, open_binary, warn,
+                               zstd_module)
+from bertforge.io.tables import SUFFIXES as DATA_SUFFIXES
 from bertforge.io.tables import file_format, is_saved_dataset, open_table, pick_columns, text_value
 
-TEXT_SUFFIXES = (".txt", ".txt.gz")
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz")
-TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")  # and .json when named, and save_to_disk folders
-SUFFIXES = TEXT_SUFFIXES + JSONL_SUFFIXES + TABLE_SUFFIXES
+# What a folder is searched for: every data file but .json (in folders those are mostly metadata; a .json file is
+# read when named), and save_to_disk folders.
+SUFFIXES = tuple(s for s in DATA_SUFFIXES if file_format("f" + s) != "json")
 MAX_LINE_BYTES = 1 << 20          # longer lines are read (and split) in chunks of this size
 MAX_JSONL_LINE_BYTES = 64 << 20   # a jsonl record cannot be chunked (it must parse); bigger ones are skipped
 MAX_DOC_CHARS = 8 << 20           # a "document" this long is flushed early, so one huge line cannot fill memory
@@ -60,7 +62,7 @@ def _kind(path: Path) -> str:
 
 
 def find_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]:
-    """Expand files, folders (recursive; .txt/.txt.gz/.jsonl/.jsonl.gz/.csv/.tsv/.parquet and save_to_disk folders)
+    """Expand files, folders (recursive; .txt/.jsonl/.csv/.tsv/.parquet, compressed too, and save_to_disk folders)
     and globs into a sorted, de-duplicated list.
 
     An explicitly named file is read by its suffix (any other suffix: as text).
@@ -75,7 +77,8 @@ def find_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[P
         elif p.is_dir():
             inside = _folder_files(p)
             if not inside:
-                raise BertforgeError(f"{raw}: no {', '.join(SUFFIXES)} files in this folder, nor save_to_disk folders")
+                raise BertforgeError(f"{raw}: no .txt, .jsonl, .csv, .tsv or .parquet (compressed or not) files in "
+                                     "this folder, nor save_to_disk folders")
             found += inside
         elif p.is_file():
             found.append(p)
@@ -88,6 +91,9 @@ def find_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[P
             found += matched
         else:
             raise BertforgeError(f"{raw}: no such file or folder")
+    for f in found:
+        if compression(f) == ".zst":
+            zstd_module(f)  # before any file is read
     seen: set[Path] = set()
     unique = []
     for f in found:
@@ -278,7 +284,7 @@ def iter_documents(paths: Iterable[str | os.PathLike] | str | os.PathLike, doc_b
     files = find_files(names)
     if not files:
         where = ", ".join(names) if names else "(no paths given)"
-        raise BertforgeError(f"no corpus files ({', '.join(SUFFIXES)}) in {where}")
+        raise BertforgeError(f"no corpus files (.txt, .jsonl, .csv, .tsv, .parquet; compressed too) in {where}")
     total = 0
     for path in files:
         n = 0

@@ -3,7 +3,8 @@
 `resolve_model_path(name, revision)` turns what a user gave (`--model`, `--teacher`, `--init-from`, a model to
 serve, a `from_pretrained` argument) into a local path before anything in it is read:
 
-  * a path that exists is itself (a revision is then refused: it names a version of a Hub model);
+  * a path that exists is itself (a revision is then refused: it names a version of a Hub model); a folder whose
+    name is written as a Hub id (`acme/fr`) is read with a notice naming it, and `hf://acme/fr` means the Hub;
   * otherwise a Hub id (`owner/name`, or a legacy `name`) is a snapshot folder from `huggingface_hub`, at `revision`
     (a branch, tag or commit; default: main). Online it downloads what bertforge reads (config, safetensors
     weights, tokenizer and sentence-transformers files; never pickled weights), with the token from `HF_TOKEN`
@@ -16,21 +17,48 @@ huggingface_hub is installed with `tokenizers`; it is imported only when a name 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
+from bertforge.io.read import warn
 
 # The files a model folder may need (config, safetensors weights, tokenizers, sentence-transformers modules); a
 # repository's pickled, TensorFlow, Flax and ONNX weights are not downloaded.
 HUB_FILES = ("*.json", "*.safetensors", "*.txt", "*.model")
-# owner/name or a legacy name without owner; letters, digits, '-', '_', '.' (the Hub's own rule), no path parts
-_HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}")
+# Written before a name, it means the Hub even where a local folder has that name ("hf://acme/fr").
+HUB_PREFIX = "hf://"
+# Names ending so are files the user meant, never Hub ids.
+_FILE_ENDINGS = (".onnx", ".json", ".git", ".safetensors")
 
 
-def looks_like_model_id(name: str) -> bool:
-    """Whether `name` (not an existing path) could be a Hub model id rather than a mistyped path."""
-    return bool(_HUB_ID.fullmatch(name)) and ".." not in name and not name.endswith((".onnx", ".json", ".git"))
+def looks_like_hub_id(name: str, suffixes: tuple[str, ...] = ()) -> bool:
+    """Whether `name` (not an existing path) could be a Hub id rather than a mistyped path: the Hub's own rule
+    (`huggingface_hub.utils.validate_repo_id`: `owner/name` or a legacy `name`, ASCII letters, digits, '-', '_' and
+    '.', no '--' or '..', neither starting nor ending with '-' or '.', 96 characters at most), and no file
+    suffix (.onnx, .json, ...; and `suffixes`, the data files' for a dataset)."""
+    if not name or not name.isascii() or name.lower().endswith(_FILE_ENDINGS + tuple(suffixes)):
+        return False
+    return hub_id_problem(name) is None
+
+
+def hub_id_problem(name: str) -> str | None:
+    """Why the Hub would refuse `name` as an id (huggingface_hub's own words, one line), or None."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if not name.isascii():
+        return "a Hub id is ASCII letters, digits, '-', '_' and '.'"
+    try:
+        validate_repo_id(name)
+    except HFValidationError as err:
+        return " ".join(str(err).split())
+    return None
+
+
+def shadows_hub_id(name: str | Path) -> bool:
+    """Whether `name`, an existing path, is written as a Hub id (`owner/name`, no ./ or / before it): a folder
+    there is read instead of the Hub model of that id."""
+    return (isinstance(name, str) and name.count("/") == 1 and not name.startswith((".", "/", "~"))
+            and looks_like_hub_id(name) and os.path.lexists(name))
 
 
 def named(flag: str, name: str | Path) -> str:
@@ -42,29 +70,51 @@ def named(flag: str, name: str | Path) -> str:
 def resolve_model_path(name: str | Path, revision: str | None = None, flag: str = "--model") -> Path:
     """The local folder (or .onnx file) `name` stands for: itself when it exists, else the Hub snapshot of the id
     at `revision`; one line naming `flag` when it is neither."""
+    if isinstance(name, str) and name.startswith(HUB_PREFIX):
+        model_id = name[len(HUB_PREFIX):]
+        why = hub_id_problem(model_id) if model_id else "no id after it"
+        if why:
+            raise BertforgeError(f"{named(flag, name)}: not a Hugging Face Hub id ({why})")
+        return hub_snapshot(model_id, revision, flag, shown=name)
     path = Path(name).expanduser()
     if os.path.lexists(path):
         if revision is not None:
-            raise BertforgeError(f"{named(flag, name)}: --revision {revision} names a version of a Hugging Face Hub "
-                                 "model, but this is a local path")
+            raise _revision_on_a_path(name, revision, flag)
+        if shadows_hub_id(name):
+            warn(f"{named(flag, name)}: read from the local folder {path.resolve()}, not the Hugging Face Hub model "
+                 f"of that id (write {HUB_PREFIX}{name} for the Hub)")
         return path
-    if isinstance(name, str) and looks_like_model_id(name):
+    if isinstance(name, str) and looks_like_hub_id(name):
         return hub_snapshot(name, revision, flag)
+    if isinstance(name, str) and name.count("/") == 1 and not name.startswith((".", "/", "~")) \
+            and (why := hub_id_problem(name)):
+        raise BertforgeError(f"{named(flag, name)}: no such folder, and not a Hugging Face Hub id ({why})")
     raise BertforgeError(f"{named(flag, name)}: model directory not found")
+
+
+def _revision_on_a_path(name: str | Path, revision: str, flag: str) -> BertforgeError:
+    if shadows_hub_id(name):
+        return BertforgeError(f"{named(flag, name)}: --revision {revision} names a version of a Hugging Face Hub "
+                              f"model, but a local folder of that name shadows the id; write {HUB_PREFIX}{name} to "
+                              "read it from the Hub")
+    return BertforgeError(f"{named(flag, name)}: --revision {revision} names a version of a Hugging Face Hub "
+                          "model, but this is a local path")
 
 
 def resolve_model_option(name: str | Path, revision: str | None = None, flag: str = "--model") -> Path:
     """`resolve_model_path` for a verb's model options, where one `revision` (the command's --revision) may be meant
     for another of them: it applies to a Hub id and is ignored for a local path."""
     local = os.path.lexists(Path(name).expanduser())
+    if local and revision is not None and shadows_hub_id(name):  # the revision was surely meant for the Hub
+        raise _revision_on_a_path(name, revision, flag)
     return resolve_model_path(name, None if local else revision, flag)
 
 
-def hub_snapshot(model_id: str, revision: str | None = None, flag: str = "--model") -> Path:
+def hub_snapshot(model_id: str, revision: str | None = None, flag: str = "--model", shown: str = "") -> Path:
     """The folder of `model_id` at `revision` from huggingface_hub: downloaded, or from the cache when offline."""
     from huggingface_hub import constants, errors, snapshot_download
 
-    where = named(flag, model_id) + (f" (revision {revision})" if revision else "")
+    where = named(flag, shown or model_id) + (f" (revision {revision})" if revision else "")
     try:
         folder = snapshot_download(model_id, revision=revision, allow_patterns=list(HUB_FILES),
                                    token=os.environ.get("HF_TOKEN") or None)
@@ -75,8 +125,9 @@ def hub_snapshot(model_id: str, revision: str | None = None, flag: str = "--mode
                              "token may read (a private or gated model needs HF_TOKEN)") from None
     except errors.LocalEntryNotFoundError:
         why = "offline (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else "the Hugging Face Hub cannot be reached"
-        raise BertforgeError(f"{where}: no such folder, and not in the Hugging Face cache ({constants.HF_HUB_CACHE}) "
-                             f"while {why}") from None
+        lead = "" if shown else "no such folder, and "  # hf://ID asked for the Hub alone
+        raise BertforgeError(f"{where}: {lead}not in the Hugging Face cache ({constants.HF_HUB_CACHE}) while {why}") \
+            from None
     except errors.HfHubHTTPError as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BertforgeError(f"{where}: the Hugging Face Hub refused the download ({reason})") from None

@@ -9,10 +9,14 @@ Only the standard library is imported here: every layer of bertforge may use it.
 """
 from __future__ import annotations
 
+import bz2
 import csv
 import gzip
+import io
 import json
 import logging
+import lzma
+import re
 import warnings
 import zlib
 from collections.abc import Iterator
@@ -25,8 +29,13 @@ log = logging.getLogger("bertforge.data")
 
 MAX_WARNINGS_PER_FILE = 5
 # What a damaged file raises mid-read: a truncated gzip (EOFError), a bad CRC or header (BadGzipFile, an OSError),
-# corrupt deflate data (zlib.error), a failing disk (OSError).
-READ_ERRORS = (EOFError, OSError, zlib.error)
+# corrupt deflate or xz data (zlib.error, lzma.LZMAError), a failing disk (OSError); bz2 raises OSError.
+READ_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
+# Compressed files are read as the format under the compression suffix (data.csv.gz is CSV); .zst needs zstandard.
+COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")
+# The csv module refuses a field over 128 KiB by default; a long document in one cell is data, not damage. The
+# bound stays finite so that a file with one unmatched quote is refused rather than read whole into one field.
+CSV_FIELD_LIMIT = 256 << 20
 
 
 def warn(message: str) -> None:
@@ -48,22 +57,100 @@ def require_file(path: str | Path, what: str = "") -> Path:
     return p
 
 
+def compression(path: str | Path) -> str:
+    """The compression suffix `path` ends in (".gz", ".bz2", ".xz", ".zst"), or ""."""
+    name = Path(path).name.lower()
+    return next((c for c in COMPRESSIONS if name.endswith(c)), "")
+
+
+def uncompressed_name(path: str | Path) -> str:
+    """The file's name without its compression suffix (data.csv.gz: data.csv), lower case: what its format is."""
+    name = Path(path).name.lower()
+    return name[:len(name) - len(compression(name))]
+
+
 def open_binary(path: Path) -> BinaryIO:
-    """A binary stream of `path`, gunzipped when it ends in .gz."""
-    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+    """A binary stream of `path`, decompressed by its suffix (.gz, .bz2, .xz; .zst when zstandard is installed)."""
+    kind = compression(path)
+    if kind == ".gz":
+        return gzip.open(path, "rb")
+    if kind == ".bz2":
+        return bz2.open(path, "rb")
+    if kind == ".xz":
+        return lzma.open(path, "rb")
+    if kind == ".zst":
+        zstandard = zstd_module(path)
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
+    return open(path, "rb")
 
 
-def read_json(path: str | Path, expect: type = dict) -> Any:
-    """A JSON file's content, which must be an `expect` (dict by default)."""
+def zstd_module(path: str | Path) -> Any:
+    """zstandard, or one line saying that reading `path` (a .zst file) needs it: checked for a whole corpus before
+    any of it is read."""
+    try:
+        import zstandard
+    except ImportError:
+        raise BertforgeError(f"{path}: reading a .zst file needs zstandard (pip install zstandard), or decompress it "
+                             "first (zstd -d)") from None
+    return zstandard
+
+
+def open_text(path: Path) -> io.TextIOWrapper:
+    """A text stream of `path` (decompressed as `open_binary`) for the csv module: UTF-8 after an optional
+    byte-order mark, undecodable bytes kept as lone surrogates ("surrogateescape") so that the reader blames the
+    line that holds them (`bad_utf8`) rather than the line where the decoder's chunk began."""
+    if csv.field_size_limit() < CSV_FIELD_LIMIT:
+        csv.field_size_limit(CSV_FIELD_LIMIT)
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", errors="surrogateescape", newline="")
+
+
+def bad_utf8(fields: list[str], line: int, path: Path) -> None:
+    """Raise naming the line of the first undecodable byte in a record's `fields` (starting at `line`)."""
+    text = "\x00".join(fields)
+    found = _ESCAPED.search(text)
+    if found is not None:
+        at, byte = found.start(), ord(found.group()) - 0xDC00
+        raise BertforgeError(f"{where(path, line + text.count(chr(10), 0, at))}: invalid UTF-8 (byte 0x{byte:02x})")
+
+
+_ESCAPED = re.compile("[\udc80-\udcff]")  # an undecodable byte, as "surrogateescape" keeps it
+
+
+class DuplicateKey(ValueError):
+    """A JSON object that names one key twice (json.loads keeps the last silently)."""
+
+    def __init__(self, key: str):
+        super().__init__(f"the key {key!r} appears twice in one object")
+        self.key = key
+
+
+def unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    """json.loads' object_pairs_hook: an object, or DuplicateKey when a key appears twice."""
+    obj: dict = {}
+    for key, item in pairs:
+        if key in obj:
+            raise DuplicateKey(key)
+        obj[key] = item
+    return obj
+
+
+def read_json(path: str | Path, expect: type = dict, pairs_hook: Any = None) -> Any:
+    """A JSON file's content (compressed too), which must be an `expect` (dict by default); an object naming a key
+    twice is refused (`pairs_hook`: json.loads' object_pairs_hook instead of that check)."""
     p = require_file(path)
     try:
-        data = json.loads(p.read_bytes().decode("utf-8"))
+        with open_binary(p) as fh:
+            raw = fh.read()
+        data = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs_hook or unique_pairs)
     except UnicodeDecodeError as err:
-        raise BertforgeError(f"{p}: invalid UTF-8 ({err.reason} at byte {err.start})") from None
+        line = raw[:err.start].count(b"\n") + 1
+        raise BertforgeError(f"{p}:{line}: invalid UTF-8 ({err.reason} at byte {err.start})") from None
     except json.JSONDecodeError as err:
         raise BertforgeError(f"{p}:{err.lineno}: invalid JSON ({err.msg})") from None
-    except OSError as err:
-        raise BertforgeError(f"{p}: cannot read ({err.strerror})") from None
+    except DuplicateKey as err:
+        raise BertforgeError(f"{p}: {err}; keep one") from None
+    except READ_ERRORS as err:
+        raise BertforgeError(f"{p}: cannot read ({getattr(err, 'strerror', None) or err})") from None
     if not isinstance(data, expect):
         raise BertforgeError(f"{p}: expected a JSON {expect.__name__}, found {type(data).__name__}")
     return data
@@ -206,9 +293,11 @@ def jsonl_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
     p = Path(path)
     for n, line in text_lines(p):
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=unique_pairs)
         except json.JSONDecodeError as e:
             raise BertforgeError(f"{where(p, n)}: invalid JSON ({e.msg})") from None
+        except DuplicateKey as e:
+            raise BertforgeError(f"{where(p, n)}: {e}") from None
         if not isinstance(obj, dict):
             raise BertforgeError(f"{where(p, n)}: expected a JSON object, found {type(obj).__name__}")
         yield n, obj
@@ -219,29 +308,33 @@ def tsv_rows(path: str | Path) -> Iterator[tuple[int, list[str]]]:
     inside a sentence would otherwise swallow the following lines. Blank lines are skipped."""
     p = require_file(path)
     # utf-8-sig: the MRPC files start with a byte-order mark that would otherwise glue onto the first header
-    with open(p, encoding="utf-8-sig", newline="") as f:
+    with open_text(p) as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
         try:
             for row in reader:
+                bad_utf8(row, reader.line_num, p)
                 if not row or (len(row) == 1 and not row[0].strip()):
                     continue
                 yield reader.line_num, row
-        except UnicodeDecodeError as err:
-            raise BertforgeError(f"{where(p, reader.line_num + 1)}: invalid UTF-8 ({err.reason})") from None
+        except csv.Error as err:
+            raise BertforgeError(f"{where(p, reader.line_num + 1)}: malformed TSV ({err})") from None
+        except READ_ERRORS as err:
+            raise BertforgeError(f"{where(p, reader.line_num + 1)}: cannot read further ({err})") from None
 
 
 def csv_rows(path: str | Path, delimiter: str = ",") -> Iterator[tuple[int, list[str]]]:
     """(line number where the record starts, fields) of an ordinary (quoted) CSV file; blank records skipped."""
     p = require_file(path)
-    with open(p, encoding="utf-8-sig", newline="") as f:
+    with open_text(p) as f:
         reader = csv.reader(f, delimiter=delimiter)
         start = 1
         try:
             for row in reader:
+                bad_utf8(row, start, p)
                 if row and any(c.strip() for c in row):
                     yield start, row
                 start = reader.line_num + 1
-        except UnicodeDecodeError as err:
-            raise BertforgeError(f"{where(p, start)}: invalid UTF-8 ({err.reason})") from None
+        except READ_ERRORS as err:
+            raise BertforgeError(f"{where(p, start)}: cannot read further ({err})") from None
         except csv.Error as err:
             raise BertforgeError(f"{where(p, start)}: malformed CSV ({err})") from None

@@ -380,6 +380,27 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _show_change(old: Any, new: Any, context: int = 20, width: int = 60) -> tuple[str, str]:
+    """The two values as a message shows them: whole when short, else around where they differ (with `context`
+    characters each side), so that two long paths that share their first 57 characters do not look the same."""
+    a, b = json.dumps(old), json.dumps(new)
+    if len(a) <= width and len(b) <= width:
+        return a, b
+    same = 0
+    while same < min(len(a), len(b)) and a[same] == b[same]:
+        same += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - same and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    start = max(0, same - context)
+
+    def cut(text: str) -> str:
+        end = min(len(text), max(len(text) - tail + context, start + 1), start + width)
+        return ("..." if start else "") + text[start:end] + ("..." if end < len(text) else "")
+
+    return cut(a), cut(b)
+
+
 def _check_resume(record: dict[str, Any], options: dict[str, Any], fingerprint: dict[str, Any], may_change: set[str],
                   what: str, resume_flag: str | None) -> None:
     """Refuse a resume whose options or data differ from the recorded run (names missing on either side pass:
@@ -388,8 +409,8 @@ def _check_resume(record: dict[str, Any], options: dict[str, Any], fingerprint: 
               f"rerun with the same options to continue it, or start a new {what} (or give --overwrite)")
     for name, old in sorted((record.get("options") or {}).items()):
         if name in options and name not in may_change and options[name] != old:
-            raise BertforgeError(f"{_flag(name)} was {_show(old)} in the run being resumed, now "
-                                 f"{_show(options[name])}; {advice}")
+            was, now = _show_change(old, options[name])
+            raise BertforgeError(f"{_flag(name)} was {was} in the run being resumed, now {now}; {advice}")
     for name, old in sorted((record.get("fingerprint") or {}).items()):
         if name in fingerprint and fingerprint[name] != old:
             raise BertforgeError(f"{_flag(name)}: the data changed since the run being resumed started (its "

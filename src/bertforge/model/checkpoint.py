@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.families import DECODER, ENCODER_DECODER, FAMILIES
+from bertforge.families import DECODER, ENCODER, ENCODER_DECODER, FAMILIES
 from bertforge.families.family import CANONICAL_ENCODER, LAYER
 from bertforge.io.write import atomic_write, write_json
 
@@ -218,6 +218,28 @@ def _stored_name(state: dict[str, torch.Tensor], canonical: str, cfg: Config, fa
         if key.startswith(family) and key[len(family):] in state:
             return key[len(family):]
     return None
+
+
+# Tensors every encoder family stores, canonically named: the names a file gives them tell the families apart.
+_FAMILY_MARKERS = (f"{CANONICAL_ENCODER}.embeddings.word_embeddings.weight",
+                   f"{CANONICAL_ENCODER}.encoder.layer.0.attention.self.query.weight")
+
+
+def weight_families(names: Iterable[str]) -> list[str]:
+    """The encoder families (model_type) under whose naming a file of tensors `names` (a safetensors header's) holds
+    the word embeddings and the first layer's query: several where families name tensors alike (a bare BERT,
+    RoBERTa or XLM-RoBERTa file), none for a file of no encoder family."""
+    from types import SimpleNamespace
+
+    state = dict.fromkeys(names)
+    found = []
+    for model_type, fam in FAMILIES.items():
+        if fam.stack != ENCODER:
+            continue
+        cfg = SimpleNamespace(family=fam, model_type=model_type, share_layers="none")
+        if all(_stored_name(state, marker, cfg, fam.weight_prefix + ".") for marker in _FAMILY_MARKERS):
+            found.append(model_type)
+    return found
 
 
 def load_pretrained(model: nn.Module, path: str | Path, require: Iterable[str] = (),

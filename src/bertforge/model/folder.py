@@ -29,8 +29,9 @@ from bertforge.config.hf import check_against_weights, config_from_dict, read_co
 from bertforge.errors import BertforgeError
 from bertforge.io.hub import named as _named
 from bertforge.io.hub import resolve_model_path
-from bertforge.families import DECODER, ENCODER_DECODER, FAMILIES
-from bertforge.model.checkpoint import INT8_WEIGHTS
+from bertforge.io.read import safetensors_shapes
+from bertforge.families import DECODER, ENCODER, ENCODER_DECODER, FAMILIES
+from bertforge.model.checkpoint import INT8_WEIGHTS, weight_families
 from bertforge.model.int8 import INT8_SCHEME, QUANT_FIELD
 
 HOLDS = ("encoder", "sentence-encoder", "task", "bilstm", "decoder", "encoder-decoder")
@@ -55,6 +56,53 @@ def onnx_file(path: str | Path, flag: str = "--model") -> Path | None:
     return None
 
 
+def check_family(folder: Path, config: dict[str, Any]) -> None:
+    """One line when config.json's model_type names an encoder family whose tensor names model.safetensors does not
+    use while other families' it does (an XLM-RoBERTa file under a config that says deberta-v2): the config and
+    the weights disagree about the family, which the config's own fields would otherwise be blamed for."""
+    weights = folder / "model.safetensors"
+    fam = FAMILIES.get(config.get("model_type"))
+    if fam is None or fam.stack != ENCODER or not weights.is_file():
+        return
+    try:
+        held = weight_families(safetensors_shapes(weights))
+    except BertforgeError:
+        return  # an unreadable file is reported where the weights are loaded
+    if held and config["model_type"] not in held:
+        named_by = [str(a) for a in config.get("architectures") or []]  # the family its class names, first
+        held.sort(key=lambda t: not any(a.startswith(FAMILIES[t].hf_prefix) for a in named_by))
+        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        raise BertforgeError(f"{folder / 'config.json'}: the config and the weights disagree about the model's "
+                             f"family: model_type is {config['model_type']!r}, but {weights.name} names its tensors "
+                             f"as another family does ({shown})")
+
+
+def need_onnxruntime(path: str | Path, flag: str = "--model") -> None:
+    """One line naming the `export` extra when an exported ONNX model is to run without onnxruntime: said when the
+    folder is opened, before any data is read or any work done."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("onnxruntime") is not None
+    except (ImportError, ValueError):  # a broken install, or a module hidden in sys.modules
+        found = False
+    if not found:
+        raise BertforgeError(f"{_named(flag, path)}: an exported ONNX model; running it needs onnxruntime, which is "
+                             "not installed: pip install 'bertforge[export]'")
+
+
+def check_runtime(name: Any, flag: str = "--model") -> None:
+    """`need_onnxruntime` for a model given by its local path, for verbs that read their input before they open
+    the model (a Hub id brings no ONNX graph: only PyTorch weights are downloaded)."""
+    if isinstance(name, (str, Path)) and Path(name).expanduser().exists():
+        try:
+            graph = onnx_file(Path(name).expanduser(), flag)
+        except BertforgeError:
+            return  # said when the folder is opened
+        if graph is not None:
+            need_onnxruntime(name, flag)
+
+
 @dataclass(frozen=True)
 class ModelFolder:
     path: Path                      # the folder with config.json and the tokenizer
@@ -77,6 +125,8 @@ class ModelFolder:
             return name
         path = resolve_model_path(name, revision, flag)
         graph = onnx_file(path, flag)
+        if graph is not None:
+            need_onnxruntime(path, flag)
         folder = path.parent if path.suffix == ".onnx" else path
         if not (folder / "config.json").is_file() and (folder / "best" / "config.json").is_file():
             folder = folder / "best"
@@ -87,6 +137,8 @@ class ModelFolder:
         else:
             raise BertforgeError(f"{_named(flag, folder)}: not a model directory (no config.json)")
         holds = _holds(folder, config)
+        if holds != "bilstm":
+            check_family(folder, config)
         parsed = config_from_dict(config, str(folder / "config.json")) if config and holds != "bilstm" else None
         return cls(path=folder, holds=holds, config=config, model_config=parsed, graph=graph,
                    int8_weights=(folder / INT8_WEIGHTS).is_file(), flag=flag)

@@ -42,7 +42,11 @@ class OnnxModel(nn.Module):
 
     def __init__(self, file: str | Path, threads: int | None = None):
         super().__init__()
-        import onnxruntime as ort
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise BertforgeError(f"{file}: an exported ONNX model; running it needs onnxruntime, which is not "
+                                 "installed: pip install 'bertforge[export]'") from None
 
         self.file = Path(file)
         options = ort.SessionOptions()

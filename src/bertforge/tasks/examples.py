@@ -6,6 +6,7 @@ in ``bertforge.tasks.features`` map them to ids through a label list. Standard l
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -50,8 +51,26 @@ def text_field(value: object, where: str, name: str) -> str:
     return str(value).strip()
 
 
+_INTEGRAL = re.compile(r"[+-]?\d+(?:\.0*)?")
+BOOLEANS = {"true": "1", "false": "0"}
+
+
+def normal_label(value: object) -> str:
+    """A class label by its value, not its form: a whole number written 1, "1", 1.0 or "1.0" is "1" (pandas writes
+    1.0 for an integer column with a missing value); a boolean is "1" / "0"; anything else is its text, stripped."""
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return str(int(value))
+    text = str(value).strip()
+    if _INTEGRAL.fullmatch(text):
+        return str(int(text.split(".")[0]))
+    return text
+
+
 def class_label(value: object, labels: Sequence[str], where: str) -> str:
-    """Map a raw label (string, or int index into ``labels``) to its label string, or raise."""
+    """Map a raw label (string, or int index into ``labels``) to its label string, or raise. A label is matched by
+    value (`normal_label`: 1.0 and "1" are "1"; "true" / "false" are "1" / "0" for labels 0 / 1)."""
     if isinstance(value, bool):
         value = int(value)
     if isinstance(value, int):
@@ -61,6 +80,11 @@ def class_label(value: object, labels: Sequence[str], where: str) -> str:
         s = str(value).strip()
         if s in labels:
             return s
+        s = normal_label(value)
+        if s in labels:
+            return s
+        if s.lower() in BOOLEANS and BOOLEANS[s.lower()] in labels and {"0", "1"} <= set(labels):
+            return BOOLEANS[s.lower()]
     raise BertforgeError(f"{where}: unknown label {value!r} (expected one of {', '.join(labels)})")
 
 

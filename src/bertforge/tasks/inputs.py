@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.io.read import text_lines
+from bertforge.io.read import text_lines, uncompressed_name
 from bertforge.io.tables import Columns, Row, Table, open_table, pick_columns, value
 from bertforge.tasks.conll import read_conll
 from bertforge.tasks.examples import ChoiceExample, TaggingExample, TextExample, text_field
@@ -64,8 +64,8 @@ def text_inputs(source: Any, text_col: Any = None, text_pair_col: Any = None,
 
 def is_conll_file(source: Any) -> bool:
     """Whether `source` is a file in the tagging kind's own formats (.conll, .txt, .tsv: CoNLL-style token lines),
-    not a table."""
-    return isinstance(source, (str, Path)) and Path(source).suffix.lower() in (".conll", ".txt", ".tsv")
+    not a table; compressed too."""
+    return isinstance(source, (str, Path)) and Path(uncompressed_name(source)).suffix in (".conll", ".txt", ".tsv")
 
 
 def _looks_conll(path: Path) -> bool:
@@ -82,7 +82,7 @@ def tagging_inputs(source: Any) -> list[TaggingExample]:
     """Pre-tokenised sentences to tag."""
     if is_conll_file(source):
         path = Path(source)
-        if path.suffix.lower() == ".conll" or _looks_conll(path):
+        if Path(uncompressed_name(path)).suffix == ".conll" or _looks_conll(path):
             return [TaggingExample(ex.tokens, [], ex.guid) for ex in read_conll(path, tag_col=None)]
         # no sentence breaks: a sentence a line, split on whitespace
         return [TaggingExample(line.split(), [], str(n)) for n, line in text_lines(path)]

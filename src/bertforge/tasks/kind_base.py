@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
+from bertforge.io.read import COMPRESSIONS, compression
 from bertforge.io.tables import SPLITS, find_split, is_splits, source_name, split_aliases
 from bertforge.model.folder import ModelFolder
 from bertforge.tasks import squad as S
@@ -51,8 +53,8 @@ class TaskKind:
 
     # ---- data ----------------------------------------------------------------------------------------------------
     def data_files(self, split: str) -> list[str]:
-        """Glob patterns of a split's file in a --data folder, most preferred first."""
-        return [stem + ext for stem in split_aliases(split) for ext in self.extensions]
+        """Glob patterns of a split's file in a --data folder, most preferred first (each also compressed)."""
+        return [stem + ext for stem in split_aliases(split) for ext in compressed(self.extensions)]
 
     def split_source(self, data: Any, split: str, config: str | None = None) -> Any:
         """The source of `split` ("train", "dev", "test") in `data` (a folder of splits, a hub dataset id with its
@@ -143,3 +145,14 @@ class TaskKind:
 
     def predict(self, model: nn.Module, enc: Encoded, batch_size: int = 64, progress: bool = False) -> list[dict]:
         raise NotImplementedError
+
+
+def compressed(suffixes: Iterable[str]) -> list[str]:
+    """`suffixes`, each followed by its compressed forms (.csv, .csv.gz, .csv.bz2, ...; Parquet compresses its
+    own pages)."""
+    out: list[str] = []
+    for suffix in suffixes:
+        forms = [suffix] if compression(suffix) or suffix.endswith(".parquet") else [suffix] + [
+            suffix + c for c in COMPRESSIONS]
+        out += [f for f in forms if f not in out]
+    return out

@@ -32,7 +32,7 @@ from bertforge.tasks.batching import qa_logits, unpad
 from bertforge.tasks.config import TASK_KINDS, FinetuneConfig
 from bertforge.tasks.inputs import input_columns
 from bertforge.tasks.conll import CONLL2003_TYPES, read_conll, read_tagged_table, tag_list, warn_long_sentences
-from bertforge.tasks.kind_base import DEV_STEMS, Encoded, TaskKind  # noqa: F401 (re-exported)
+from bertforge.tasks.kind_base import DEV_STEMS, Encoded, TaskKind, compressed  # noqa: F401 (re-exported)
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.seq2seq import Seq2SeqKind
 from bertforge.tasks.swag import read_swag
@@ -258,7 +258,7 @@ class QAKind(TaskKind):
         self.split_from = (saved.get("num_train_articles"), saved.get("split_file"))
 
     def data_files(self, split: str) -> list[str]:
-        return [f"{split}*.json"]  # SQuAD's names carry the version: train-v1.1.json, dev-v2.0.json
+        return compressed([f"{split}*.json"])  # SQuAD's names carry the version: train-v1.1.json, dev-v2.0.json
 
     def read(self, source: Any) -> list:
         examples = S.read_squad(source)

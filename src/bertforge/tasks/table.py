@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from bertforge.errors import BertforgeError
+from bertforge.io.read import warn
 from bertforge.io.tables import Columns, Table, open_table, pick_columns, value
-from bertforge.tasks.examples import Label, TextExample, class_label, float_label, text_field
+from bertforge.tasks.examples import BOOLEANS, Label, TextExample, class_label, float_label, normal_label, text_field
 
 _MISSING = {"nan", "inf", "-inf", "infinity", "-infinity"}
 
@@ -59,15 +60,43 @@ def table_examples(table: Table, columns: Columns, label_list: Sequence[str] | N
         elif regression:
             label = float_label(raw, where)
         elif label_list is not None:
+            if label_ids and isinstance(raw, float) and raw.is_integer():
+                raw = int(raw)  # a class id column with a missing value, as pandas writes it
             label = class_label(raw if label_ids and isinstance(raw, int) else str(raw), label_list, where)
         else:
             label = text_field(int(raw) if isinstance(raw, bool) else raw, where, f"label {columns.label!r}")
             if label.lower() in _MISSING:  # pandas writes a missing label as NaN: it would become a class of its own
                 raise BertforgeError(f"{where}: the label {label!r} is a missing value, not a class")
+            label = normal_label(raw)
             seen.add(label)
         pair = None if columns.pair is None else text_field(value(row, columns.pair), where, f"text {columns.pair!r}")
         text = text_field(value(row, columns.text), where, f"text {columns.text!r}")
         examples.append(TextExample(text, pair, label, guid=f"{table.stem}-{len(examples)}"))
     if regression or columns.label is None:
         return examples, None
+    if label_list is None:
+        seen = _one_form(examples, seen, table.name)
     return examples, list(label_list) if label_list is not None else _sorted_labels(seen)
+
+
+def _one_form(examples: list[TextExample], seen: set[str], name: str) -> set[str]:
+    """Labels that mean one class written one way: "true" / "false" among 0 / 1 labels are 1 / 0 (a column of
+    booleans and numbers, as a spreadsheet may write it). Numbers that still differ only by form ("0.5" and "0.50")
+    are warned about, naming the forms: they train as classes of their own."""
+    lowered = {s.lower() for s in seen}
+    if lowered & set(BOOLEANS) and seen & {"0", "1"} and lowered <= {"0", "1", *BOOLEANS}:
+        for ex in examples:
+            ex.label = BOOLEANS.get(str(ex.label).lower(), ex.label)
+        seen = {BOOLEANS.get(s.lower(), s) for s in seen}
+    by_value: dict[float, list[str]] = {}
+    for label in seen:
+        try:
+            by_value.setdefault(float(label), []).append(label)
+        except ValueError:
+            pass
+    forms = [sorted(group) for group in by_value.values() if len(group) > 1]
+    if forms:
+        shown = "; ".join(" and ".join(map(repr, group)) for group in sorted(forms))
+        warn(f"{name}: the labels {shown} are one number written differently, yet each is a class of its own; "
+             "write each class one way")
+    return seen

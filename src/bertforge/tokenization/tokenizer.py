@@ -30,7 +30,7 @@ from tokenizers.models import BPE, Unigram, WordPiece
 
 from bertforge.config.hf import read_config_json
 from bertforge.errors import BertforgeError
-from bertforge.io.hub import looks_like_model_id, resolve_model_path
+from bertforge.io.hub import HUB_PREFIX, looks_like_hub_id, resolve_model_path
 from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write_text
 from bertforge.tokenization.pipelines import (LAYOUTS, N_SENTINELS, ROLES, SPECIAL_TOKENS, TOKENIZER_KINDS,
@@ -39,6 +39,10 @@ from bertforge.tokenization.pipelines import (LAYOUTS, N_SENTINELS, ROLES, SPECI
                                               _set_post_processor, _special_added_tokens, _token_str,
                                               _unnormalised_metaspace_pipeline, family_kind, sentinel)
 from bertforge.tokenization.train import canonical_unigram, checked_texts, train_wordpiece
+
+# A text longer than this is cut before a truncating encode (`Tokenizer.__call__`): a model reads 65536 tokens at
+# most, and no token is shorter than a character, so a million characters lose nothing a model would read.
+MAX_TEXT_CHARS = 1_000_000
 
 # ----------------------------------------------------------------------------------------------- Tokenizer
 
@@ -168,7 +172,8 @@ class Tokenizer:
 
         In a model folder the tokenizer's ids must fit the model's embedding (`vocab_size`, else config.json's):
         another model's tokenizer copied in would otherwise fail later, as an IndexError inside the embedding."""
-        if revision is not None or (isinstance(path, str) and not os.path.lexists(path) and looks_like_model_id(path)):
+        if revision is not None or (isinstance(path, str) and (path.startswith(HUB_PREFIX) or (
+                not os.path.lexists(path) and looks_like_hub_id(path)))):
             path = resolve_model_path(path, revision, flag="")
         path = Path(path)
         tok = cls._from_files(path)
@@ -335,8 +340,12 @@ class Tokenizer:
         offset_mapping (character offsets into each original text, (0, 0) for specials), word_ids (-1 for
         specials/padding) and special_tokens_mask; lists of lists, or tensors with return_tensors="pt"."""
         texts = [texts] if isinstance(texts, str) else list(texts)
+        if truncation:
+            texts = [_bounded(t) for t in texts]
         if pairs is not None:
             pairs = [pairs] if isinstance(pairs, str) else list(pairs)
+            if truncation:
+                pairs = [_bounded(t) for t in pairs]
             if len(pairs) != len(texts):
                 raise ValueError(f"got {len(texts)} texts but {len(pairs)} pairs")
             inputs: list = list(zip(texts, pairs))
@@ -420,6 +429,12 @@ class Tokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         return self.backend.token_to_id(token)
+
+
+def _bounded(text: Any) -> Any:
+    """`text` cut to MAX_TEXT_CHARS before a truncating encode: no sequence a model reads (65536 tokens at most)
+    needs more, and a 50 MB field would otherwise be tokenized whole (its offsets stay those of the original)."""
+    return text[:MAX_TEXT_CHARS] if isinstance(text, str) and len(text) > MAX_TEXT_CHARS else text
 
 
 def _as_list(ids: Any) -> list[int]:

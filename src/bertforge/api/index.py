@@ -189,9 +189,13 @@ def _cross_encoder(model: Any, device: str | None, revision: str | None):
     from bertforge.embed.cross_encoder import CrossEncoder
 
     if isinstance(model, CrossEncoder):
+        model.check_relevance()
         return placed(model, device)
     name = model_name(model, revision, "--rerank")
-    return placed(CrossEncoder.from_pretrained(name), device or "auto", what=f"--rerank {name}")
+    cross = CrossEncoder.from_pretrained(name)
+    cross.source = f"--rerank {name}"
+    cross.check_relevance()  # before any query runs
+    return placed(cross, device or "auto", what=f"--rerank {name}")
 
 
 def _passages(passages: Any, ids: list[str] | None, text_col: Any, id_col: Any, data_split: Any,

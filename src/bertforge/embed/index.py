@@ -252,10 +252,12 @@ class VectorIndex:
 
 
 def rerank(hits: list[Hit], query: str, cross_encoder, batch_size: int = 32) -> list[Hit]:
-    """Re-order a bi-encoder's hits by cross-encoder score (ranks renumbered; the bi-encoder score kept)."""
+    """Re-order a bi-encoder's hits by cross-encoder score (ranks renumbered; the bi-encoder score kept): a 1-label
+    model's logit, a 2-label model's label-1 logit (`CrossEncoder.relevance`)."""
+    cross_encoder.check_relevance()
     if not hits:
         return hits
-    scores = cross_encoder.predict([query] * len(hits), [h.text for h in hits], batch_size=batch_size)
+    scores = cross_encoder.relevance([query] * len(hits), [h.text for h in hits], batch_size=batch_size)
     order = np.argsort(-np.asarray(scores), kind="stable")
     return [Hit(r + 1, hits[i].score, hits[i].id, hits[i].text, float(scores[i])) for r, i in enumerate(order)]
 

@@ -1,0 +1,105 @@
+"""A request's texts before the model sees them: cut to a character bound when `truncate` allows it, counted in
+tokens, and tokenized off the event loop.
+
+Tokenizing is the one piece of a request's work proportional to its characters: a 7.5 MB text took the tokenizer
+9-14 s, and on the event loop that stalled every other client. So:
+  - a request of more than a few thousand characters is tokenized on a small thread pool (`Preparer.run`), never
+    on the event loop (the tokenizer releases the GIL);
+  - with `truncate`, each text (each side of a pair) is first cut to `max_length x CHARS_PER_TOKEN` characters, at
+    a space, so neither the tokenizer here nor the model's own tokenizer on the inference thread reads the rest.
+    The model sees the same tokens: the cut keeps more than `max_length` tokens (checked; a text with fewer, long
+    runs of spaces say, is cut again four times longer, up to the whole text), and truncation keeps the first
+    `max_length`. Tokens never span a space, so cutting at one changes none of the tokens before it;
+  - without `truncate`, a text whose cut already holds more than `max_length` tokens is over the limit: it is
+    refused without reading the rest.
+The caller bounds a request's characters (`--max-request-chars`) before any of this.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+CHARS_PER_TOKEN = 10   # generous: English averages 4-5 characters a token, space included
+INLINE_CHARS = 4096    # a request this small is tokenized on the loop: the thread hop would cost more
+_SPACES = " \n\t\r\f\v"
+
+
+def cut(text: str, bound: int) -> str:
+    """`text` if it has at most `bound` characters, else its start up to the last space before `bound` (if one
+    lies in the second half of it; else exactly `bound` characters: text without spaces, CJK say)."""
+    if len(text) <= bound:
+        return text
+    space = max(text.rfind(c, bound // 2, bound + 1) for c in _SPACES)
+    return text[:space] if space > 0 else text[:bound]
+
+
+@dataclass
+class Prepared:
+    texts: list[str]
+    pairs: list[str | None] | None
+    lengths: list[int]     # tokens (with specials); with truncate at most the model's max_length
+    partial: list[bool]    # only a cut was counted (no truncate): the text holds more than lengths[i] tokens
+
+
+def prepare(model: Any, texts: Sequence[str], pairs: Sequence[str | None] | None, truncate: bool) -> Prepared:
+    """Cut (see the module docstring) and count `texts` (with `pairs[i]` as the second text of pair i, None for
+    a single text) for `model` (a `ServedModel`)."""
+    limit = model.max_length
+    texts, sides = list(texts), list(pairs) if pairs is not None else [None] * len(texts)
+    bound = limit * CHARS_PER_TOKEN
+    cut_texts = [cut(t, bound) for t in texts]
+    cut_pairs = [None if p is None else cut(p, bound) for p in sides]
+    # a cut side must hold more than `limit` tokens by itself: then truncation never reaches the cut
+    pending = [(i, side) for i in range(len(texts)) for side in (0, 1)
+               if _was_cut(i, side, texts, sides, cut_texts, cut_pairs)]
+    while pending:
+        counts = model.lengths([cut_texts[i] if side == 0 else cut_pairs[i] for i, side in pending])
+        bound *= 4
+        again = []
+        for (i, side), n in zip(pending, counts):
+            if n > limit + 1:
+                continue
+            if side == 0:
+                cut_texts[i] = cut(texts[i], bound)
+            else:
+                cut_pairs[i] = cut(sides[i], bound)
+            if _was_cut(i, side, texts, sides, cut_texts, cut_pairs):
+                again.append((i, side))
+        pending = again
+    lengths = [0] * len(texts)
+    for want_pair in (False, True):  # the tokenizer takes single texts and pairs in separate calls
+        rows = [i for i in range(len(texts)) if (cut_pairs[i] is not None) == want_pair]
+        if rows:
+            counts = model.lengths([cut_texts[i] for i in rows], [cut_pairs[i] for i in rows] if want_pair else None)
+            for i, n in zip(rows, counts):
+                lengths[i] = n
+    partial = [cut_texts[i] is not texts[i] or (sides[i] is not None and cut_pairs[i] is not sides[i])
+               for i in range(len(texts))]
+    if truncate:
+        lengths = [min(n, limit) for n in lengths]
+        partial = [False] * len(texts)
+    return Prepared(cut_texts, cut_pairs if pairs is not None else None, lengths, partial)
+
+
+def _was_cut(i: int, side: int, texts: list, sides: list, cut_texts: list, cut_pairs: list) -> bool:
+    whole, part = (texts[i], cut_texts[i]) if side == 0 else (sides[i], cut_pairs[i])
+    return whole is not None and part is not whole and len(part) < len(whole)
+
+
+class Preparer:
+    """Runs `prepare` (or any tokenizing function) inline for small requests, else on its own threads (not the
+    inference thread: a long text must not hold the batches up either)."""
+
+    def __init__(self, threads: int = 2) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="bertforge-tokenize")
+
+    async def run(self, chars: int, fn: Any, *args: Any) -> Any:
+        if chars <= INLINE_CHARS:
+            return fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -193,7 +193,7 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
     batcher = Batcher(opts.max_batch_tokens, opts.max_wait_ms, opts.max_queue, on_batch=metrics.batch,
                       max_in_flight=opts.batches_in_flight)
     state = {"ready": False}
-    preparer = Preparer()
+    preparer = Preparer(list(models.values()))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -284,7 +284,7 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
         if chars > opts.max_request_chars:
             raise ApiError(413, f"{field}: {chars} characters of text, over the limit of {opts.max_request_chars} "
                                 "per request", field, "too_large")
-        done = await preparer.run(chars, prepare, model, texts, pairs, truncate)
+        done = await preparer.run(model, chars, prepare, model.max_length, texts, pairs, truncate)
         check_lengths(model, done.lengths, truncate, field, done.partial)
         return done
 
@@ -386,18 +386,18 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
             raise ApiError(413, f"inputs: {chars} characters of text, over the limit of {opts.max_request_chars} "
                                 "per request", "inputs", "too_large")
 
-        def tokens() -> JSONResponse:  # on the tokenizing threads for a long text, the response's JSON too
-            enc = model.tokenizer(texts, padding=False, truncation=False, return_tensors=None, return_offsets=True,
-                                  return_special_tokens_mask=True)
+        def tokens(tokenizer: Any) -> JSONResponse:  # off the loop for a long text, the response's JSON too
+            enc = tokenizer(texts, padding=False, truncation=False, return_tensors=None, return_offsets=True,
+                            return_special_tokens_mask=True)
             out = []
             for ids, offsets, special in zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]):
-                names = model.tokenizer.convert_ids_to_tokens(ids)
+                names = tokenizer.convert_ids_to_tokens(ids)
                 out.append([{"id": i, "text": name, "special": bool(s), "start": a, "stop": b}
                             for i, name, (a, b), s in zip(ids, names, offsets, special)
                             if body.add_special_tokens or not s])
             return respond(out)
 
-        return await preparer.run(chars, tokens)
+        return await preparer.run(model, chars, tokens)
 
     # OpenAI's model list (what `client.models.list()` / `retrieve()` read)
     def model_card(model: ServedModel) -> dict[str, Any]:

@@ -4,7 +4,9 @@ tokens, and tokenized off the event loop.
 Tokenizing is the one piece of a request's work proportional to its characters: a 7.5 MB text took the tokenizer
 9-14 s, and on the event loop that stalled every other client. So:
   - a request of more than a few thousand characters is tokenized on a small thread pool (`Preparer.run`), never
-    on the event loop (the tokenizer releases the GIL);
+    on the event loop (the tokenizer releases the GIL). The loop and the pool each have their own copy of every
+    model's tokenizer: a tokenizer serializes its calls, and a long text on the pool (or a batch on the inference
+    thread) must not make the loop wait;
   - with `truncate`, each text (each side of a pair) is first cut to `max_length x CHARS_PER_TOKEN` characters, at
     a space, so neither the tokenizer here nor the model's own tokenizer on the inference thread reads the rest.
     The model sees the same tokens: the cut keeps more than `max_length` tokens (checked; a text with fewer, long
@@ -17,6 +19,7 @@ The caller bounds a request's characters (`--max-request-chars`) before any of t
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,10 +47,16 @@ class Prepared:
     partial: list[bool]    # only a cut was counted (no truncate): the text holds more than lengths[i] tokens
 
 
-def prepare(model: Any, texts: Sequence[str], pairs: Sequence[str | None] | None, truncate: bool) -> Prepared:
+def count(tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[int]:
+    """Untruncated token counts (with special tokens), as `ServedModel.lengths`."""
+    enc = tokenizer([t.strip() for t in texts], pairs=pairs, padding=False, truncation=False, return_tensors=None)
+    return [len(ids) for ids in enc["input_ids"]]
+
+
+def prepare(tokenizer: Any, limit: int, texts: Sequence[str], pairs: Sequence[str | None] | None,
+            truncate: bool) -> Prepared:
     """Cut (see the module docstring) and count `texts` (with `pairs[i]` as the second text of pair i, None for
-    a single text) for `model` (a `ServedModel`)."""
-    limit = model.max_length
+    a single text) for a model of `limit` tokens."""
     texts, sides = list(texts), list(pairs) if pairs is not None else [None] * len(texts)
     bound = limit * CHARS_PER_TOKEN
     cut_texts = [cut(t, bound) for t in texts]
@@ -56,7 +65,7 @@ def prepare(model: Any, texts: Sequence[str], pairs: Sequence[str | None] | None
     pending = [(i, side) for i in range(len(texts)) for side in (0, 1)
                if _was_cut(i, side, texts, sides, cut_texts, cut_pairs)]
     while pending:
-        counts = model.lengths([cut_texts[i] if side == 0 else cut_pairs[i] for i, side in pending])
+        counts = count(tokenizer, [cut_texts[i] if side == 0 else cut_pairs[i] for i, side in pending])
         bound *= 4
         again = []
         for (i, side), n in zip(pending, counts):
@@ -73,7 +82,7 @@ def prepare(model: Any, texts: Sequence[str], pairs: Sequence[str | None] | None
     for want_pair in (False, True):  # the tokenizer takes single texts and pairs in separate calls
         rows = [i for i in range(len(texts)) if (cut_pairs[i] is not None) == want_pair]
         if rows:
-            counts = model.lengths([cut_texts[i] for i in rows], [cut_pairs[i] for i in rows] if want_pair else None)
+            counts = count(tokenizer, [cut_texts[i] for i in rows], [cut_pairs[i] for i in rows] if want_pair else None)
             for i, n in zip(rows, counts):
                 lengths[i] = n
     partial = [cut_texts[i] is not texts[i] or (sides[i] is not None and cut_pairs[i] is not sides[i])
@@ -90,16 +99,21 @@ def _was_cut(i: int, side: int, texts: list, sides: list, cut_texts: list, cut_p
 
 
 class Preparer:
-    """Runs `prepare` (or any tokenizing function) inline for small requests, else on its own threads (not the
-    inference thread: a long text must not hold the batches up either)."""
+    """Runs `prepare` (or any function of a tokenizer) inline for small requests, else on its own threads (not the
+    inference thread: a long text must not hold the batches up either), each with its own copy of the model's
+    tokenizer."""
 
-    def __init__(self, threads: int = 2) -> None:
+    def __init__(self, models: Sequence[Any], threads: int = 2) -> None:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="bertforge-tokenize")
+        self._tokenizers = {id(m): (copy.deepcopy(m.tokenizer), copy.deepcopy(m.tokenizer)) for m in models}
 
-    async def run(self, chars: int, fn: Any, *args: Any) -> Any:
+    async def run(self, model: Any, chars: int, fn: Any, *args: Any) -> Any:
+        """`fn(tokenizer, *args)` with a copy of `model`'s tokenizer: on the loop if `chars` is small, else on
+        the pool."""
+        on_loop, pooled = self._tokenizers[id(model)]
         if chars <= INLINE_CHARS:
-            return fn(*args)
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+            return fn(on_loop, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, pooled, *args)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -633,8 +633,8 @@ def full_server_503(kit: Kit) -> None:
 def request_chars(kit: Kit) -> None:
     for chars, status in ((1_200_000, b"413"), (800_000, b"200")):
         body = json.dumps({"inputs": ["good film " * (chars // 10)], "truncate": True}).encode()
-        answer, took = _talk(kit.port, b"POST /embed HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                                       b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        head = b"POST /embed HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        answer, took = _talk(kit.port, head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
         assert answer.startswith(b"HTTP/1.1 " + status) and took < 10, (answer[:300], took)
         if status == b"413":
             error = _json_body(answer)

@@ -239,7 +239,8 @@ def test_a_full_server_answers_503_as_http(dirs):
     try:
         for _ in range(4):  # inside a request (headers in, body pending): never evicted
             s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n")
+            s.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 50\r\n\r\n")
             busy.append(s)
         time.sleep(0.3)
         answers = []
@@ -333,3 +334,57 @@ def test_queued_work_of_a_cancelled_request_is_dropped():
 
     asyncio.run(main())
     assert calls == [[-1], [8]], calls
+
+
+def test_a_client_that_leaves_has_its_queued_work_dropped(dirs):
+    """Over HTTP: a request whose client disconnects while it waits for the busy inference thread never runs."""
+    import uvicorn
+
+    from bertforge.serve import ServedModel, ServeOptions, create_app
+    from bertforge.serve.limits import bounded_protocol
+    from bertforge.serve.registry import EMBED, Operation
+
+    calls: list[list[str]] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def embed(texts: list[str]) -> list[np.ndarray]:
+        calls.append(list(texts))
+        if "hold" in texts:
+            entered.set()
+            release.wait(10)
+        return [np.ones(4, np.float32) for _ in texts]
+
+    model = ServedModel("m", dirs["mlm"], Tokenizer.from_pretrained(dirs["mlm"]), 40, 4)
+    model.ops[EMBED] = Operation(EMBED, embed)
+    app = create_app({"m": model}, ServeOptions(max_wait_ms=0, batches_in_flight=1))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           http=bounded_protocol(5, 16)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            if server.started:
+                break
+            time.sleep(0.05)
+        holder = threading.Thread(target=lambda: httpx.post(f"http://127.0.0.1:{port}/embed",
+                                                            json={"inputs": ["hold"]}, timeout=20))
+        holder.start()
+        assert entered.wait(10)
+        with socket.create_connection(("127.0.0.1", port)) as s:  # queued behind "hold", then gone
+            s.sendall(_request("POST", "/embed", json.dumps({"inputs": ["gone"]}).encode(), key=False))
+            time.sleep(0.3)
+        time.sleep(0.3)
+        release.set()
+        holder.join(20)
+        r = httpx.post(f"http://127.0.0.1:{port}/embed", json={"inputs": ["after"]}, timeout=20)
+        assert r.status_code == 200
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    finally:
+        release.set()
+        server.should_exit = True
+        thread.join(10)
+    assert calls == [["hold"], ["after"]], calls
+    assert 'bertforge_requests_total{route="/embed",status="499"} 1' in metrics

@@ -28,9 +28,9 @@ from bertforge.errors import BertforgeError
 from bertforge.serve import schemas as S
 from bertforge.serve.batcher import Batcher, Job, QueueFull
 from bertforge.serve.metrics import Metrics
-from bertforge.serve.texts import Prepared, Preparer, prepare
 from bertforge.serve.registry import (CLASSIFY, EMBED, FILL_MASK, RERANK, SIMILARITY, TOKENIZE, ServedModel,
                                       normalize_rows)
+from bertforge.serve.texts import Prepared, Preparer, prepare
 
 ROUTES = ("/embed", "/v1/embeddings", "/v1/models", "/classify", "/fill-mask", "/rerank", "/similarity", "/tokenize",
           "/health", "/info", "/metrics")

@@ -116,6 +116,7 @@ def bounded_protocol(header_timeout_s: float, max_connections: int, per_client: 
         _closing = False
         _eof = False
         _quick = False
+        _started = False  # bytes of the request whose headers we wait for have come
         keyed = False  # a request on this connection carried the API key (or none is needed)
         address: Any = None
 
@@ -132,6 +133,7 @@ def bounded_protocol(header_timeout_s: float, max_connections: int, per_client: 
         def data_received(self, data: bytes) -> None:
             if self._closing:  # lingering: the client's rest is dropped
                 return
+            self._started = True
             super().data_received(data)
             self._headers_arrived()
 
@@ -162,6 +164,7 @@ def bounded_protocol(header_timeout_s: float, max_connections: int, per_client: 
         def _wait_for_headers(self) -> None:
             self._cancel()
             self._waiting_since = self.cycle
+            self._started = False
             slots.wait(self)
             self._timer = self.loop.call_later(header_timeout_s, self._headers_too_slow)
 
@@ -185,9 +188,12 @@ def bounded_protocol(header_timeout_s: float, max_connections: int, per_client: 
                 self._linger()
 
         def evict(self) -> None:
-            """Make room for a newcomer: 503 to this connection, waiting for headers."""
+            """Make room for a newcomer: this connection waits for headers. An idle kept-alive one is closed
+            plainly, as its keep-alive timeout would (a 503 might be read as the answer to its next request); one
+            that is new or in the middle of its headers gets 503."""
             self._cancel()
-            self._raw.write(too_many)
+            if self.cycle is None or self._started:
+                self._raw.write(too_many)
             self._linger()
 
         # ---- the write deadline ---------------------------------------------------------------------------------

@@ -388,3 +388,36 @@ def test_a_client_that_leaves_has_its_queued_work_dropped(dirs):
         thread.join(10)
     assert calls == [["hold"], ["after"]], calls
     assert 'bertforge_requests_total{route="/embed",status="499"} 1' in metrics
+
+
+def test_slots_make_room_per_address_and_keyless_first():
+    """The slot rules on their own: the oldest waiting connection makes room, keyless before keyed, one address
+    only ever evicts its own, and a server of busy connections refuses."""
+    from bertforge.serve.limits import _Slots
+
+    class Conn:
+        def __init__(self, ip: str, keyed: bool = False) -> None:
+            self.client, self.keyed, self.evicted = (ip, 1), keyed, False
+
+        def evict(self) -> None:
+            self.evicted = True
+            slots.release(self)
+
+    slots = _Slots(max_connections=4, per_client=3)
+    a1, a2, b1 = Conn("a", keyed=True), Conn("a"), Conn("b")
+    for c in (a1, a2, b1):
+        assert slots.admit(c)
+        slots.wait(c)
+    a3 = Conn("a")
+    assert slots.admit(a3) and not any(c.evicted for c in (a1, a2, b1))  # 4 open, 3 from a
+    a4 = Conn("a")
+    assert slots.admit(a4) and a2.evicted and not a1.evicted  # a is full: its oldest keyless waiting one
+    slots.busy(a3)
+    slots.busy(a4)
+    b2 = Conn("b")
+    assert slots.admit(b2) and b1.evicted  # the server is full: the oldest keyless waiting one, b1 (a3, a4 busy)
+    slots.busy(b2)
+    c1 = Conn("c")
+    assert slots.admit(c1) and a1.evicted  # only the keyed a1 was still waiting
+    slots.busy(c1)
+    assert not slots.admit(Conn("d"))  # every slot inside a request: 503

@@ -178,9 +178,9 @@ class Index:
             raise BertforgeError(f"-k must be positive, got {k}")
         one = isinstance(queries, str)
         questions = [queries] if one else list(queries)
+        cross = None if rerank is None else _cross_encoder(rerank, self._device, revision)  # refused before work
         results = self._vectors.search(self.model, questions, k=k)
-        if rerank is not None:
-            cross = _cross_encoder(rerank, self._device, revision)
+        if cross is not None:
             results = [rerank_hits(hits, q, cross) for q, hits in zip(questions, results)]
         return results[0] if one else results
 

@@ -553,8 +553,8 @@ def slow_clients(kit: Kit) -> None:
 
 
 @row("200 idle connections opened at once to one server",
-     "those over --max-connections (16 here) get 503 at once and are closed; the 16 are closed with 408 by the "
-     "read timeout; the server answers the next request",
+     "each one over --max-connections (16 here) makes room: the oldest idle one gets 503 at once and is closed; "
+     "the last 16 are closed with 408 by the read timeout; the server answers the next request",
      "no connection left open")
 def many_connections(kit: Kit) -> None:
     idle = []

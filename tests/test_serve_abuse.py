@@ -232,6 +232,7 @@ def test_write_deadline_drops_a_client_that_does_not_read(guarded):
                                                                                   s_err)
 
 
+@pytest.mark.slow  # a server of its own; the reliability table's full_server_503 row checks the same by default
 def test_a_full_server_answers_503_as_http(dirs):
     proc, url = _start("--model", str(dirs["mlm"]), "--max-connections", "4", "--read-timeout", "20")
     port = int(url.rsplit(":", 1)[1])

@@ -30,7 +30,7 @@ from bertforge.serve.batcher import Batcher, Job, QueueFull
 from bertforge.serve.metrics import Metrics
 from bertforge.serve.registry import (CLASSIFY, EMBED, FILL_MASK, RERANK, SIMILARITY, TOKENIZE, ServedModel,
                                       normalize_rows)
-from bertforge.serve.texts import Prepared, Preparer, prepare
+from bertforge.serve.texts import Prepared, Preparer, prepare, tokens_json
 
 ROUTES = ("/embed", "/v1/embeddings", "/v1/models", "/classify", "/fill-mask", "/rerank", "/similarity", "/tokenize",
           "/health", "/info", "/metrics")
@@ -378,7 +378,7 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
         return respond(job.results, job)
 
     @app.post("/tokenize")
-    async def tokenize(body: S.TokenizeRequest) -> JSONResponse:
+    async def tokenize(body: S.TokenizeRequest) -> Response:
         model = pick(body.model, TOKENIZE)
         texts = as_list(body.inputs, "inputs")
         chars = sum(map(len, texts))
@@ -386,16 +386,8 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
             raise ApiError(413, f"inputs: {chars} characters of text, over the limit of {opts.max_request_chars} "
                                 "per request", "inputs", "too_large")
 
-        def tokens(tokenizer: Any) -> JSONResponse:  # off the loop for a long text, the response's JSON too
-            enc = tokenizer(texts, padding=False, truncation=False, return_tensors=None, return_offsets=True,
-                            return_special_tokens_mask=True)
-            out = []
-            for ids, offsets, special in zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]):
-                names = tokenizer.convert_ids_to_tokens(ids)
-                out.append([{"id": i, "text": name, "special": bool(s), "start": a, "stop": b}
-                            for i, name, (a, b), s in zip(ids, names, offsets, special)
-                            if body.add_special_tokens or not s])
-            return respond(out)
+        def tokens(tokenizer: Any) -> Response:  # off the loop for a long text, the response's JSON too
+            return Response(tokens_json(tokenizer, texts, body.add_special_tokens), media_type="application/json")
 
         return await preparer.run(model, chars, tokens)
 

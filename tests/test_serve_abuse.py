@@ -112,7 +112,8 @@ def _trickler(port: int, stop: threading.Event, seen: dict, sockets: int = 100) 
 
 
 def _huge_bodies(port: int, stop: threading.Event, seen: dict) -> None:
-    """A keyed client that sends a 7.5 MB /embed (truncate: true) again and again."""
+    """A keyed client that sends a 7.5 MB /embed (truncate: true) again and again (a fifth of a second apart: the
+    point is the size of each, not a flood of bytes)."""
     body = json.dumps({"inputs": ["word " * 1_500_000], "truncate": True}).encode()
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=30) as c:
         while not stop.is_set():
@@ -121,6 +122,7 @@ def _huge_bodies(port: int, stop: threading.Event, seen: dict) -> None:
                 seen[r.status_code] = seen.get(r.status_code, 0) + 1
             except httpx.HTTPError as err:
                 seen[type(err).__name__] = seen.get(type(err).__name__, 0) + 1
+            stop.wait(0.2)
 
 
 def _non_reader(port: int, stop: threading.Event, seen: dict) -> None:

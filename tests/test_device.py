@@ -114,13 +114,13 @@ def test_sentence_encoder_encode_in_float64(mlm_dir, compile, monkeypatch):
 
 def test_cross_encoder_rerank_in_float64(cfg, tok):
     from bertforge.embed.cross_encoder import CrossEncoder
-    from bertforge.embed.index import Hit, rerank
+    from bertforge.retrieval.index import Hit, rerank
 
     torch.manual_seed(0)
     ce = CrossEncoder(cfg, tok).eval()
     q, p = ["the cat"] * 3, ["a cat sat", "the dog ran to the park", "bird"]
     ref = ce.predict(q, p)
-    hits = [Hit(i + 1, 0.0, str(i), t) for i, t in enumerate(p)]
+    hits = [Hit(i + 1, 0.0, str(i), "", t) for i, t in enumerate(p)]
     with all_in(F64):
         got = ce.to(F64).predict(q, p)
         ranked = rerank(hits, "the cat", ce)

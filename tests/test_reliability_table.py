@@ -111,7 +111,7 @@ def test_row(check, kit):
 
 
 def test_the_table_has_a_row_per_case():
-    assert len(ROWS) >= 26, len(ROWS)
+    assert len(ROWS) >= 30, len(ROWS)
 
 
 def python_cli(script: str, *args: object, **kw) -> subprocess.CompletedProcess:
@@ -553,8 +553,8 @@ def slow_clients(kit: Kit) -> None:
 
 
 @row("200 idle connections opened at once to one server",
-     "those over --max-connections (16 here) get 503 at once and are closed; the 16 are closed with 408 by the "
-     "read timeout; the server answers the next request",
+     "each one over --max-connections (16 here) makes room: the oldest idle one gets 503 at once and is closed; "
+     "the last 16 are closed with 408 by the read timeout; the server answers the next request",
      "no connection left open")
 def many_connections(kit: Kit) -> None:
     idle = []
@@ -583,6 +583,87 @@ def openai_dimensions(kit: Kit) -> None:
             assert _json_body(answer)["field"] == "dimensions", answer
         else:
             assert len(_json_body(answer)["data"][0]["embedding"]) == 32
+
+
+@row("24 connections trickling header bytes against --max-connections 16, then a client with a complete request",
+     "the oldest waiting connections are closed with an HTTP 503 to make room (never a reset); the complete request "
+     "is answered",
+     "no connection left open")
+def waiting_connections_make_room(kit: Kit) -> None:
+    waiting = []
+    for _ in range(24):
+        s = socket.create_connection(("127.0.0.1", kit.port))
+        s.sendall(b"GET /info HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+        s.settimeout(10)
+        waiting.append(s)
+    answer, took = _talk(kit.port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    first = [s.recv(4096)[:12] for s in waiting[:9]]
+    for s in waiting:
+        s.close()
+    assert answer.startswith(b"HTTP/1.1 200") and took < 1, (answer, took)
+    assert first == [b"HTTP/1.1 503"] * 9, first  # 8 for the 8 over the cap, one for the /health
+
+
+@row("16 connections inside a request (headers in, body pending), then 20 more, each sending a request and 20 KB "
+     "more at once",
+     "each of the 20 reads an HTTP 503 with a JSON body (the server reads and drops what it still sends before "
+     "closing), none a TCP reset",
+     "no connection left open")
+def full_server_503(kit: Kit) -> None:
+    busy = []
+    for _ in range(16):
+        s = socket.create_connection(("127.0.0.1", kit.port))
+        s.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n")
+        busy.append(s)
+    time.sleep(0.2)
+    try:
+        answers = [_talk(kit.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + b"X" * 20000, wait=1)[0]
+                   for _ in range(20)]
+    finally:
+        for s in busy:
+            s.close()
+    assert all(a.startswith(b"HTTP/1.1 503") for a in answers), [a[:40] for a in answers]
+    assert _json_body(answers[0])["type"] == "overloaded"
+
+
+@row("POST /embed with 1.2 million characters of text (truncate: true); then 800,000 characters",
+     "413 in one line naming inputs and the --max-request-chars limit (1,000,000 by default); the 800,000 are cut "
+     "to the model's length by characters before tokenizing, and answered within seconds",
+     "nothing")
+def request_chars(kit: Kit) -> None:
+    for chars, status in ((1_200_000, b"413"), (800_000, b"200")):
+        body = json.dumps({"inputs": ["good film " * (chars // 10)], "truncate": True}).encode()
+        head = b"POST /embed HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        answer, took = _talk(kit.port, head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        assert answer.startswith(b"HTTP/1.1 " + status) and took < 10, (answer[:300], took)
+        if status == b"413":
+            error = _json_body(answer)
+            assert error["field"] == "inputs" and "1000000" in error["error"] and "\n" not in error["error"]
+
+
+@row("index query --rerank with a 2-label classifier (a no/yes cross-encoder, or a classifier by mistake); then "
+     "with a 3-label one",
+     "the 2-label model re-ranks by its label-1 logit; the 3-label one is refused in one line naming the model and "
+     "its 3 labels, before any query runs",
+     "the index as it was")
+def rerank_label_counts(kit: Kit) -> None:
+    pytest.importorskip("faiss")
+    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.tasks.models import init_from_pretrained, save_task_model
+    from bertforge.tokenization import Tokenizer
+
+    idx, three = kit.tmp / "idx", kit.tmp / "three"
+    clf, _ = init_from_pretrained(kit.enc, "classify", 3)
+    save_task_model(clf, three, ["a", "b", "c"], {"name": "x", "max_seq_len": 32},
+                    tokenizer=Tokenizer.from_pretrained(kit.enc))
+    ok(cli("index", "build", "--model", kit.enc, "--corpus", kit.corpus, "--out", idx, "--no-progress"))
+    hits = json.loads(ok(cli("index", "query", "--index", idx, "the dog ran", "--json", "-k", "4", "--rerank",
+                             kit.clf)).stdout.splitlines()[0])["hits"]
+    logits = CrossEncoder.from_pretrained(kit.clf).predict(["the dog ran"] * 4, [h["text"] for h in hits])
+    assert [h["rerank_score"] for h in hits] == pytest.approx(sorted(logits[:, 1], reverse=True), abs=1e-5)
+    before = snapshot(idx)
+    one_line(cli("index", "query", "--index", idx, "the dog ran", "--rerank", three), str(three), "3 labels")
+    assert snapshot(idx) == before
 
 
 # ---- smaller ones ---------------------------------------------------------------------------------------------------

@@ -213,9 +213,9 @@ class Index:
             raise BertforgeError(f"k must be positive, got {k}")
         one = isinstance(queries, str)
         questions = [queries] if one else list(queries)
+        cross = None if rerank is None else _cross_encoder(rerank, self._device, revision)  # refused before work
         results = self._index.search(self.model, questions, k=k, fusion=fusion, alpha=alpha)
-        if rerank is not None:
-            cross = _cross_encoder(rerank, self._device, revision)
+        if cross is not None:
             results = [rerank_hits(hits, q, cross) for q, hits in zip(questions, results)]
         return results[0] if one else results
 
@@ -224,9 +224,13 @@ def _cross_encoder(model: Any, device: str | None, revision: str | None):
     from bertforge.embed.cross_encoder import CrossEncoder
 
     if isinstance(model, CrossEncoder):
+        model.check_relevance()
         return placed(model, device)
     name = model_name(model, revision, "--rerank")
-    return placed(CrossEncoder.from_pretrained(name), device or "auto", what=f"--rerank {name}")
+    cross = CrossEncoder.from_pretrained(name)
+    cross.source = f"--rerank {name}"
+    cross.check_relevance()  # before any query runs
+    return placed(cross, device or "auto", what=f"--rerank {name}")
 
 
 def _passages(passages: Any, ids: list[str] | None, text_col: Any, id_col: Any, title_col: Any, require_ids: bool,

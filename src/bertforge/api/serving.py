@@ -38,8 +38,8 @@ def model_specs(models: Any, revision: str | None = None) -> list[str]:
 def create_app(models: Any, *, precision: str = "fp32", device: str = "auto", max_batch_tokens: int = 16384,
                max_wait_ms: float = 2.0, max_queue: int = 256, max_inputs: int = 128, max_body_bytes: int = 8 << 20,
                api_key: str | None = None, batches_in_flight: int = 2, read_timeout: float = 30.0,
-               max_connections: int = 512, revision: str | None = None, index: Any = None, reader: Any = None,
-               retriever: Any = None):
+               max_connections: int = 512, revision: str | None = None, max_request_chars: int = 1_000_000,
+               index: Any = None, reader: Any = None, retriever: Any = None):
     """The FastAPI application serving `models` (the first is the default): a folder or Hub id, a list of
     `[NAME=]FOLDER` / `[NAME=]ID`, or a dict of name -> folder or id; each loaded now on `device` (embeddings in
     `precision`: fp32, bf16, fp16 on a GPU, int8 on the CPU). `api_key`: every route but /health then needs
@@ -47,7 +47,7 @@ def create_app(models: Any, *, precision: str = "fp32", device: str = "auto", ma
     (with `retriever`, as `bertforge.ask` takes them): /answer answers questions as `ask` does (`models` may then
     be None)."""
     return _app(models, precision, device, revision, api_key, max_batch_tokens, max_wait_ms, max_queue, max_inputs,
-                max_body_bytes, batches_in_flight, read_timeout, max_connections,
+                max_body_bytes, batches_in_flight, read_timeout, max_connections, max_request_chars,
                 answer=(index, reader, retriever))[0]
 
 
@@ -73,9 +73,14 @@ def _app(models: Any, precision: str, device: str, revision: str | None, api_key
         raise BertforgeError(f"serving needs {err.name or 'fastapi'}, which is not installed: "
                              "pip install 'bertforge[serve]'") from None
     options = ServeOptions(*limits[:5], api_key, *limits[5:])
-    for name in ("max_batch_tokens", "batches_in_flight", "max_queue", "max_inputs", "max_body_bytes"):
+    for name in ("max_batch_tokens", "batches_in_flight", "max_queue", "max_inputs", "max_body_bytes",
+                 "max_connections", "max_request_chars", "max_connections_per_client"):
         if getattr(options, name) < 1:
             raise BertforgeError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(options, name)}")
+    for name in ("read_timeout_s", "header_timeout_s", "write_timeout_s", "graceful_timeout_s"):
+        if not getattr(options, name) > 0:
+            raise BertforgeError(f"--{name.removesuffix('_s').replace('_', '-')} must be more than 0 seconds, got "
+                                 f"{getattr(options, name)}")
     if options.max_wait_ms < 0:
         raise BertforgeError(f"--max-wait-ms must be 0 or more, got {options.max_wait_ms}")
     check_api_key(api_key, "--api-key")
@@ -95,11 +100,14 @@ def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: in
           log_level: str = "info", precision: str = "fp32", device: str = "auto", max_batch_tokens: int = 16384,
           max_wait_ms: float = 2.0, max_queue: int = 256, max_inputs: int = 128, max_body_bytes: int = 8 << 20,
           api_key: str | None = None, batches_in_flight: int = 2, read_timeout: float = 30.0,
-          max_connections: int = 512, revision: str | None = None, index: Any = None, reader: Any = None,
-          retriever: Any = None) -> None:
+          max_connections: int = 512, revision: str | None = None, max_request_chars: int = 1_000_000,
+          header_timeout: float = 10.0, write_timeout: float = 30.0, max_connections_per_client: int = 256,
+          graceful_timeout: float = 10.0, index: Any = None, reader: Any = None, retriever: Any = None) -> None:
     """Serve `models` (as `create_app` takes them, with its options) on `host`:`port` until interrupted (SIGINT /
-    SIGTERM: requests in flight are answered first), saying on stderr what each model serves. `api_key`
-    (default: $BERTFORGE_API_KEY; unset or empty: no authentication). `threads`: torch's intra-op threads."""
+    SIGTERM: requests in flight are answered first, and the process is gone within `graceful_timeout` seconds),
+    saying on stderr what each model serves. `api_key` (default: $BERTFORGE_API_KEY; unset or empty: no
+    authentication). `threads`: torch's intra-op threads. The connection limits and deadlines are `bertforge
+    serve`'s flags of the same names (docs/serving.md, "Limits")."""
     if not 0 <= port <= 65535:
         raise BertforgeError(f"--port must be 0..65535, got {port}")
     where = "--api-key"
@@ -107,15 +115,16 @@ def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: in
         api_key, where = os.environ.get("BERTFORGE_API_KEY") or None, "$BERTFORGE_API_KEY"
     check_api_key(api_key, where)
     import torch
-    import uvicorn
 
+    from bertforge.serve import shutdown
     from bertforge.serve.limits import bounded_protocol
 
     if threads:
         torch.set_num_threads(threads)
     app, loaded = _app(models, precision, device, revision, api_key, max_batch_tokens, max_wait_ms, max_queue,
                        max_inputs, max_body_bytes, batches_in_flight, read_timeout, max_connections,
-                       answer=(index, reader, retriever))
+                       max_request_chars, header_timeout, write_timeout, max_connections_per_client,
+                       graceful_timeout, answer=(index, reader, retriever))
     for m in loaded.values():
         print(f"bertforge serve: {m.name} ({m.path}): {', '.join(m.tasks)}", file=sys.stderr)
     if index is not None:
@@ -123,6 +132,9 @@ def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: in
     print(f"bertforge serve: authentication {'on (Bearer key)' if api_key else 'off (no --api-key)'}",
           file=sys.stderr)
     # uvicorn handles SIGTERM/SIGINT: it stops accepting, lets in-flight requests finish, then the app's
-    # lifespan drains the batcher's queue. Its protocol gets the connection cap and the header deadline.
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=log_level == "debug",
-                timeout_graceful_shutdown=None, http=bounded_protocol(read_timeout, max_connections))
+    # lifespan drains the batcher's queue, all within graceful_timeout (serve.shutdown). Its protocol gets the
+    # connection slots and the header and write deadlines (serve.limits).
+    protocol = bounded_protocol(min(header_timeout, read_timeout), max_connections, max_connections_per_client,
+                                write_timeout, api_key)
+    shutdown.run(app, graceful_timeout, host=host, port=port, log_level=log_level, access_log=log_level == "debug",
+                 http=protocol)

@@ -123,8 +123,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--model", metavar="DIR", help="default: the model recorded in the index (dense and hybrid)")
     q.add_argument("--fusion", choices=("weighted", "rrf"), help="a hybrid index: other than its recorded fusion")
     q.add_argument("--alpha", type=FRACTION, help="a hybrid index: other than its recorded dense weight")
-    q.add_argument("--rerank", metavar="DIR", help="cross-encoder (BertForSequenceClassification, 1 label) that "
-                                                    "re-orders the top-k")
+    q.add_argument("--rerank", metavar="DIR", help="cross-encoder (BertForSequenceClassification with 1 label, or "
+                                                    "2: label 1's logit scores) that re-orders the top-k")
     q.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     _device_options(q)
     q.set_defaults(func=index_query, needs=_index_needs)

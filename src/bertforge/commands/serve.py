@@ -40,7 +40,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a request's headers, then its body, must arrive within S seconds (default 30; slower: "
                         "408 and the connection closed)")
     p.add_argument("--max-connections", type=COUNT, default=512, metavar="N",
-                   help="open connections at once (default 512; one more: 503 and closed)")
+                   help="open connections at once (default 512). At the cap, the oldest connection still waiting "
+                        "for its request's headers is closed (503) to make room; with every slot inside a "
+                        "request, the newcomer gets 503")
+    p.add_argument("--max-connections-per-client", type=COUNT, default=256, metavar="N",
+                   help="open connections from one IP address (default 256; beyond it as --max-connections)")
+    p.add_argument("--header-timeout", type=POSITIVE, default=10.0, metavar="S",
+                   help="a request's headers must arrive within S seconds (default 10, and at most "
+                        "--read-timeout; slower: 408 and the connection closed)")
+    p.add_argument("--write-timeout", type=POSITIVE, default=30.0, metavar="S",
+                   help="a client that takes none of its response for S seconds is disconnected (default 30)")
+    p.add_argument("--max-request-chars", type=COUNT, default=1_000_000, metavar="N",
+                   help="characters of text in one request (default 1000000; more: 413)")
+    p.add_argument("--graceful-timeout", type=POSITIVE, default=10.0, metavar="S",
+                   help="on SIGTERM or Ctrl-C, requests in flight are answered, but the process is gone within S "
+                        "seconds whatever its clients do (default 10)")
     p.add_argument("--api-key", metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on every route but /health (default: "
                         "$BERTFORGE_API_KEY; neither given, or that variable empty: no authentication)")
@@ -60,5 +74,8 @@ def serve_command(args: argparse.Namespace) -> int:
           precision=args.precision, device=args.device, max_batch_tokens=args.max_batch_tokens,
           max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_inputs=args.max_inputs,
           max_body_bytes=args.max_body_bytes, api_key=args.api_key, batches_in_flight=args.batches_in_flight,
-          read_timeout=args.read_timeout, max_connections=args.max_connections)
+          read_timeout=args.read_timeout, max_connections=args.max_connections,
+          max_request_chars=args.max_request_chars, header_timeout=args.header_timeout,
+          write_timeout=args.write_timeout, max_connections_per_client=args.max_connections_per_client,
+          graceful_timeout=args.graceful_timeout)
     return 0

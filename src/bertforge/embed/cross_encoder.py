@@ -4,7 +4,8 @@ It is the fine-tuning `SequenceClassifier` (same layout, initialisation and loss
 re-ranking API. For BERT that is Hugging Face's BertForSequenceClassification (encoder `bert`, `classifier` on the
 pooled [CLS] output), so its checkpoints load in transformers and the other way round. With num_labels = 1 the
 logit is the relevance score (higher = more relevant; no sigmoid, which would not change the order) and the
-training loss is MSE.
+training loss is MSE. Re-ranking (`relevance`) also takes a 2-label model (many published rerankers, or a
+classifier given by mistake): its positive-class logit (label 1) is the score; other label counts are refused.
 """
 from __future__ import annotations
 
@@ -32,6 +33,20 @@ class CrossEncoder(SequenceClassifier):
         super().__init__(encoder_config(cfg, kind), num_labels, regression=kind == "regress")
         self.tokenizer = tokenizer
         self.max_length = fit_length(max_length, cfg)
+        self.source = "the cross-encoder"  # what errors call it: its folder, once loaded from one
+
+    def check_relevance(self) -> None:
+        """A relevance score needs 1 label (the score) or 2 (the positive class's logit): others in one line."""
+        if self.num_labels not in (1, 2):
+            raise BertforgeError(f"{self.source} has {self.num_labels} labels: a re-ranker gives one relevance "
+                                 "score (1 label) or a no/yes pair (2 labels, label 1 the relevant class)")
+
+    def relevance(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32,
+                  precision: str = "fp32") -> np.ndarray:
+        """One relevance score per pair [N]: the logit of a 1-label model, the label-1 logit of a 2-label one."""
+        self.check_relevance()
+        scores = self.predict(queries, passages, batch_size, precision)
+        return scores if self.num_labels == 1 else scores[:, 1]
 
     @torch.inference_mode()
     def predict(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32,
@@ -62,6 +77,7 @@ class CrossEncoder(SequenceClassifier):
         num_labels = int(cfg.extra.get("num_labels") or len(folder.labels or []) or 1)
         model = cls(cfg, folder.tokenizer(), num_labels)
         load_pretrained(model, folder.path, require=("classifier.",))
+        model.source = str(path if isinstance(path, (str, Path)) else folder.path)
         return model.eval()
 
     def save_pretrained(self, path: str | Path) -> Path:

@@ -251,15 +251,6 @@ class VectorIndex:
                 for srow, irow in zip(scores, rows)]
 
 
-def rerank(hits: list[Hit], query: str, cross_encoder, batch_size: int = 32) -> list[Hit]:
-    """Re-order a bi-encoder's hits by cross-encoder score (ranks renumbered; the bi-encoder score kept)."""
-    if not hits:
-        return hits
-    scores = cross_encoder.predict([query] * len(hits), [h.text for h in hits], batch_size=batch_size)
-    order = np.argsort(-np.asarray(scores), kind="stable")
-    return [Hit(r + 1, hits[i].score, hits[i].id, hits[i].text, float(scores[i])) for r, i in enumerate(order)]
-
-
 def _names(generation: int) -> dict[str, str]:
     return {"index.faiss": f"index.{generation}.faiss", "docs.jsonl": f"docs.{generation}.jsonl"}
 

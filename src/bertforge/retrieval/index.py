@@ -271,11 +271,13 @@ def check_options(method: str, model: Any, kind: str | None, fusion: str | None,
 
 
 def rerank(hits: list[Hit], query: str, cross_encoder: Any, batch_size: int = 32) -> list[Hit]:
-    """Re-order hits by cross-encoder score over (query, title. text) (ranks renumbered; the method's score kept)."""
+    """Re-order hits by cross-encoder score over (query, title. text) (ranks renumbered; the method's score kept): a
+    1-label model's logit, a 2-label model's label-1 logit (`CrossEncoder.relevance`; other label counts refused)."""
+    cross_encoder.check_relevance()
     if not hits:
         return hits
-    scores = cross_encoder.predict([query] * len(hits), [with_title(h.title, h.text) for h in hits],
-                                   batch_size=batch_size)
+    scores = cross_encoder.relevance([query] * len(hits), [with_title(h.title, h.text) for h in hits],
+                                     batch_size=batch_size)
     order = np.argsort(-np.asarray(scores), kind="stable")
     return [Hit(r + 1, hits[i].score, hits[i].id, hits[i].title, hits[i].text, float(scores[i]))
             for r, i in enumerate(order)]

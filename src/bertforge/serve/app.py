@@ -5,6 +5,7 @@ wrong bearer token), 404 (unknown model or route, or a model that does not serve
 slower than the read timeout), 413 (too many inputs, an input over the model's length without `truncate`, a body
 over the byte limit), 422 (malformed JSON, wrong types, an input the model refuses, `dimensions` a model cannot
 give), 429 (the queue is full: retry later), 503 (starting or stopping, or too many open connections).
+A request whose client goes away before its answer is cancelled, and its queued work dropped (`Around`).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from bertforge.serve.batcher import Batcher, Job, QueueFull
 from bertforge.serve.metrics import Metrics
 from bertforge.serve.registry import (CLASSIFY, EMBED, FILL_MASK, RERANK, SIMILARITY, TOKENIZE, Operation,
                                       ServedModel, normalize_rows)
+from bertforge.serve.texts import Prepared, Preparer, prepare, tokens_json
 
 ROUTES = ("/embed", "/v1/embeddings", "/v1/models", "/classify", "/fill-mask", "/rerank", "/similarity", "/tokenize",
           "/health", "/info", "/metrics", "/answer")
@@ -45,6 +47,11 @@ class ServeOptions:
     batches_in_flight: int = 2     # handed to the inference thread at once: one computing, one filling
     read_timeout_s: float = 30.0   # a request's headers, then its body, must arrive within this (else 408)
     max_connections: int = 512     # open connections; one more gets 503 at once (serve.limits)
+    max_request_chars: int = 1_000_000  # characters of text in one request; more is 413 (serve.texts)
+    header_timeout_s: float = 10.0      # a request's headers must arrive within this, and read_timeout_s (408)
+    write_timeout_s: float = 30.0       # a client that takes none of its response for this long is dropped
+    max_connections_per_client: int = 256  # open connections from one address (serve.limits)
+    graceful_timeout_s: float = 10.0    # SIGTERM: the process is gone within this (serve.shutdown)
 
 
 class ApiError(Exception):
@@ -92,7 +99,7 @@ class Around:
         refusal: Response | None = None
         if opts.api_key and path != "/health" and not hmac.compare_digest(given, f"Bearer {opts.api_key}".encode()):
             refusal = _error(401, "missing or wrong API key (send 'Authorization: Bearer KEY')", "Authorization",
-                             "unauthorized", {"WWW-Authenticate": "Bearer"})
+                             "unauthorized", {"WWW-Authenticate": "Bearer", "Connection": "close"})  # no slot kept
         elif size.isdigit() and int(size) > opts.max_body_bytes:
             refusal = _error(413, f"request body of {size} bytes is over the limit of {opts.max_body_bytes}",
                              "body", "too_large", {"Connection": "close"})  # close: the body is never read
@@ -107,6 +114,15 @@ class Around:
                     + [(b"content-type", b"application/json")]
 
             received, refused, started, body_done = 0, False, False, False
+            task, watcher, gone = asyncio.current_task(), None, False
+
+            async def watch() -> None:
+                # the body is in: the next message is the client's disconnect (or our own answer being complete).
+                # Gone before its answer: the request is cancelled, so its queued work is dropped (serve.batcher)
+                nonlocal gone
+                if (await receive())["type"] == "http.disconnect" and not started and task is not None:
+                    gone = True
+                    task.cancel()
 
             async def refuse(code: int, message: str, kind: str) -> dict:
                 # the client gets the error at once and the connection is closed (the rest of the body is never
@@ -123,7 +139,7 @@ class Around:
                 # A body without Content-Length (chunked) is counted as it streams in: past the limit 413, so at
                 # most one chunk over the limit is ever held; a body still incomplete read_timeout_s after the
                 # headers: 408 (a client trickling bytes holds no connection for long)
-                nonlocal received, body_done
+                nonlocal received, body_done, watcher
                 if refused:
                     return {"type": "http.disconnect"}
                 if body_done:  # e.g. waiting for the client to disconnect: no deadline
@@ -139,6 +155,8 @@ class Around:
                     if received > opts.max_body_bytes:
                         return await refuse(413, f"request body over the limit of {opts.max_body_bytes} bytes",
                                             "too_large")
+                    if body_done:
+                        watcher = asyncio.get_running_loop().create_task(watch())
                 return message
 
             async def timed_send(message: dict) -> None:
@@ -156,7 +174,14 @@ class Around:
             self.metrics.in_flight += counted  # one event loop: no lock needed
             try:
                 await self.app(scope, limited_receive, timed_send)
+            except asyncio.CancelledError:
+                if not gone:
+                    raise
+                task.uncancel()
+                status = 499  # nginx's "client closed request", for the metrics
             finally:
+                if watcher is not None:
+                    watcher.cancel()
                 self.metrics.in_flight -= counted
         self.metrics.request(route, status, time.perf_counter() - start)
 
@@ -178,6 +203,7 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
     batcher = Batcher(opts.max_batch_tokens, opts.max_wait_ms, opts.max_queue, on_batch=metrics.batch,
                       max_in_flight=opts.batches_in_flight)
     state = {"ready": False}
+    preparer = Preparer(list(models.values()))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -187,6 +213,7 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
             yield
         finally:  # uvicorn has let in-flight requests finish; drain whatever is still queued
             state["ready"] = False
+            preparer.shutdown()
             await batcher.stop()
 
     app = FastAPI(title="bertforge serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -248,13 +275,28 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
                            field, "too_many_inputs")
         return items
 
-    def check_lengths(model: ServedModel, lengths: list[int], truncate: bool, field: str) -> None:
+    def check_lengths(model: ServedModel, lengths: list[int], truncate: bool, field: str,
+                      partial: list[bool] | None = None) -> None:
         if truncate:
             return
         for i, n in enumerate(lengths):
             if n > model.max_length:
-                raise ApiError(413, f"{field}[{i}]: {n} tokens, over the model's limit of {model.max_length} "
+                count = f"over {n - 1}" if partial and partial[i] else str(n)  # partial: only its start was read
+                raise ApiError(413, f"{field}[{i}]: {count} tokens, over the model's limit of {model.max_length} "
                                     "(send \"truncate\": true to cut it)", f"{field}[{i}]", "input_too_long")
+
+    async def prepared(model: ServedModel, texts: list[str], pairs: list[str | None] | None, truncate: bool,
+                       field: str, chars: int | None = None) -> Prepared:
+        """The texts cut for `truncate`, counted, and checked against the character and length limits; tokenized
+        off the event loop unless small (serve.texts)."""
+        if chars is None:
+            chars = sum(map(len, texts)) + sum(len(p) for p in pairs or () if p is not None)
+        if chars > opts.max_request_chars:
+            raise ApiError(413, f"{field}: {chars} characters of text, over the limit of {opts.max_request_chars} "
+                                "per request", field, "too_large")
+        done = await preparer.run(model, chars, prepare, model.max_length, texts, pairs, truncate)
+        check_lengths(model, done.lengths, truncate, field, done.partial)
+        return done
 
     async def run(model: ServedModel | None, task: str, inputs: list, lengths: list[int]) -> Job:
         try:
@@ -276,9 +318,9 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
     async def vectors(body: Any, texts: list[str], field: str, task: str = EMBED) -> tuple[ServedModel, np.ndarray,
                                                                                             list[int], Job]:
         model = pick(body.model, task)
-        lengths = model.lengths(texts)
-        check_lengths(model, lengths, body.truncate, field)
-        job = await run(model, EMBED, texts, lengths)
+        done = await prepared(model, texts, None, body.truncate, field)
+        lengths = done.lengths
+        job = await run(model, EMBED, done.texts, lengths)
         normalize = getattr(body, "normalize", None)
         return model, normalize_rows(job.results, model.normalizes if normalize is None else normalize), lengths, job
 
@@ -317,26 +359,17 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
     async def classify(body: S.ClassifyRequest) -> JSONResponse:
         model = pick(body.model, CLASSIFY)
         items = [(x, None) if isinstance(x, str) else (x[0], x[1]) for x in as_list(body.inputs, "inputs")]
-        single = [i for i, (_, p) in enumerate(items) if p is None]
-        paired = [i for i, (_, p) in enumerate(items) if p is not None]
-        lengths = [0] * len(items)
-        for idx, n in zip(single, model.lengths([items[i][0] for i in single]) if single else []):
-            lengths[idx] = n
-        if paired:
-            counts = model.lengths([items[i][0] for i in paired], [items[i][1] for i in paired])
-            for idx, n in zip(paired, counts):
-                lengths[idx] = n
-        check_lengths(model, lengths, body.truncate, "inputs")
-        job = await run(model, CLASSIFY, items, lengths)
+        done = await prepared(model, [t for t, _ in items], [p for _, p in items], body.truncate, "inputs")
+        job = await run(model, CLASSIFY, list(zip(done.texts, done.pairs)), done.lengths)
         return respond(job.results, job)
 
     @app.post("/rerank")
     async def rerank(body: S.RerankRequest) -> JSONResponse:
         model = pick(body.model, RERANK)
         texts = as_list(body.texts, "texts")
-        lengths = model.lengths([body.query] * len(texts), texts)
-        check_lengths(model, lengths, body.truncate, "texts")
-        job = await run(model, RERANK, [(body.query, t) for t in texts], lengths)
+        done = await prepared(model, [body.query] * len(texts), texts, body.truncate, "texts",
+                              len(body.query) + sum(map(len, texts)))
+        job = await run(model, RERANK, list(zip(done.texts, done.pairs)), done.lengths)
         ranked = sorted(range(len(texts)), key=lambda i: -job.results[i])
         return respond([{"index": i, "score": job.results[i], **({"text": texts[i]} if body.return_text else {})}
                         for i in ranked], job)
@@ -350,24 +383,23 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
             if not any(s and s in t for s in spellings):
                 raise ApiError(422, f"inputs[{i}]: no mask token (write {model.tokenizer.mask_token} where a word is "
                                     "missing)", f"inputs[{i}]", "invalid_field")
-        lengths = model.lengths(texts)
-        check_lengths(model, lengths, body.truncate, "inputs")
-        job = await run(model, FILL_MASK, [(t, body.top_k) for t in texts], lengths)
+        done = await prepared(model, texts, None, body.truncate, "inputs")
+        job = await run(model, FILL_MASK, [(t, body.top_k) for t in done.texts], done.lengths)
         return respond(job.results, job)
 
     @app.post("/tokenize")
-    async def tokenize(body: S.TokenizeRequest) -> JSONResponse:
+    async def tokenize(body: S.TokenizeRequest) -> Response:
         model = pick(body.model, TOKENIZE)
         texts = as_list(body.inputs, "inputs")
-        enc = model.tokenizer(texts, padding=False, truncation=False, return_tensors=None, return_offsets=True,
-                              return_special_tokens_mask=True)
-        out = []
-        for ids, offsets, special in zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]):
-            names = model.tokenizer.convert_ids_to_tokens(ids)
-            out.append([{"id": i, "text": name, "special": bool(s), "start": a, "stop": b}
-                        for i, name, (a, b), s in zip(ids, names, offsets, special)
-                        if body.add_special_tokens or not s])
-        return respond(out)
+        chars = sum(map(len, texts))
+        if chars > opts.max_request_chars:
+            raise ApiError(413, f"inputs: {chars} characters of text, over the limit of {opts.max_request_chars} "
+                                "per request", "inputs", "too_large")
+
+        def tokens(tokenizer: Any) -> Response:  # off the loop for a long text, the response's JSON too
+            return Response(tokens_json(tokenizer, texts, body.add_special_tokens), media_type="application/json")
+
+        return await preparer.run(model, chars, tokens)
 
     @app.post("/answer")
     async def answer(body: S.AnswerRequest) -> JSONResponse:

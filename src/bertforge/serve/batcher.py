@@ -12,7 +12,8 @@ event loop answers one batch's requests and reads the next requests while the wo
 keep coming the worker does not wait for the loop between batches. A batch's inputs are sorted by length (longest
 first), run in one call of the operation on the single inference thread, and the results are scattered back to
 each job. A job that fails inside a batch of several is re-run alone, so one bad input fails only its own request.
-`stop()` drains: every job queued before it still runs.
+`stop()` drains: every job queued before it still runs. A job whose request was cancelled (its client went away,
+see `serve.app.Around`) is dropped wherever it waits: taken from the queue, or when the worker takes its batch.
 """
 from __future__ import annotations
 
@@ -131,16 +132,22 @@ class Batcher:
 
     # ---- the collector -------------------------------------------------------------------------------------------
     async def _next(self, timeout: float | None) -> Job | None | bool:
-        """The next queued job, None for the stop sentinel, False when nothing came within `timeout`."""
-        try:
-            return self._queue.get_nowait()
-        except asyncio.QueueEmpty:
-            if timeout is not None and timeout <= 0:
-                return False
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
-        except asyncio.TimeoutError:
-            return False
+        """The next queued job whose client still waits, None for the stop sentinel, False when nothing came within
+        `timeout`."""
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                left = None if deadline is None else deadline - time.perf_counter()
+                if left is not None and left <= 0:
+                    return False
+                try:
+                    job = await asyncio.wait_for(self._queue.get(), left)
+                except asyncio.TimeoutError:
+                    return False
+            if job is None or not job.future.done():
+                return job
 
     async def _collect(self) -> None:
         slots = asyncio.Semaphore(self.max_in_flight)
@@ -184,9 +191,10 @@ class Batcher:
         finally:
             self._in_flight -= 1
             slots.release()
-        if self.on_batch is not None:  # (the batch is closed: its rows and width are final)
+        if self.on_batch is not None and jobs:  # the rows that ran
             seconds = max(job.finished for job in jobs) - min(job.started for job in jobs)
-            self.on_batch(jobs[0].op.name, batch.rows, batch.rows * batch.width, seconds)
+            rows, width = sum(len(job.inputs) for job in jobs), max(job.width for job in jobs)
+            self.on_batch(jobs[0].op.name, rows, rows * width, seconds)
         for job, outcome in zip(jobs, outcomes):
             if job.future.done():  # the client went away (its request task was cancelled)
                 continue
@@ -198,9 +206,11 @@ class Batcher:
 
 
 def _take_and_run(batch: _Batch) -> tuple[list[Job], list[list[Any] | BaseException]]:
-    """On the inference thread: close the batch to further jobs, then run it."""
-    jobs = batch.take()
-    return jobs, _run_batch(jobs)
+    """On the inference thread: close the batch to further jobs, drop those whose request was cancelled while the
+    batch waited (reading a future's state from this thread is safe; a cancel that comes later only wastes the
+    work), then run it."""
+    jobs = [job for job in batch.take() if not job.future.done()]
+    return jobs, _run_batch(jobs) if jobs else []
 
 
 def _run_batch(batch: list[Job]) -> list[list[Any] | BaseException]:

@@ -2,7 +2,8 @@
 
 What a model serves follows from its folder:
   * a fine-tuned classify / regress model (config.json has `bertforge_task`) -> classify; a regress model (or a
-    cross-encoder, which is one) also -> rerank (its score of the pair (query, text));
+    cross-encoder, which is one) also -> rerank (its score of the pair (query, text)), and so does a 2-label
+    model (a no/yes cross-encoder: the logit of label 1);
   * an MLM checkpoint (architectures *ForMaskedLM / *ForPreTraining) -> fill-mask, and embed (mean pooling);
   * a sentence-transformers folder or a plain encoder -> embed, similarity (and every model -> tokenize).
 
@@ -210,10 +211,14 @@ def _task_model(name: str, folder: ModelFolder, device: torch.device) -> ServedM
         return out
 
     def rerank(pairs: list[tuple[str, str]]) -> list[float]:
-        return [r["score"] for r in classify(list(pairs))]
+        if kind.name == "regress":
+            return [r["score"] for r in classify(list(pairs))]
+        # a 2-label cross-encoder: the relevant class's logit (label 1), as `CrossEncoder.relevance`
+        enc = kind.encode([TextExample(q, t, None, str(i)) for i, (q, t) in enumerate(pairs)], tokenizer)
+        return [float(logits[1]) for logits in kind.logits(model, enc, len(pairs), False, "predict")]
 
     served = ServedModel(name, path, tokenizer, kind.max_len, labels=None if kind.name == "regress" else labels)
     served.ops[CLASSIFY] = Operation(CLASSIFY, classify)
-    if kind.name == "regress":  # a relevance score per (query, text): a cross-encoder
+    if kind.name == "regress" or len(labels or ()) == 2:  # a relevance score per (query, text): a cross-encoder
         served.ops[RERANK] = Operation(RERANK, rerank)
     return served

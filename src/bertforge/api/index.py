@@ -77,9 +77,17 @@ class Index:
               text_col: Any = None, id_col: Any = None, data_split: str | None = None,
               data_config: str | None = None, batch_size: int = 32, device: str | None = None,
               precision: str = "fp32", pooling: Any = None, compile: bool = False, progress: bool = False,
-              overwrite: bool = False, revision: str | None = None) -> "Index":
+              overwrite: bool = False, revision: str | None = None, num_shards: int | None = None,
+              shard_id: int | None = None, ray: Any = None, shard_dtype: str = "float32", chunk_size: int = 4096,
+              title_col: Any = None, environ: bool = False) -> Any:
         """Embed `passages` with `model` (a folder, Hub id or loaded SentenceEncoder) into a new index, saved in
         `out` (None: in memory until `save`; a folder that holds files is refused unless `overwrite`).
+
+        Sharded (docs/retrieval.md, "A corpus-scale index"): `num_shards` N with `shard_id` I embeds only shard I
+        (passages at positions I mod N) into `out`/shards and returns a `ShardBuild`; N without I builds every
+        shard in turn, then merges; `ray` (True, or a cluster address) builds the shards on Ray, then merges.
+        Shards are written in chunks of `chunk_size` passages as `shard_dtype` vectors; a rerun resumes. `environ`:
+        read N and I from torchrun's or a Slurm job array's environment when not given (the command line does).
 
         `passages`: a list of strings (with `ids`, else "texts:ROW"), or a file (one passage a line; a table with
         `text_col` and an optional `id_col`, default "id"), a saved or Hub dataset, data in memory. Empty passages
@@ -89,6 +97,15 @@ class Index:
 
         require_faiss()  # before hours of embedding
         device_for(device, precision)
+        sharded = num_shards is not None or shard_id is not None or ray is not None
+        if not sharded and environ:
+            from bertforge.retrieval.shards import shard_plan
+
+            sharded = shard_plan(env=None)[0] is not None
+        if sharded:
+            return _sharded(model, passages, out, num_shards, shard_id, ray, kind, ids, text_col, id_col, title_col,
+                            data_split, data_config, batch_size, precision, shard_dtype, chunk_size, pooling, device,
+                            compile, revision, overwrite, progress, environ)
 
         def make(folder: Path | None) -> "Index":
             found_ids, texts = _passages(passages, ids, text_col, id_col, data_split, data_config)
@@ -109,6 +126,18 @@ class Index:
         # one writer per folder; a failed build leaves no empty folder behind
         with claim_output_dir(out, resume=False, overwrite=overwrite, what="--out", resume_flag=None):
             return make(out)
+
+    @classmethod
+    def merge(cls, out: Any, kind: str = "flat", *, model: Any = None, num_shards: int | None = None,
+              pooling: Any = None, overwrite: bool = False, progress: bool = False,
+              revision: str | None = None) -> "Index":
+        """Merge the shards built into folder `out` (`build(..., num_shards=, shard_id=)`) into the index of `out`
+        (flat, hnsw, ivf or ivf-pq), after checking they are one set (and, given `model`, of that model)."""
+        from bertforge.api.shards import merge
+
+        merge(out, kind, model=model, num_shards=num_shards, pooling=pooling, revision=revision,
+              overwrite=overwrite, progress=progress)
+        return cls.load(out, model, revision=revision)
 
     @classmethod
     def load(cls, path: Any, model: Any = None, *, device: str | None = None, compile: bool = False,
@@ -183,6 +212,27 @@ class Index:
             cross = _cross_encoder(rerank, self._device, revision)
             results = [rerank_hits(hits, q, cross) for q, hits in zip(questions, results)]
         return results[0] if one else results
+
+
+def _sharded(model, passages, out, num_shards, shard_id, ray, kind, ids, text_col, id_col, title_col, data_split,
+             data_config, batch_size, precision, shard_dtype, chunk_size, pooling, device, compile, revision,
+             overwrite, progress, environ):
+    from bertforge.api.shards import build_sharded
+
+    if ids is not None:
+        raise BertforgeError("ids: a sharded build reads its ids from the passages (id_col); drop ids")
+    result = build_sharded(
+        model, passages, out, num_shards=num_shards, shard_id=shard_id, ray=ray, kind=kind,
+        passage_options={"text_col": text_col, "id_col": id_col, "title_col": title_col, "split": data_split,
+                         "config": data_config},
+        shard_options={"chunk_size": chunk_size, "dtype": shard_dtype, "batch_size": batch_size,
+                       "precision": precision},
+        pooling=pooling, device=device, compile=compile, revision=revision, overwrite=overwrite, progress=progress,
+        environ=environ)
+    if isinstance(result, dict):  # merged: the index folder
+        return Index.load(out, model if not isinstance(model, (str, Path)) else None, device=device,
+                          compile=compile)
+    return result
 
 
 def _cross_encoder(model: Any, device: str | None, revision: str | None):

@@ -91,12 +91,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "dataset) with a text column and an optional id column")
     _corpus_columns(b)
     b.add_argument("--out", required=True, metavar="DIR")
-    b.add_argument("--kind", default="flat", choices=("flat", "hnsw", "ivf"),
-                   help="flat: exact inner product on unit vectors (default); hnsw / ivf: approximate")
+    b.add_argument("--kind", default="flat", choices=("flat", "hnsw", "ivf", "ivf-pq"),
+                   help="flat: exact inner product on unit vectors (default); hnsw / ivf / ivf-pq: approximate "
+                        "(ivf-pq: compressed to a few bytes a vector)")
     b.add_argument("--pooling", choices=POOLINGS)
     _encode_options(b)
     add_overwrite_arg(b)
-    b.set_defaults(func=index_build, needs=(Need("embed", "faiss", "index build"),))
+    _shard_options(b)
+    b.set_defaults(func=index_build, needs=_build_needs)
     a = isub.add_parser("add", help="encode more passages into an existing index (same model required)")
     a.add_argument("--index", required=True, metavar="DIR")
     a.add_argument("--corpus", required=True, metavar="PATH", help="passages, as for `index build`")
@@ -122,6 +124,28 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _train_needs(args: argparse.Namespace) -> tuple[Need, ...]:
     """--eval scores STS with scipy's Spearman."""
     return (*tracker_needs(args), *((Need("embed", "scipy", "embed-train --eval"),) if args.eval else ()))
+
+
+def _shard_options(b: argparse.ArgumentParser) -> None:
+    g = b.add_argument_group("a corpus-scale index from embedding shards (docs/retrieval.md)")
+    g.add_argument("--num-shards", type=COUNT, metavar="N",
+                   help="split the corpus into N shards (passage k goes to shard k mod N); default: torchrun's "
+                        "WORLD_SIZE, or a Slurm job array's SLURM_ARRAY_TASK_COUNT, else no shards")
+    g.add_argument("--shard-id", type=int, metavar="I",
+                   help="embed only shard I (0..N-1) into OUT/shards; default: torchrun's RANK, or "
+                        "SLURM_ARRAY_TASK_ID; with --num-shards alone every shard is built in turn, then merged")
+    g.add_argument("--merge", action="store_true",
+                   help="merge the finished shards in OUT into its index (--kind) instead of embedding")
+    g.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="build the shards on a Ray cluster (default: start a local one), then merge")
+    g.add_argument("--shard-dtype", default="float32", choices=("float32", "float16"),
+                   help="how shards store vectors (float16: half the disk; the index is float32 either way)")
+    g.add_argument("--chunk-size", type=COUNT, default=4096,
+                   help="passages per committed chunk of a shard (a rerun after a kill redoes at most one)")
+
+
+def _build_needs(args: argparse.Namespace) -> tuple[Need, ...]:
+    return (Need("embed", "faiss", "index build"), *((Need("ray", "ray", "index build --ray"),) if args.ray else ()))
 
 
 def _corpus_columns(p: argparse.ArgumentParser) -> None:
@@ -218,9 +242,21 @@ def _corpus(args: argparse.Namespace) -> dict:
 def index_build(args: argparse.Namespace) -> int:
     from bertforge.api import Index
 
+    if args.merge:
+        if args.shard_id is not None or args.ray:
+            raise BertforgeError("--merge merges finished shards: drop --shard-id / --ray")
+        index = Index.merge(args.out, args.kind, model=args.model, num_shards=args.num_shards, pooling=args.pooling,
+                            overwrite=args.overwrite, progress=args.progress)
+        print(f"merged {len(index)} passages ({index.kind}, dim {index.dim}) -> {args.out}", file=sys.stderr)
+        return 0
     index = Index.build(args.model, args.corpus, args.out, kind=args.kind, device=args.device,
                         precision=args.precision, pooling=args.pooling, compile=bool(args.compile),
-                        overwrite=args.overwrite, **_corpus(args))
+                        overwrite=args.overwrite, num_shards=args.num_shards, shard_id=args.shard_id, ray=args.ray,
+                        shard_dtype=args.shard_dtype, chunk_size=args.chunk_size, environ=True, **_corpus(args))
+    if not isinstance(index, Index):  # one shard of several
+        print(f"shard {index.shard_id} of {index.num_shards}: {index.count} passages ({index.embedded} embedded now)"
+              f" -> {index.path}", file=sys.stderr)
+        return 0
     print(f"indexed {len(index)} passages ({index.kind}, dim {index.dim}) -> {args.out}", file=sys.stderr)
     return 0
 

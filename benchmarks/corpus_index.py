@@ -12,7 +12,7 @@ the windows overlap (a smaller stride). Reports:
   - recall@10 of hnsw / ivf / ivf-pq against flat (the share of flat's top 10 each finds), for --queries queries
     (the first 12 words of passages spread over the corpus), and the search latency of one query at a time
     (p50 / p99, the FAISS search only; query encoding is reported apart).
-Prints a table; writes benchmarks/results/corpus_index.json.
+Prints a table; writes benchmarks/results/corpus_index.json (one run per model: "tiny", or the model folder's name).
 
     nice -n 10 python benchmarks/corpus_index.py --tiny --passages 20000        # a random 2-layer model, fast
     nice -n 10 python benchmarks/corpus_index.py --passages 1000000 --shards 8  # the target scale (MiniLM)
@@ -220,8 +220,10 @@ def main() -> None:
         del index
 
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    runs = json.loads(RESULTS.read_text()).get("runs", {}) if RESULTS.is_file() else {}
+    runs["tiny" if a.tiny else Path(str(model_dir)).name] = result  # one run per model: the tiny scale run, MiniLM
     tmp = RESULTS.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
     os.replace(tmp, RESULTS)
     print(f"{n} passages ({result['model']}), {a.shards} shards, float32 vectors {result['vectors_mb']:.1f} MB: "
           f"{result['embed']['fp32_shards']['passages_per_s']:.0f} passages/s fp32 "

@@ -253,7 +253,7 @@ def test_a_rerun_embeds_only_the_chunks_a_kill_lost(fast_tmp, encoder):
 
 def test_ivf_pq_recall_at_10_against_flat(tmp_path):
     """2,000 unit vectors in 32 dims drawn around 40 centres (embeddings cluster by topic), 100 queries near
-    them: IVF-PQ (51 lists, 12 probed, 8 sub-quantisers of 8 bits) finds most of flat's top 10."""
+    them: IVF-PQ (51 lists, 12 probed, 8 sub-quantisers of 8 bits) finds most of flat's top 10 (measured: 0.80)."""
     from bertforge.embed.index import make_index
 
     rng = np.random.default_rng(0)
@@ -289,7 +289,13 @@ def test_merge_streams_into_ivf_pq_and_the_index_loads(tmp_path, encoder):
     index = VectorIndex.load(out)
     assert len(index) == 300 and index.index.nprobe == meta["nprobe"]
     hits = index.search(encoder, ["dog number 7"], k=5)[0]
-    assert len(hits) == 5
+    assert len(hits) == 5 and index.meta["metric"] == "l2"
+    # scores are cosines (1 - d / 2 of the unit vectors' L2 distance), as flat's, up to the codes' error
+    q = encoder.encode(["dog number 7"], normalize=True, progress=False)[0]
+    vectors = encoder.encode(index.texts, normalize=True, progress=False)
+    exact = {pid: float(v @ q) for pid, v in zip(index.ids, vectors)}
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert all(abs(h.score - exact[h.id]) < 0.05 for h in hits), [(h.score, exact[h.id]) for h in hits]
 
 
 @pytest.mark.slow
@@ -311,3 +317,29 @@ def test_a_local_ray_cluster_builds_the_same_index(tmp_path, model_dir, encoder)
     assert _tree(tmp_path / "ray" / "shards") == _tree(tmp_path / "plain" / "shards")
     np.testing.assert_array_equal(VectorIndex.load(tmp_path / "ray").index.reconstruct_n(0, 30),
                                   VectorIndex.load(tmp_path / "plain").index.reconstruct_n(0, 30))
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_build_their_shards_and_rank_zero_merges(tmp_path, model_dir, encoder):
+    import subprocess
+    import sys
+
+    from bertforge.embed.index import VectorIndex
+    from bertforge.retrieval.passages import read_passages
+
+    corpus = _corpus(tmp_path / "c.jsonl", 25)
+    out = tmp_path / "idx"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for key in ("WORLD_SIZE", "RANK", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_ID"):
+        env.pop(key, None)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", "29731", "-m", "bertforge.cli", "index", "build", "--model",
+                           str(model_dir), "--corpus", str(corpus), "--out", str(out), "--no-progress"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(d.name for d in (out / "shards").iterdir()) == ["shard-00000-of-00002", "shard-00001-of-00002"]
+    ps = read_passages(corpus)
+    plain = VectorIndex.build(None, encoder, ps.ids, ps.texts, progress=False)
+    merged = VectorIndex.load(out)
+    assert merged.ids == plain.ids
+    np.testing.assert_allclose(merged.index.reconstruct_n(0, 25), plain.index.reconstruct_n(0, 25), atol=1e-6)

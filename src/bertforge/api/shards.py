@@ -37,6 +37,11 @@ def build_sharded(model: Any, passages: Any, out: Any, *, num_shards: int | None
         built = build_shards_on_ray(out, name, passages, num_shards, address=None if ray is True else ray,
                                     pooling=pooling, options=options)
         return merge_shards(out, kind, num_shards=len(built), overwrite=overwrite, progress=progress)
+    if environ and _torchrun(env) and device in (None, "auto") and "LOCAL_RANK" in env:
+        import torch
+
+        if torch.cuda.is_available():  # one GPU a rank, as training's ranks take them
+            device = f"cuda:{int(env['LOCAL_RANK']) % torch.cuda.device_count()}"
     encoder = load_sentence_encoder(model, pooling=pooling, device=device, compile=compile, revision=revision)
     ids = [shard_id] if shard_id is not None else range(num_shards)
     built = [build_shard(out, encoder, passages, i, num_shards, passages=passage_options, progress=progress,

@@ -3,7 +3,8 @@
 Layout of an index directory:
   meta.json       kind, dim, count, model path, pooling, the model fingerprint, the generation G, and the sha256
                   of the generation's two files:
-  index.G.faiss   the FAISS index (row r = r-th document), inner product on L2-normalised vectors (= cosine)
+  index.G.faiss   the FAISS index (row r = r-th document), inner product on L2-normalised vectors (= cosine); IVF-PQ
+                  uses L2 on them (meta.json "metric": "l2"), which ranks the same, and reports 1 - d / 2
   docs.G.jsonl    {"id", "text"} per row, in row order
 
 A save is one commit: generation G+1's files are written under their own names beside G's (never over a file
@@ -89,12 +90,14 @@ def make_index(kind: str, dim: int, train: np.ndarray | None = None, count: int 
             raise BertforgeError(f"an IVF-PQ index trains {2 ** PQ_BITS} centroids per sub-quantiser: it needs at "
                                  f"least {2 ** PQ_BITS} passages (got {len(train)}); use --kind flat or ivf")
         nlist = min(ivf_lists(count or len(train)), ivf_lists(len(train)))
-        quantiser = faiss.IndexFlatIP(dim)
         if kind == "ivf":
-            index = faiss.IndexIVFFlat(quantiser, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
         else:
-            index = faiss.IndexIVFPQ(quantiser, dim, nlist, pq_subquantisers(dim), PQ_BITS,
-                                     faiss.METRIC_INNER_PRODUCT)
+            # L2 on unit vectors ranks as cosine (|x - q|^2 = 2 - 2 cos), and FAISS's residual PQ is far more
+            # accurate under L2 (recall@10 against flat 0.55 vs 0.27 on clustered unit vectors, dim 64, m 16):
+            # searches report 1 - d / 2, the cosine (see `search_vectors`)
+            index = faiss.IndexIVFPQ(faiss.IndexFlatL2(dim), dim, nlist, pq_subquantisers(dim), PQ_BITS,
+                                     faiss.METRIC_L2)
         index.train(np.ascontiguousarray(train, dtype=np.float32))
         index.nprobe = default_nprobe(nlist)
         return index
@@ -108,6 +111,7 @@ def index_meta(kind: str, index) -> dict[str, Any]:
         meta["nlist"], meta["nprobe"] = int(index.nlist), int(index.nprobe)
     if kind == "ivf-pq":
         meta["pq"] = {"m": int(index.pq.M), "bits": int(index.pq.nbits)}
+        meta["metric"] = "l2"  # on unit vectors; scores are reported as cosines
     if kind == "hnsw":
         meta["hnsw"] = {"M": HNSW_M, "efConstruction": HNSW_EF_CONSTRUCTION, "efSearch": HNSW_EF_SEARCH}
     return meta
@@ -263,6 +267,8 @@ class VectorIndex:
 
     def search_vectors(self, q: np.ndarray, k: int = 10) -> list[list[Hit]]:
         scores, rows = self.index.search(np.ascontiguousarray(q, dtype=np.float32), min(k, len(self)))
+        if self.meta.get("metric") == "l2":  # squared distances between unit vectors: the cosine is 1 - d / 2
+            scores = 1.0 - scores / 2.0
         return [[Hit(r + 1, float(s), self.ids[i], self.texts[i]) for r, (s, i) in enumerate(zip(srow, irow)) if i >= 0]
                 for srow, irow in zip(scores, rows)]
 

@@ -12,7 +12,8 @@ the windows overlap (a smaller stride). Reports:
   - recall@10 of hnsw / ivf / ivf-pq against flat (the share of flat's top 10 each finds), for --queries queries
     (the first 12 words of passages spread over the corpus), and the search latency of one query at a time
     (p50 / p99, the FAISS search only; query encoding is reported apart).
-Prints a table; writes benchmarks/results/corpus_index.json (one run per model: "tiny", or the model folder's name).
+Prints a table; writes benchmarks/results/corpus_index.json (one run per model: "tiny", "all-MiniLM-L6-v2", or the
+--model folder's name).
 
     nice -n 10 python benchmarks/corpus_index.py --tiny --passages 20000        # a random 2-layer model, fast
     nice -n 10 python benchmarks/corpus_index.py --passages 1000000 --shards 8  # the target scale (MiniLM)
@@ -221,7 +222,7 @@ def main() -> None:
 
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     runs = json.loads(RESULTS.read_text()).get("runs", {}) if RESULTS.is_file() else {}
-    runs["tiny" if a.tiny else Path(str(model_dir)).name] = result  # one run per model: the tiny scale run, MiniLM
+    runs["tiny" if a.tiny else Path(a.model).name if a.model else "all-MiniLM-L6-v2"] = result  # one run per model
     tmp = RESULTS.with_suffix(".tmp")
     tmp.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
     os.replace(tmp, RESULTS)

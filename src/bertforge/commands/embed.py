@@ -10,7 +10,7 @@ from bertforge.commands.needs import Need, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
                                         add_tracking_args, device_of)
 from bertforge.device import PRECISIONS, TRAINING_PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, EPOCHS, POSITIVE, STEPS
+from bertforge.commands.bounds import COUNT, COUNT0, EPOCHS, POSITIVE, STEPS
 from bertforge.commands.data_options import add_column_args, add_input_split_args
 from bertforge.errors import BertforgeError
 
@@ -131,7 +131,7 @@ def _shard_options(b: argparse.ArgumentParser) -> None:
     g.add_argument("--num-shards", type=COUNT, metavar="N",
                    help="split the corpus into N shards (passage k goes to shard k mod N); default: torchrun's "
                         "WORLD_SIZE, or a Slurm job array's SLURM_ARRAY_TASK_COUNT, else no shards")
-    g.add_argument("--shard-id", type=int, metavar="I",
+    g.add_argument("--shard-id", type=COUNT0, metavar="I",
                    help="embed only shard I (0..N-1) into OUT/shards; default: torchrun's RANK, or "
                         "SLURM_ARRAY_TASK_ID; with --num-shards alone every shard is built in turn, then merged")
     g.add_argument("--merge", action="store_true",

@@ -227,7 +227,7 @@ class VectorIndex:
             for i, t in zip(self.ids, self.texts):
                 fh.write(doc_line(i, t))
 
-        self.meta = commit_generation(self.path, self.meta, write_docs, lambda: self.index)
+        self.meta = commit_generation(self.path, self.meta, self.index, write_docs)
 
     # ---- use ---------------------------------------------------------------------------------------------------
     def check_model(self, model: SentenceEncoder) -> None:
@@ -278,18 +278,17 @@ def doc_line(pid: str, text: str) -> bytes:
     return (json.dumps({"id": pid, "text": text}, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def commit_generation(path: Path, meta: dict[str, Any], write_docs, get_index) -> dict[str, Any]:
-    """Save one generation after `meta`'s: `write_docs(fh)` writes docs.jsonl's rows (a binary file; streamed, so a
-    corpus is never held twice), then `get_index()` (called after it: a merge fills the index while the rows go
-    by) is written, then meta.json naming the new generation is the commit; the other generations' files go.
-    Returns the committed meta."""
+def commit_generation(path: Path, meta: dict[str, Any], index, write_docs) -> dict[str, Any]:
+    """Save one generation after `meta`'s: the FAISS `index`, then docs.jsonl, whose rows `write_docs(fh)` writes
+    to a binary file (streamed, so a corpus is never held twice), then meta.json naming the new generation (the
+    commit); the other generations' files go. Returns the committed meta."""
     faiss = _faiss()
     generation = _generation(meta) + 1
     names = _names(generation)
     checksums: dict[str, str] = {}
     count = [0]
 
-    class _Hashing:  # the docs' sha256 as they are written (no second read of a large file)
+    class _Hashing:  # the docs' sha256 and rows as they are written (no second read of a large file)
         def __init__(self, fh):
             self.fh, self.h = fh, hashlib.sha256()
 
@@ -298,18 +297,20 @@ def commit_generation(path: Path, meta: dict[str, Any], write_docs, get_index) -
             self.h.update(data)
             count[0] += data.count(b"\n")
 
+    def write_index(tmp: str) -> None:
+        faiss.write_index(index, tmp)
+        checksums[names["index.faiss"]] = sha256_file(tmp)  # of the bytes that are renamed into place
+
     def docs(tmp: str) -> None:
         with open(tmp, "wb") as fh:
             hashing = _Hashing(fh)
             write_docs(hashing)
         checksums[names["docs.jsonl"]] = hashing.h.hexdigest()
 
-    def write_index(tmp: str) -> None:
-        faiss.write_index(get_index(), tmp)
-        checksums[names["index.faiss"]] = sha256_file(tmp)  # of the bytes that are renamed into place
-
-    atomic_write(path / names["docs.jsonl"], docs)
     atomic_write(path / names["index.faiss"], write_index)
+    atomic_write(path / names["docs.jsonl"], docs)
+    if count[0] != index.ntotal:
+        raise BertforgeError(f"{path}: {index.ntotal} vectors but {count[0]} documents (nothing committed)")
     meta = {**meta, "count": count[0], "generation": generation, "checksums": checksums}
     atomic_write_text(path / "meta.json", json.dumps(meta, indent=2) + "\n")  # the commit
     _remove_other_generations(path, set(names.values()))

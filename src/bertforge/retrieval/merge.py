@@ -80,9 +80,10 @@ def _short(value: Any) -> str:
     return text[:12] if isinstance(value, str) and len(value) == 64 else text
 
 
-def _blocks(out: Path, shards: list[dict[str, Any]], with_docs: bool
+def _blocks(out: Path, shards: list[dict[str, Any]], with_docs: bool, with_vectors: bool = True
             ) -> Iterator[tuple[np.ndarray, list[bytes]]]:
-    """(vectors, doc lines) of the corpus in order, BLOCK_ROWS rows of every shard at a time."""
+    """(vectors, doc lines) of the corpus in order, BLOCK_ROWS rows of every shard at a time (the vectors read
+    through memory maps: a pass for the documents alone touches only their row counts)."""
     n = len(shards)
     for c in range(max(s["chunks"] for s in shards)):
         maps, docs = [], []
@@ -99,17 +100,17 @@ def _blocks(out: Path, shards: list[dict[str, Any]], with_docs: bool
             dim = maps[0].shape[1]
             for start in range(0, rows, BLOCK_ROWS):
                 stop = min(rows, start + BLOCK_ROWS)
-                block = np.zeros((stop - start, n, dim), dtype=np.float32)
+                block = np.zeros((stop - start, n, dim if with_vectors else 0), dtype=np.float32)
                 present = np.zeros((stop - start, n), dtype=bool)
                 for i, m in enumerate(maps):
-                    part = m[start:stop] if m is not None else m
-                    if part is not None and len(part):
-                        block[:len(part), i] = part
-                        present[:len(part), i] = True
+                    rows_i = 0 if m is None else max(0, min(stop, len(m)) - start)
+                    present[:rows_i, i] = True
+                    if with_vectors and rows_i:
+                        block[:rows_i, i] = m[start:start + rows_i]
                 lines = []
                 if with_docs:  # row r of each shard, in shard order: corpus order
                     lines = [docs[i].readline() for r in range(stop - start) for i in range(n) if present[r, i]]
-                yield block.reshape(-1, dim)[present.reshape(-1)], lines
+                yield block.reshape(len(present) * n, -1)[present.reshape(-1)], lines
         finally:
             for fh in docs:
                 if fh is not None:
@@ -153,23 +154,20 @@ def merge_shards(out: str | Path, kind: str = "flat", *, num_shards: int | None 
     else:
         index = make_index(kind, dim)
     bar = tqdm(total=total, unit="passage", desc=f"merge {kind}", disable=not progress, leave=False)
+    for block, _ in _blocks(out, shards, with_docs=False):
+        index.add(block)
+        bar.update(len(block))
+    bar.close()
+    if index.ntotal != total:
+        raise BertforgeError(f"{out}: merged {index.ntotal} vectors, the shards say {total}")
 
-    def write_docs(fh) -> None:
-        for block, lines in _blocks(out, shards, with_docs=True):
-            index.add(block)
+    def write_docs(fh) -> None:  # the documents in the same order, straight from the shards' files
+        for _, lines in _blocks(out, shards, with_docs=True, with_vectors=False):
             for line in lines:
                 fh.write(line)
-            bar.update(len(block))
-
-    def filled():
-        if index.ntotal != total:
-            raise BertforgeError(f"{out}: merged {index.ntotal} vectors, the shards say {total}")
-        return index
 
     meta = {"kind": kind, "dim": dim, "count": total, "metric": "inner_product", "normalized": True,
             "fingerprint": first["fingerprint"], "model": first["model"], "pooling": first["pooling"],
             "precision": first["precision"], "generation": previous.get("generation", 0), **index_meta(kind, index),
             "shards": {"num_shards": first["num_shards"], "dtype": first["dtype"], "corpus": first["corpus"]}}
-    committed = commit_generation(out, meta, write_docs, filled)
-    bar.close()
-    return committed
+    return commit_generation(out, meta, index, write_docs)

@@ -35,7 +35,7 @@ def build_sharded(model: Any, passages: Any, out: Any, *, num_shards: int | None
         name = model_name(model, revision)
         options = {**shard_options, "passages": passage_options, "overwrite": overwrite}
         built = build_shards_on_ray(out, name, passages, num_shards, address=None if ray is True else ray,
-                                    pooling=pooling, options=options)
+                                    pooling=pooling, options=options, progress=progress)
         return merge_shards(out, kind, num_shards=len(built), overwrite=overwrite, progress=progress)
     if environ and _torchrun(env) and device in (None, "auto") and "LOCAL_RANK" in env:
         import torch

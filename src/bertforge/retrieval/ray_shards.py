@@ -40,18 +40,22 @@ class ShardWorker:
 
 def build_shards_on_ray(out: str | Path, model: str | Path, corpus: Any, num_shards: int | None, *,
                         address: str | None = None, workers: int | None = None, pooling: Any = None,
-                        options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                        options: dict[str, Any] | None = None, progress: bool = False) -> list[dict[str, Any]]:
     """Build shards 0..N-1 of `corpus` under `out` on the Ray cluster at `address` (None or "local": start a local
     one, unless this process is connected already) with `workers` encoder actors (default: one a CPU of the
     cluster, at most N; N by default: one a CPU). Returns one {shard, count, embedded} per shard."""
     ray = _ray()
     if not isinstance(corpus, (str, Path)):
         raise BertforgeError("ray: the corpus must be a path the cluster's nodes can read, not data in memory")
+    import logging
+
     started = False
     if not ray.is_initialized():
         ray.init(address=None if address in (None, "", "local") else address, include_dashboard=False,
-                 log_to_driver=False)
+                 log_to_driver=False, logging_level=logging.WARNING)
         started = True
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # the shards' own progress is what a user reads
+    ray.data.DataContext.get_current().enable_progress_bars = progress
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         num_shards = num_shards or cpus

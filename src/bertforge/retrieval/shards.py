@@ -83,7 +83,8 @@ def shard_plan(num_shards: int | None = None, shard_id: int | None = None,
     elif num_shards is None and "SLURM_ARRAY_TASK_COUNT" in env:
         num_shards = _env_int(env, "SLURM_ARRAY_TASK_COUNT")
         if shard_id is None and "SLURM_ARRAY_TASK_ID" in env:
-            shard_id = _env_int(env, "SLURM_ARRAY_TASK_ID") - _env_int({"m": env.get("SLURM_ARRAY_TASK_MIN", "0")}, "m")
+            first = _env_int(env, "SLURM_ARRAY_TASK_MIN") if "SLURM_ARRAY_TASK_MIN" in env else 0
+            shard_id = _env_int(env, "SLURM_ARRAY_TASK_ID") - first
     if num_shards is None:
         return None, None
     if num_shards < 1:

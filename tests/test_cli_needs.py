@@ -105,6 +105,7 @@ MISSING = [
     (["index", "add", "--index", "i", "--corpus", "c.txt"], "embed"),
     (["index", "query", "--index", "i", "a question"], "embed"),
     (["index", "build", "--method", "bm25", "--corpus", "c.txt", "--out", "o"], "retrieval"),
+    (["index", "build", "--model", "m", "--corpus", "c.txt", "--out", "o", "--ray"], "ray"),
     (["analyze", "attention", "--model", "m", "--text", "t", "--out", "o.png"], "analysis"),
     (["analyze", "heads", "--model", "m", "--input", "f.txt", "--out", "o"], "analysis"),
     (["analyze", "probe", "--model", "m", "--task", "pos", "--data", "d", "--out", "o"], "analysis"),

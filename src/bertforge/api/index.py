@@ -95,13 +95,22 @@ class Index:
               require_ids: bool = False, data_split: str | None = None, data_config: str | None = None,
               batch_size: int = 32, device: str | None = None, precision: str = "fp32", pooling: Any = None,
               compile: bool = False, progress: bool = False, overwrite: bool = False,
-              revision: str | None = None) -> "Index":
+              revision: str | None = None, num_shards: int | None = None, shard_id: int | None = None,
+              ray: Any = None, shard_dtype: str = "float32", chunk_size: int = 4096, environ: bool = False) -> Any:
         """Index `passages` by `method` into a new index, saved in `out` (None: in memory until `save`; a folder
         that holds files is refused unless `overwrite`).
 
         `method`: "dense" (embedded by `model`, a folder, Hub id or loaded SentenceEncoder, into a FAISS index of
-        `kind` flat / hnsw / ivf, default flat), "bm25" (`model` None; `stopwords` "en" or "none") or "hybrid" (both;
-        `fusion` "weighted" (default: `alpha` the dense list's weight, default 0.5) or "rrf").
+        `kind` flat / hnsw / ivf / ivf-pq, default flat), "bm25" (`model` None; `stopwords` "en" or "none") or
+        "hybrid" (both; `fusion` "weighted" (default: `alpha` the dense list's weight, default 0.5) or "rrf").
+
+        Sharded, dense only (docs/retrieval.md, "A corpus-scale index"): `num_shards` N with `shard_id` I embeds
+        only shard I (passages at positions I mod N) into `out`/shards and returns a `ShardBuild`; N without I
+        builds every shard in turn, then merges; `ray` (True, or a cluster address) builds the shards on Ray, then
+        merges. Shards are written in chunks of `chunk_size` passages as `shard_dtype` vectors; a rerun resumes.
+        `environ`: read N and I from torchrun's or a Slurm job array's environment when not given (the command
+        line does).
+
         `passages`: a list of strings (with `ids`, else "texts:ROW"), or a file (one passage a line; a table with
         `text_col` and optional `id_col` (default: id, _id, doc_id, ...) and `title_col` (default: title)), a saved
         or Hub dataset, data in memory; `require_ids` refuses a table without ids. Empty passages are skipped,
@@ -113,6 +122,17 @@ class Index:
         check_options(method, model, kind, fusion, alpha)
         if method != "bm25":
             device_for(device, precision)
+        sharded = num_shards is not None or shard_id is not None or ray is not None
+        if not sharded and environ and method == "dense":
+            from bertforge.retrieval.shards import shard_plan
+
+            sharded = shard_plan(env=None)[0] is not None
+        if sharded:
+            if method != "dense":
+                raise BertforgeError(f"method: a sharded build embeds passages, so it is dense only (got {method!r})")
+            return _sharded(model, passages, out, num_shards, shard_id, ray, kind or "flat", ids, text_col, id_col,
+                            title_col, data_split, data_config, batch_size, precision, shard_dtype, chunk_size,
+                            pooling, device, compile, revision, overwrite, progress, environ)
 
         def make(folder: Path | None) -> "Index":
             found = _passages(passages, ids, text_col, id_col, title_col, require_ids, data_split, data_config)
@@ -136,6 +156,18 @@ class Index:
         # one writer per folder; a failed build leaves no empty folder behind
         with claim_output_dir(out, resume=False, overwrite=overwrite, what="--out", resume_flag=None):
             return make(out)
+
+    @classmethod
+    def merge(cls, out: Any, kind: str = "flat", *, model: Any = None, num_shards: int | None = None,
+              pooling: Any = None, overwrite: bool = False, progress: bool = False,
+              revision: str | None = None) -> "Index":
+        """Merge the shards built into folder `out` (`build(..., num_shards=, shard_id=)`) into the index of `out`
+        (flat, hnsw, ivf or ivf-pq), after checking they are one set (and, given `model`, of that model)."""
+        from bertforge.api.shards import merge
+
+        merge(out, kind, model=model, num_shards=num_shards, pooling=pooling, revision=revision,
+              overwrite=overwrite, progress=progress)
+        return cls.load(out, model, revision=revision)
 
     @classmethod
     def load(cls, path: Any, model: Any = None, *, device: str | None = None, compile: bool = False,
@@ -218,6 +250,27 @@ class Index:
         if cross is not None:
             results = [rerank_hits(hits, q, cross) for q, hits in zip(questions, results)]
         return results[0] if one else results
+
+
+def _sharded(model, passages, out, num_shards, shard_id, ray, kind, ids, text_col, id_col, title_col, data_split,
+             data_config, batch_size, precision, shard_dtype, chunk_size, pooling, device, compile, revision,
+             overwrite, progress, environ):
+    from bertforge.api.shards import build_sharded
+
+    if ids is not None:
+        raise BertforgeError("ids: a sharded build reads its ids from the passages (id_col); drop ids")
+    result = build_sharded(
+        model, passages, out, num_shards=num_shards, shard_id=shard_id, ray=ray, kind=kind,
+        passage_options={"text_col": text_col, "id_col": id_col, "title_col": title_col, "split": data_split,
+                         "config": data_config},
+        shard_options={"chunk_size": chunk_size, "dtype": shard_dtype, "batch_size": batch_size,
+                       "precision": precision},
+        pooling=pooling, device=device, compile=compile, revision=revision, overwrite=overwrite, progress=progress,
+        environ=environ)
+    if isinstance(result, dict):  # merged: the index folder
+        return Index.load(out, model if not isinstance(model, (str, Path)) else None, device=device,
+                          compile=compile)
+    return result
 
 
 def _cross_encoder(model: Any, device: str | None, revision: str | None):

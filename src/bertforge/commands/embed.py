@@ -10,7 +10,7 @@ from bertforge.commands.needs import Need, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
                                         add_tracking_args, device_of)
 from bertforge.device import PRECISIONS, TRAINING_PRECISIONS, add_device_args
-from bertforge.commands.bounds import COUNT, EPOCHS, FRACTION, POSITIVE, STEPS
+from bertforge.commands.bounds import COUNT, COUNT0, EPOCHS, FRACTION, POSITIVE, STEPS
 from bertforge.commands.data_options import add_column_args, add_input_split_args
 from bertforge.errors import BertforgeError
 
@@ -94,9 +94,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "dataset) with a text column and optional id and title columns")
     _corpus_columns(b)
     b.add_argument("--out", required=True, metavar="DIR")
-    b.add_argument("--kind", choices=("flat", "hnsw", "ivf"),
-                   help="the dense structure: flat, exact inner product on unit vectors (default); hnsw / ivf: "
-                        "approximate (dense and hybrid)")
+    b.add_argument("--kind", choices=("flat", "hnsw", "ivf", "ivf-pq"),
+                   help="the dense structure: flat, exact inner product on unit vectors (default); hnsw / ivf / "
+                        "ivf-pq: approximate (ivf-pq: compressed to a few bytes a vector) (dense and hybrid)")
     b.add_argument("--fusion", choices=("weighted", "rrf"),
                    help="hybrid: weighted sum of min-max normalised scores (default) or reciprocal-rank fusion")
     b.add_argument("--alpha", type=FRACTION, help="hybrid, weighted: the dense score's weight, 0 to 1 (default 0.5)")
@@ -105,6 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--pooling", choices=POOLINGS)
     _encode_options(b)
     add_overwrite_arg(b)
+    _shard_options(b)
     b.set_defaults(func=index_build, needs=_index_needs)
     a = isub.add_parser("add", help="index more passages into an existing index (same model required)")
     a.add_argument("--index", required=True, metavar="DIR")
@@ -136,6 +137,24 @@ def _train_needs(args: argparse.Namespace) -> tuple[Need, ...]:
     return (*tracker_needs(args), *((Need("embed", "scipy", "embed-train --eval"),) if args.eval else ()))
 
 
+def _shard_options(b: argparse.ArgumentParser) -> None:
+    g = b.add_argument_group("a corpus-scale index from embedding shards (docs/retrieval.md)")
+    g.add_argument("--num-shards", type=COUNT, metavar="N",
+                   help="split the corpus into N shards (passage k goes to shard k mod N); default: torchrun's "
+                        "WORLD_SIZE, or a Slurm job array's SLURM_ARRAY_TASK_COUNT, else no shards")
+    g.add_argument("--shard-id", type=COUNT0, metavar="I",
+                   help="embed only shard I (0..N-1) into OUT/shards; default: torchrun's RANK, or "
+                        "SLURM_ARRAY_TASK_ID; with --num-shards alone every shard is built in turn, then merged")
+    g.add_argument("--merge", action="store_true",
+                   help="merge the finished shards in OUT into its index (--kind) instead of embedding")
+    g.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="build the shards on a Ray cluster (default: start a local one), then merge")
+    g.add_argument("--shard-dtype", default="float32", choices=("float32", "float16"),
+                   help="how shards store vectors (float16: half the disk; the index is float32 either way)")
+    g.add_argument("--chunk-size", type=COUNT, default=4096,
+                   help="passages per committed chunk of a shard (a rerun after a kill redoes at most one)")
+
+
 def _index_needs(args: argparse.Namespace) -> tuple[Need, ...]:
     """dense: faiss; bm25: bm25s; hybrid: both. `index add` / `query` read the method from the index's meta.json
     (an unreadable one: dense's, and loading it says what is wrong)."""
@@ -153,6 +172,8 @@ def _index_needs(args: argparse.Namespace) -> tuple[Need, ...]:
         needs.append(Need("embed", "faiss", what))
     if method in ("bm25", "hybrid"):
         needs.append(Need("retrieval", "bm25s", f"{what} --method {method}"))
+    if getattr(args, "ray", None):
+        needs.append(Need("ray", "ray", "index build --ray"))
     return tuple(needs)
 
 
@@ -255,6 +276,13 @@ def _corpus(args: argparse.Namespace) -> dict:
 def index_build(args: argparse.Namespace) -> int:
     from bertforge.api import Index
 
+    if args.merge:
+        if args.shard_id is not None or args.ray:
+            raise BertforgeError("--merge merges finished shards: drop --shard-id / --ray")
+        index = Index.merge(args.out, args.kind or "flat", model=args.model, num_shards=args.num_shards,
+                            pooling=args.pooling, overwrite=args.overwrite, progress=args.progress)
+        print(f"merged {len(index)} passages ({index.kind}, dim {index.dim}) -> {args.out}", file=sys.stderr)
+        return 0
     if args.method != "bm25" and not args.model:
         raise BertforgeError(f"--model: a {args.method} index needs the sentence encoder that embeds the passages")
     if args.method == "bm25":
@@ -267,7 +295,13 @@ def index_build(args: argparse.Namespace) -> int:
                 raise BertforgeError(f"{flag}: applies to --method hybrid")
     index = Index.build(args.model, args.corpus, args.out, method=args.method, kind=args.kind, fusion=args.fusion,
                         alpha=args.alpha, stopwords=args.stopwords, device=args.device, precision=args.precision,
-                        pooling=args.pooling, compile=bool(args.compile), overwrite=args.overwrite, **_corpus(args))
+                        pooling=args.pooling, compile=bool(args.compile), overwrite=args.overwrite,
+                        num_shards=args.num_shards, shard_id=args.shard_id, ray=args.ray,
+                        shard_dtype=args.shard_dtype, chunk_size=args.chunk_size, environ=True, **_corpus(args))
+    if not isinstance(index, Index):  # one shard of several
+        print(f"shard {index.shard_id} of {index.num_shards}: {index.count} passages ({index.embedded} embedded now)"
+              f" -> {index.path}", file=sys.stderr)
+        return 0
     what = "bm25" if index.method == "bm25" else f"{index.method}, {index.kind}, dim {index.dim}"
     print(f"indexed {len(index)} passages ({what}) -> {args.out}", file=sys.stderr)
     return 0

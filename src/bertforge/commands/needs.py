@@ -31,6 +31,7 @@ EXTRAS: dict[str, dict[str, str]] = {
     "yaml": {"yaml": "PyYAML"},
     "data": {"pyarrow": "pyarrow", "pandas": "pandas", "datasets": "datasets"},
     "retrieval": {"bm25s": "bm25s", "faiss": "faiss-cpu"},
+    "ray": {"ray": "ray"},  # index build --ray (ray[data])
 }
 # The options that name a data source (a file, a folder of splits, a saved or Hub dataset): what reading each
 # imports is decided by `io.tables.source_libraries`, for every verb alike.

@@ -22,7 +22,8 @@ _API = ("DistillResult", "ExportResult", "FinetuneResult", "Index", "PretrainRes
         "SentenceEncoderResult", "TextStream", "TrainResult", "attention_maps", "create_app", "distill", "embed",
         "evaluate", "evaluate_sentence_encoder", "explain", "export", "fill_mask", "finetune", "generate",
         "head_importance", "head_statistics", "info", "load_sentence_encoder", "longify", "predict", "prepare",
-        "pretrain", "probe", "prune", "quantize", "read_texts", "serve", "train_sentence_encoder", "train_tokenizer")
+        "pretrain", "probe", "prune", "quantize", "read_texts", "serve", "train_sentence_encoder", "train_tokenizer",
+        "export_dpr", "train_retriever")
 _CORE = {"Encoder": "bertforge.model", "ModelConfig": "bertforge.config", "preset": "bertforge.config",
          "Tokenizer": "bertforge.tokenization", "SentenceEncoder": "bertforge.embed"}
 __all__ = sorted((*_API, *_CORE))

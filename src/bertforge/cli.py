@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "bertforge.commands.serve",      # serve
     "bertforge.commands.distill",    # distill general | task
     "bertforge.commands.compress",   # quantize, export
+    "bertforge.commands.retriever",  # retriever train | export-dpr
 ]
 
 

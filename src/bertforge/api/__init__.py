@@ -15,6 +15,7 @@ from bertforge.api.pretraining import prepare, pretrain, train_tokenizer
 from bertforge.api.results import (DistillResult, ExportResult, FinetuneResult, PretrainResult, PruneResult,
                                    QuantizeResult, SentenceEncoderResult, TrainResult)
 from bertforge.api.serving import create_app, serve
+from bertforge.api.retrieval import export_dpr, train_retriever
 from bertforge.api.tasks import evaluate, finetune, predict
 
 __all__ = ["DistillResult", "ExportResult", "FinetuneResult", "Index", "PretrainResult", "PruneResult",
@@ -23,3 +24,4 @@ __all__ = ["DistillResult", "ExportResult", "FinetuneResult", "Index", "Pretrain
            "head_importance", "head_statistics", "info", "load_sentence_encoder", "longify", "predict", "prepare",
            "pretrain", "probe", "prune", "quantize", "read_texts", "serve", "train_sentence_encoder",
            "train_tokenizer"]
+__all__ += ["export_dpr", "train_retriever"]

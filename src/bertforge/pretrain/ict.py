@@ -2,7 +2,7 @@
 pretraining verb's own machinery (the corpus, the tokenizer trained or taken from --init-from / --tokenizer, the
 claim on OUT and its checked resume, the size's learning rate), training a retriever's towers on the shared Trainer.
 
-OUT is a retriever folder (`retrieval.towers`: question/ and passage/ as sentence-transformers folders, dpr/ in
+OUT is a retriever folder (`retrieval.towers`: question/ and passage/ as sentence-transformers folders, transformers/ in
 transformers' DPR layout, retriever.json), which `bertforge retriever train --model OUT` continues with DPR's
 objective; plus OUT/tokenizer/ when one was trained, metrics.jsonl and eval_results.json (the run's record).
 """
@@ -94,6 +94,6 @@ def _run(opts: PretrainOptions, paths: list[str], t_start: float) -> dict[str, A
               "seconds": {"total": round(time.perf_counter() - t_start, 2), "train": round(trainer.train_seconds, 2)}}
     atomic_write_text(opts.out / "eval_results.json", json.dumps(result, indent=2) + "\n")
     print(f"ict: {trainer.step} steps, loss {result['train'].get('first_loss', float('nan')):.3f} -> "
-          f"{result['train'].get('last_loss', float('nan')):.3f} -> {opts.out} (retriever: question/, passage/, dpr/)",
+          f"{result['train'].get('last_loss', float('nan')):.3f} -> {opts.out} (retriever: question/, passage/, transformers/)",
           flush=True)
     return result

@@ -7,7 +7,7 @@ A retriever folder (what `bertforge retriever train` and `pretrain --recipe ict`
     OUT/retriever.json     {"format", "shared", "pooling", "question": "question", "passage": "passage"}
     OUT/question/          the question tower, a sentence-transformers folder (the same weights as passage/ when shared)
     OUT/passage/           the passage tower, a sentence-transformers folder
-    OUT/dpr/question_encoder/, OUT/dpr/ctx_encoder/
+    OUT/transformers/question_encoder/, OUT/transformers/ctx_encoder/
                            transformers' DPRQuestionEncoder / DPRContextEncoder layout (CLS pooling, BERT towers)
 
 `load_towers` opens any of: a retriever folder, a DPR checkpoint (its [CLS] + projection), a sentence-transformers
@@ -31,7 +31,7 @@ from bertforge.model.checkpoint import hf_state_dict, write_tensors
 
 RETRIEVER_FILE = "retriever.json"
 FORMAT = "bertforge-retriever"
-QUESTION_DIR, PASSAGE_DIR, DPR_DIR = "question", "passage", "dpr"
+QUESTION_DIR, PASSAGE_DIR, HF_DIR = "question", "passage", "transformers"  # HF_DIR: the DPR layout
 POOLINGS = ("cls", "mean")
 
 
@@ -157,7 +157,7 @@ def save_retriever(model: BiEncoder, out: str | Path, dpr: bool = True) -> Path:
     write_json(out / RETRIEVER_FILE, {"format": FORMAT, "shared": model.shared, "pooling": _pooling_of(model.question),
                                       "similarity": "dot", "question": QUESTION_DIR, "passage": PASSAGE_DIR})
     if dpr and dpr_layout_problem(model.question) is None and dpr_layout_problem(model.passage_tower) is None:
-        export_dpr_towers(model.question, model.passage_tower, out / DPR_DIR)
+        export_dpr_towers(model.question, model.passage_tower, out / HF_DIR)
     return out
 
 

@@ -71,7 +71,7 @@ def train_retriever(model: Any, train: Any, *, out: Any, passages: Any = None, s
               "pooling": towers.question.pooling.modes[0] if towers.question.pooling else None,
               "hard_negatives": hard_negatives,
               "with_hard_negatives": sum(1 for ex in examples if ex.negatives[:hard_negatives]),
-              "steps": trainer.step, "transformers": str(out / HF_DIR) if (out / HF_DIR).is_dir() else None}
+              "steps": trainer.step, "segments": trainer.segments, "transformers": str(out / HF_DIR) if (out / HF_DIR).is_dir() else None}
     if train_lines:
         record.update(first_loss=train_lines[0]["loss"], last_loss=train_lines[-1]["loss"])
     return TrainResult(out, {}, history, record)

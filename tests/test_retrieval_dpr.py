@@ -265,8 +265,11 @@ def test_ict_examples(tok):
     assert [data[k].question for k in range(8)] != first
     data.set_epoch(0)
     assert [data[k].question for k in range(8)] == first
-    blocks = make_blocks(["One two three. Four five six. Seven eight nine.", "Alone here."], tok, 8)
-    assert blocks and all(len(b) >= 2 for b in blocks)
+    doc = ["One two three.", "Four five six.", "Seven eight nine."]
+    docs = [" ".join(doc), "Alone here."]  # one sentence has no block to be found in
+    assert make_blocks(docs, tok, 1000) == [tuple(doc)]
+    two = sum(len(ids) - 2 for ids in tok(doc[:2], padding=False, return_tensors=None)["input_ids"])
+    assert make_blocks(docs, tok, two) == [tuple(doc[:2])]  # the third sentence alone is no block
 
 
 def test_pretrain_ict_then_retriever_train(tok, encoder_dir, tmp_path):

@@ -38,6 +38,7 @@ DOES = {
     "analyze attention": "M", "analyze heads": "L M W", "analyze probe": "L M R W", "analyze importance": "L M W",
     "analyze explain": "M", "prune": "L M R W", "serve": "M P",
     "distill general": "L M P R W T", "distill task": "L M P R W T", "quantize": "W", "export": "W",
+    "retriever train": "L M P R W T", "retriever export-dpr": "W",
 }
 FLAGS = {"L": "--no-progress", "M": "--device", "P": "--precision", "R": "--seed", "W": "--overwrite", "T": "--config"}
 

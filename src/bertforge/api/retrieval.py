@@ -26,8 +26,8 @@ def train_retriever(model: Any, train: Any, *, out: Any, passages: Any = None, s
                     overwrite: bool = False, save_every: int | None = None,
                     revision: str | None = None) -> TrainResult:
     """Train a dense retriever (Karpukhin et al. 2020) and save it to `out` as a retriever folder: question/ and
-    passage/ (sentence-transformers folders), transformers/question_encoder and transformers/ctx_encoder (transformers' DPR layout,
-    for BERT towers read at [CLS]) and retriever.json (docs/retrieval.md).
+    passage/ (sentence-transformers folders), transformers/question_encoder and transformers/ctx_encoder
+    (transformers' DPR layout, for BERT towers read at [CLS]) and retriever.json (docs/retrieval.md).
 
     `model`: an encoder folder or Hub id (BERT, a sentence-transformers folder, a DPR checkpoint) or a retriever
     folder (`pretrain(recipe="ict")`'s, or an earlier run's); one tower for questions and passages, or two
@@ -71,7 +71,8 @@ def train_retriever(model: Any, train: Any, *, out: Any, passages: Any = None, s
               "pooling": towers.question.pooling.modes[0] if towers.question.pooling else None,
               "hard_negatives": hard_negatives,
               "with_hard_negatives": sum(1 for ex in examples if ex.negatives[:hard_negatives]),
-              "steps": trainer.step, "segments": trainer.segments, "transformers": str(out / HF_DIR) if (out / HF_DIR).is_dir() else None}
+              "steps": trainer.step, "segments": trainer.segments,
+              "transformers": str(out / HF_DIR) if (out / HF_DIR).is_dir() else None}
     if train_lines:
         record.update(first_loss=train_lines[0]["loss"], last_loss=train_lines[-1]["loss"])
     return TrainResult(out, {}, history, record)

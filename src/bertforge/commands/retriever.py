@@ -21,8 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train question and passage towers (Karpukhin et al. 2020): each question's positive passage "
                     "must score above every other passage of the batch (the other questions' positives and every "
                     "hard negative) by dot product. OUT holds question/ and passage/ (sentence-transformers "
-                    "folders), transformers/question_encoder and transformers/ctx_encoder (transformers' DPRQuestionEncoder / "
-                    "DPRContextEncoder) and retriever.json.")
+                    "folders), transformers/question_encoder and transformers/ctx_encoder (transformers' "
+                    "DPRQuestionEncoder / DPRContextEncoder) and retriever.json.")
     t.add_argument("--model", required=True, metavar="DIR",
                    help="starting encoder (BERT folder or Hub id, sentence-transformers folder, a DPR checkpoint) or "
                         "a retriever folder (from `pretrain --recipe ict` or an earlier run)")

@@ -94,6 +94,7 @@ def _run(opts: PretrainOptions, paths: list[str], t_start: float) -> dict[str, A
               "seconds": {"total": round(time.perf_counter() - t_start, 2), "train": round(trainer.train_seconds, 2)}}
     atomic_write_text(opts.out / "eval_results.json", json.dumps(result, indent=2) + "\n")
     print(f"ict: {trainer.step} steps, loss {result['train'].get('first_loss', float('nan')):.3f} -> "
-          f"{result['train'].get('last_loss', float('nan')):.3f} -> {opts.out} (retriever: question/, passage/, transformers/)",
+          f"{result['train'].get('last_loss', float('nan')):.3f} -> {opts.out} (a retriever: question/, passage/, "
+          "transformers/)",
           flush=True)
     return result

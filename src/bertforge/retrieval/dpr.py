@@ -125,8 +125,11 @@ def read_training(source: Any, passages: Passages | None = None, split: str | No
 # ---- hard negatives ------------------------------------------------------------------------------------------------
 def bm25_top(corpus: list[str], queries: list[str], k: int) -> list[list[int]]:
     """The indices of each query's `k` best passages of `corpus` by BM25 (bm25s, English stop words), best first."""
-    import bm25s
-
+    try:
+        import bm25s
+    except ImportError:
+        raise BertforgeError("mining hard negatives runs BM25, which needs bm25s: pip install "
+                             "'bertforge[retrieval]' (or give hard_negatives=0)") from None
     index = bm25s.BM25()
     index.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
     tokens = bm25s.tokenize(queries, stopwords="en", show_progress=False)

@@ -117,6 +117,13 @@ def test_bertforge_towers_read_by_transformers(tok, encoder_dir, tmp_path):
                                    atol=1e-5)
         assert json.loads((tmp_path / "r" / "transformers" / name / "config.json").read_text())["architectures"] \
             == [cls.__name__]
+    # `retriever export-dpr` writes the same folders from the retriever folder
+    from bertforge.cli import main
+    assert main(["retriever", "export-dpr", "--model", str(tmp_path / "r"), "--out", str(tmp_path / "x")]) == 0
+    for name in ("question_encoder", "ctx_encoder"):
+        a, b = (read_tensors(root / name / "model.safetensors") for root in (tmp_path / "r" / "transformers",
+                                                                             tmp_path / "x"))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     # and back: the exported folders read by bertforge give the towers' vectors again
     again = SentenceEncoder.from_pretrained(tmp_path / "r" / "transformers" / "ctx_encoder")
     np.testing.assert_allclose(again.encode(TEXTS, progress=False), model.passage.encode(TEXTS, progress=False),

@@ -39,6 +39,7 @@ DOES = {
     "analyze explain": "M", "prune": "L M R W", "serve": "M P",
     "distill general": "L M P R W T", "distill task": "L M P R W T", "quantize": "W", "export": "W",
     "ask": "L M",
+    "retriever train": "L M P R W T", "retriever export-dpr": "W",
 }
 FLAGS = {"L": "--no-progress", "M": "--device", "P": "--precision", "R": "--seed", "W": "--overwrite", "T": "--config"}
 

@@ -37,6 +37,7 @@ COMMAND_MODULES = [
     "bertforge.commands.distill",    # distill general | task
     "bertforge.commands.compress",   # quantize, export
     "bertforge.commands.ask",        # ask (open-domain QA: retrieve, then read)
+    "bertforge.commands.retriever",  # retriever train | export-dpr
 ]
 
 

@@ -16,6 +16,7 @@ from bertforge.api.pretraining import prepare, pretrain, train_tokenizer
 from bertforge.api.results import (DistillResult, ExportResult, FinetuneResult, PretrainResult, PruneResult,
                                    QuantizeResult, SentenceEncoderResult, TrainResult)
 from bertforge.api.serving import create_app, serve
+from bertforge.api.retrieval import export_dpr, train_retriever
 from bertforge.api.tasks import evaluate, finetune, predict
 from bertforge.api.reading import ask
 
@@ -24,4 +25,4 @@ __all__ = ["DistillResult", "ExportResult", "FinetuneResult", "Index", "Pretrain
            "evaluate", "evaluate_sentence_encoder", "explain", "export", "fill_mask", "finetune", "generate",
            "head_importance", "head_statistics", "info", "load_sentence_encoder", "longify", "predict", "prepare",
            "pretrain", "probe", "prune", "quantize", "read_texts", "serve", "train_sentence_encoder",
-           "train_tokenizer", "evaluate_open_qa", "ask"]
+           "train_tokenizer", "evaluate_open_qa", "ask", "export_dpr", "train_retriever"]

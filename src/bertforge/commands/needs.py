@@ -30,7 +30,7 @@ EXTRAS: dict[str, dict[str, str]] = {
     "seq2seq": {"sacrebleu": "sacrebleu", "rouge_score": "rouge-score"},
     "yaml": {"yaml": "PyYAML"},
     "data": {"pyarrow": "pyarrow", "pandas": "pandas", "datasets": "datasets"},
-    "retrieval": {"bm25s": "bm25s", "faiss": "faiss-cpu"},
+    "retrieval": {"bm25s": "bm25s", "faiss": "faiss-cpu", "scipy": "scipy"},
     "ray": {"ray": "ray"},  # index build --ray (ray[data])
 }
 # The options that name a data source (a file, a folder of splits, a saved or Hub dataset): what reading each

@@ -24,7 +24,9 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
                "warm-up/stable/1-sqrt-decay schedule (BPE); deberta-v3 = replaced-token detection on a DeBERTa "
                "encoder (disentangled relative attention), a half-depth generator, gradient-disentangled "
                "embedding sharing (Unigram in DeBERTa's layout); xlm-roberta = RoBERTa's recipe on an XLM-R "
-               "encoder, Unigram in XLM-R's layout (a multilingual corpus). --family puts a recipe's objective on "
+               "encoder, Unigram in XLM-R's layout (a multilingual corpus); ict = the Inverse Cloze Task (ORQA): a "
+               "retriever's towers learn to find a sentence's block of text (removed from it nine times in ten) "
+               "among the batch's blocks; OUT is a retriever folder for `bertforge retriever train --model`. --family puts a recipe's objective on "
                "another family (e.g. --recipe electra on a DeBERTa encoder)")
 
 

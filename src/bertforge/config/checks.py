@@ -88,6 +88,8 @@ FIELDS: dict[str, Field] = _table(
     (("conv_kernel_size",), Field("int", 0, MAX_POSITIONS)),
     (("attention_window",), Field("window", 2, MAX_POSITIONS)),
     (("block_size",), Field("int", 1, MAX_HEADS)),
+    # DPR's towers: the width of the linear map of the [CLS] vector (0: none)
+    (("projection_dim",), Field("int", 0, MAX_WIDTH)),
     (("num_random_blocks",), Field("int", 0, 64)),
     (("tie_word_embeddings", "scale_embedding", "scale_decoder_outputs", "is_decoder", "norm_bias", "mlp_bias",
       "attention_bias", "decoder_bias", "classifier_bias", "relative_attention", "position_biased_input",

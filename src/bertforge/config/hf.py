@@ -95,7 +95,7 @@ class HFConfig:
     @classmethod
     def kept(cls, fam: Family, d: dict[str, Any]) -> dict[str, Any]:
         """The fields of `d` that ride along in `extra` and are written back unchanged."""
-        return {k: d[k] for k in cls.kept_fields if k in d}
+        return {k: d[k] for k in (*cls.kept_fields, *fam.kept_fields) if k in d}
 
     @classmethod
     def from_file(cls, path: str | Path) -> Any:

@@ -20,13 +20,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.io.write import write_json
-from bertforge.model.checkpoint import read_tensors, save_pretrained, write_tensors
+from bertforge.model.checkpoint import load_pretrained, read_tensors, save_pretrained, write_tensors
 from bertforge.embed.encode import encode as encode_texts
 from bertforge.errors import BertforgeError
 from bertforge.io.read import read_json
 from bertforge.model.heads import mean_pool
 from bertforge.config.positions import check_length, fit_length
 from bertforge.families import ENCODER
+from bertforge.families.family import PROJECTION
 from bertforge.model import Encoder
 from bertforge.model.folder import ModelFolder
 from bertforge.model.onnx import OnnxModel
@@ -339,7 +340,8 @@ class SentenceEncoder(nn.Sequential):
     @classmethod
     def from_pretrained(cls, path: "str | Path | ModelFolder", pooling: str | Sequence[str] | None = None,
                         normalize: bool | None = None, revision: str | None = None) -> "SentenceEncoder":
-        """Load a sentence-transformers folder (modules.json) or a plain HF encoder dir (mean pooling); `path` may
+        """Load a sentence-transformers folder (modules.json) or a plain HF encoder dir (mean pooling, or its family's
+        own: a DPR tower's [CLS] + projection); `path` may
         be an opened model folder, or a Hugging Face Hub id (at `revision`; from the cache when offline).
 
         `pooling` replaces the folder's pooling modes; `normalize` adds or removes a final Normalize.
@@ -362,7 +364,7 @@ class SentenceEncoder(nn.Sequential):
                 raise BertforgeError(f"{path / 'modules.json'}: the first module must be a Transformer")
         else:
             modules = [Transformer.load(folder, onnx)]
-            modules.append(Pooling(modules[0].dim, ["mean"]))
+            modules.extend(_family_head(folder, modules[0].dim))
         if pooling is not None:
             new = Pooling(modules[0].dim, [pooling] if isinstance(pooling, str) else pooling)
             idx = next((i for i, m in enumerate(modules) if isinstance(m, Pooling)), None)
@@ -437,6 +439,29 @@ class SentenceEncoder(nn.Sequential):
         h.update(json.dumps(layout, sort_keys=True).encode())
         self._fingerprint_cache = (stamp, h.hexdigest())
         return self._fingerprint_cache[1]
+
+
+class _Projection(nn.Module):
+    """A family's linear map of the sentence vector under its canonical name, for `load_pretrained`."""
+
+    def __init__(self, config: Any, linear: nn.Linear):
+        super().__init__()
+        self.config = config
+        setattr(self, PROJECTION, linear)
+
+
+def _family_head(folder: ModelFolder, dim: int) -> list[nn.Module]:
+    """The modules after the encoder of a plain encoder folder: mean pooling, or the sentence vector its family
+    defines (DPR's [CLS] vector, projected by the checkpoint's own linear layer when its config says so)."""
+    cfg = folder.model_config
+    fam = cfg.family if cfg is not None else None
+    pool = Pooling(dim, [fam.sentence_pooling or "mean"] if fam is not None else ["mean"])
+    width = cfg.extra.get(fam.projection_field) if fam is not None and fam.projection_field else None
+    if not width or folder.graph is not None:
+        return [pool]
+    dense = Dense(dim, int(width), activation="Identity")
+    load_pretrained(_Projection(cfg, dense.linear), folder.path, require=(PROJECTION + ".",))
+    return [pool, dense]
 
 
 def _version() -> str:

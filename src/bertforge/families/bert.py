@@ -15,6 +15,10 @@ RECIPES = (
     # word-structural one (5% of trigrams shuffled) added to MLM.
     dict(name="structbert", objective="structbert", masking="token", dynamic=False, input_format="segment-pair",
          tokenizer_kind="wordpiece", dupe_factor=5),
+    # Lee et al. 2019 (ORQA): the Inverse Cloze Task pretrains a retriever's towers on raw text (a sentence finds
+    # its block); the masking and input fields do not apply (bertforge.retrieval.ict).
+    dict(name="ict", objective="ict", masking="token", dynamic=True, input_format="doc-sentences",
+         tokenizer_kind="wordpiece"),
 )
 
 FAMILY = Family("bert", "Bert", "bert",

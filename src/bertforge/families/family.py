@@ -53,6 +53,8 @@ NORMAL_INIT, FAN_IN_INIT = "normal", "fan-in"
 CANONICAL_ENCODER = "bert"
 # The canonical name of an encoder layer (`bert.encoder.layer.N.`), the start of most weight rules.
 LAYER = r"bert\.encoder\.layer\.(\d+)\."
+# The canonical name of a linear map of the sentence vector a family's checkpoints carry (`Family.projection_field`).
+PROJECTION = "projection"
 # config.json special-token ids no ModelConfig field holds (kept in `extra` for the families that write them).
 TOKEN_IDS = ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")
 
@@ -167,6 +169,7 @@ class Family:
     config_fields: frozenset[str] = frozenset()
     fixed_fields: dict[str, Any] = field(default_factory=dict, compare=False)
     keeps_token_ids: bool = False        # config.json's bos/eos/cls/sep ids are read back into `extra`
+    kept_fields: tuple[str, ...] = ()    # config.json fields of its own kept in `extra` and written back (DPR's)
     # config.json fields set from the tokenizer when a model is made for it: field -> tokenizer role
     token_ids_from_tokenizer: dict[str, str] = field(default_factory=dict, compare=False)
     # ---- tensor names: (canonical pattern, family replacement) rules; `first_rule_only`: the first match wins (no
@@ -180,6 +183,18 @@ class Family:
     fused_weights: tuple[str, int, tuple[str, ...]] | None = None
     transposed_weights: str | None = None  # a pattern of weights stored [in, out] (GPT-2's Conv1D)
     shared_layers_as_one: bool = False   # all-shared layers are stored once, as layer 0 (ALBERT's one group)
+    # ---- checkpoints that wrap another family's network under names of their own (DPR's question and context
+    # encoders hold a BertModel): `wraps` is that family (a model read from them trains and saves as it);
+    # `architecture` the bare model's class when it is not f"{hf_prefix}Model"; `alternative_architecture` the class
+    # whose layout `alternative_weight_rules` is (then written too, when a writer asks for it)
+    wraps: str | None = None
+    architecture: str | None = None
+    alternative_architecture: str | None = None
+    # ---- the sentence vector its checkpoints define (`bertforge embed` on a plain folder of the family): the
+    # pooling (None: mean pooling) and the config.json field giving the width of a linear map after it, stored as
+    # the canonical `PROJECTION` tensors (0 or absent: none; DPR's [CLS] vector and `projection_dim`)
+    sentence_pooling: str | None = None
+    projection_field: str | None = None
     # ---- published shapes: name -> (a size of config/sizes.py, overrides); `every_size_preset`: also
     # f"{model_type}-{size}" for every size (BERT's sizes are its presets)
     presets: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict, compare=False)
@@ -269,6 +284,8 @@ class Family:
     def base_architecture(self) -> str:
         """The `architectures` entry of a bare model's config.json, e.g. "BertModel"; an encoder-decoder's is its
         language model."""
+        if self.architecture is not None:
+            return self.architecture
         return self.head_classes["lm"] if self.stack == ENCODER_DECODER else f"{self.hf_prefix}Model"
 
     def task_architecture(self, kind: str, bertforge_name: str) -> str:

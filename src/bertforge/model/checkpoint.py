@@ -123,8 +123,9 @@ def _canonical_state(model: nn.Module, cfg: Config) -> dict[str, torch.Tensor]:
 
 
 # ---- saving ------------------------------------------------------------------------------------------------------
-def hf_state_dict(model: nn.Module, cfg: Config) -> dict[str, torch.Tensor]:
-    """The tensors to save, under the family's HF names; tied weights once; shared layers as HF expects them."""
+def hf_state_dict(model: nn.Module, cfg: Config, alternative: bool = False) -> dict[str, torch.Tensor]:
+    """The tensors to save, under the family's HF names (`alternative`: its other layout's,
+    `Family.alternative_architecture`); tied weights once; shared layers as HF expects them."""
     strip = cfg.family.weight_prefix + "." if _bare(model) else None
     out: dict[str, torch.Tensor] = {}
     parts: dict[str, list[torch.Tensor | None]] = {}
@@ -133,7 +134,7 @@ def hf_state_dict(model: nn.Module, cfg: Config) -> dict[str, torch.Tensor]:
     for name, tensor in state.items():
         if _tied(name, state):
             continue
-        key = hf_name(name, cfg)
+        key = hf_name(name, cfg, alternative)
         if strip and key.startswith(strip):  # a bare encoder saves as BertModel does: no prefix
             key = key[len(strip):]
         part = hf_part(name, cfg)
@@ -154,12 +155,17 @@ def hf_state_dict(model: nn.Module, cfg: Config) -> dict[str, torch.Tensor]:
 
 
 def save_pretrained(model: nn.Module, path: str | Path, cfg: Config, architecture: str | None = None,
-                    tokenizer: Any = None, extra_config: dict[str, Any] | None = None) -> Path:
-    """Write an HF-compatible directory; every file is written to a temporary name, then renamed."""
+                    tokenizer: Any = None, extra_config: dict[str, Any] | None = None,
+                    alternative: bool = False) -> Path:
+    """Write an HF-compatible directory; every file is written to a temporary name, then renamed. `alternative`:
+    in the family's other layout (DPR's context encoder), as its `alternative_architecture`."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    write_tensors(path / "model.safetensors", hf_state_dict(model, cfg))
-    config = cfg.to_hf_dict([architecture or cfg.family.base_architecture])
+    if alternative and cfg.family.alternative_architecture is None:
+        raise BertforgeError(f"a {cfg.model_type} model has one checkpoint layout")
+    write_tensors(path / "model.safetensors", hf_state_dict(model, cfg, alternative))
+    default = cfg.family.alternative_architecture if alternative else cfg.family.base_architecture
+    config = cfg.to_hf_dict([architecture or default])
     config.update(extra_config or {})
     write_json(path / "config.json", config, sort_keys=True)
     if tokenizer is not None:

@@ -37,6 +37,7 @@ from bertforge.pretrain.metrics import stuck_at_baseline
 from bertforge.pretrain.objectives import ELECTRAObjective, build_objective, uses_pooler
 from bertforge.pretrain.options import PretrainOptions, auto_threads, schedule
 from bertforge.pretrain.outdir import claim_out
+from bertforge.pretrain.recipes import ICT
 from bertforge.pretrain.prepare import barrier, corpus_paths, prepare_data, prepare_tokenizer
 from bertforge.pretrain.report import curves_line, print_summary, setup_line, stuck_warning
 from bertforge.pretrain import seq2seq as s2s
@@ -113,6 +114,9 @@ def _check_options(opts: PretrainOptions) -> None:
 
 def pretrain(opts: PretrainOptions) -> dict[str, Any]:
     """Run one pretraining job; returns the final held-out metrics (rank 0; {} on other ranks)."""
+    if opts.recipe.objective == ICT:  # a retriever's towers, not an objective module over shards
+        from bertforge.pretrain.ict import pretrain_ict
+        return pretrain_ict(opts)
     t_start, wall_start = time.perf_counter(), time.time()
     rank, world, local_rank = distributed_context()
     is_main = rank == 0

@@ -23,6 +23,7 @@ from bertforge.model.checkpoint import load_pretrained, read_state_dict, write_t
 RAG_MODEL_TYPE = "rag"
 QUESTION_PREFIX, GENERATOR_PREFIX = "rag.question_encoder.", "rag.generator."
 DPR_QUESTION_BODY = "question_encoder.bert_model."
+RAG_QUESTION_ARCHITECTURE = "DPRQuestionEncoder"  # the class transformers' RAG builds its question encoder with
 # what transformers' RagConfig carries besides the two sub-configs (its defaults), kept when a folder is rewritten
 RAG_DEFAULTS: dict[str, Any] = {
     "n_docs": 5, "max_combined_length": 300, "title_sep": " / ", "doc_sep": " // ", "retrieval_vector_size": 768,
@@ -110,8 +111,11 @@ def question_encoder_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.
 
 def _question_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """A BERT-layout encoder's config.json as the DPR config transformers' RAG expects."""
+    from bertforge.families import FAMILIES
+
+    question = next(f for f in FAMILIES.values() if f.architecture == RAG_QUESTION_ARCHITECTURE)
     out = {k: v for k, v in cfg.items() if k not in ("architectures", "bertforge_task", "auto_map")}
-    out.update(model_type="dpr", architectures=["DPRQuestionEncoder"])
+    out.update(model_type=question.model_type, architectures=[RAG_QUESTION_ARCHITECTURE])
     out.setdefault("projection_dim", 0)
     return out
 

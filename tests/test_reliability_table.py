@@ -677,3 +677,87 @@ def two_configs(kit: Kit) -> None:
                  "--config", kit.tmp / "a.json", "--config", kit.tmp / "b.json"),
              "--config is given 2 times", "a.json", "b.json")
     assert not (kit.tmp / "ft").exists()
+
+
+# ---- the second probe ------------------------------------------------------------------------------------------------
+SAVED_IN_THE_STORE = """
+    import sys
+    from pathlib import Path
+    import bertforge.training.reporting as r
+    from bertforge.cli import main
+
+    out, argv = Path(sys.argv[1]), sys.argv[2:]
+    write = r.MlflowReporter.write
+
+    def write_while_the_user_saves(self, record):
+        run = next((out / "mlruns").glob(f"*/{self.run_id}"))
+        for mine in (out / "mlruns" / "notes.txt", run / "notes.txt"):  # the user, not bertforge's writers
+            mine.write_text("saved into the store while the run went on\\n")
+        return write(self, record)
+
+    r.MlflowReporter.write = write_while_the_user_saves
+    sys.exit(main(argv))
+"""
+
+
+@row("finetune --report-to mlflow (the store in OUT/mlruns) while the user saves files into OUT/mlruns and into the "
+     "run's folder there, then the same command with --overwrite",
+     "the manifest records the files MLflow wrote for the run, not the user's; --overwrite keeps them (a warning "
+     "names mlruns/)",
+     "the user's two files, byte for byte, beside the new run's store")
+def user_file_in_the_mlflow_store(kit: Kit) -> None:
+    pytest.importorskip("mlflow")
+    out = kit.tmp / "ft"
+    args = ["finetune", "--task", "sst2", "--model", kit.enc, "--data", kit.sst, "--out", out, "--max-steps", "2",
+            "--batch-size", "8", "--no-progress", "--device", "cpu", "--report-to", "mlflow"]
+    env = {k: v for k, v in ENV.items() if not k.startswith("MLFLOW_")}  # the store in OUT/mlruns
+    ok(subprocess.run([sys.executable, "-c", textwrap.dedent(SAVED_IN_THE_STORE), str(out), *map(str, args)],
+                      capture_output=True, text=True, env=env, timeout=300))
+    mine = sorted(p.relative_to(out).as_posix() for p in out.rglob("notes.txt"))
+    assert len(mine) == 2, mine
+    recorded_exactly(out, besides=tuple(mine))  # MLflow's files of the run are recorded; the user's are not
+    proc = ok(cli_env(*args, "--overwrite", env=env))
+    assert "kept mlruns" in proc.stderr, proc.stderr
+    for rel in mine:
+        assert (out / rel).read_text() == "saved into the store while the run went on\n", rel
+
+
+PRETRAIN_KILLED_AT_STEP = """
+    import os, signal, sys
+    import torch
+    from bertforge.pretrain.objectives import ELECTRAObjective
+    from bertforge.cli import main
+
+    forward, steps, at = ELECTRAObjective.forward, [0], int(sys.argv[1])
+
+    def forward_until(self, *args, **kwargs):
+        steps[0] += torch.is_grad_enabled()  # training steps, not the held-out evaluation
+        if steps[0] == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return forward(self, *args, **kwargs)
+
+    ELECTRAObjective.forward = forward_until
+    sys.exit(main(sys.argv[2:]))
+"""
+
+
+@row("pretrain --recipe deberta-v3 (gradient-disentangled embedding sharing) SIGKILLed in step 3, after its step-2 "
+     "checkpoint, then --resume",
+     "the same weights (discriminator, generator, E_delta) and metrics.jsonl, byte for byte, as the uninterrupted run",
+     "the model files and metrics.jsonl equal to the uninterrupted run's")
+def deberta_v3_resume(kit: Kit) -> None:
+    from test_pretrain_reliability import write_corpus
+
+    corpus = write_corpus(kit.tmp / "grammar.txt")
+    args = ["pretrain", "--recipe", "deberta-v3", "--corpus", corpus, "--size", "bert-tiny", "--vocab-size", "150",
+            "--seq-len", "32", "--batch-size", "8", "--max-steps", "4", "--save-every", "2", "--log-every", "1",
+            "--no-progress", "--threads", "1", "--heldout-fraction", "0.2", "--eval-batches", "1"]
+    whole, broken = kit.tmp / "whole", kit.tmp / "broken"
+    ok(cli(*args, "--out", whole))
+    killed = python_cli(PRETRAIN_KILLED_AT_STEP, 3, *args, "--out", broken)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert (broken / "checkpoints" / "step-2").is_dir() and not (broken / "model.safetensors").exists()
+    ok(cli(*args, "--out", broken, "--resume"))
+    for name in ("model.safetensors", "discriminator/model.safetensors", "generator/model.safetensors",
+                 "gdes_delta.safetensors", "metrics.jsonl"):
+        assert (broken / name).read_bytes() == (whole / name).read_bytes(), name

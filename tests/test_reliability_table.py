@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import signal
 import socket
@@ -761,3 +762,36 @@ def deberta_v3_resume(kit: Kit) -> None:
     for name in ("model.safetensors", "discriminator/model.safetensors", "generator/model.safetensors",
                  "gdes_delta.safetensors", "metrics.jsonl"):
         assert (broken / name).read_bytes() == (whole / name).read_bytes(), name
+
+
+@row("bertforge pretrain with no arguments (the README's demo; here with --time-budget 10s), watched as it runs",
+     "a first line within a second of the start, a progress bar whose total (the budget's seconds) never changes, "
+     "and a final report that says what to expect of a few minutes' model and how to get one that fills masks",
+     "the demo's model in --out")
+def demo_says_what_to_expect(kit: Kit) -> None:
+    out = kit.tmp / "demo"
+    t = time.perf_counter()
+    proc = start("pretrain", "--time-budget", "10s", "--out", out)
+    first = proc.stdout.readline()
+    waited = time.perf_counter() - t
+    rest = finish(proc)
+    ok(rest)
+    assert first.startswith("pretrain: bert on the built-in demo corpus") and "10s of training" in first, first
+    assert waited < 2.0, waited  # a second where the machine is not shared by parallel tests
+    totals = set(re.findall(r"train:[^\r\n]*?\| [\d.]+/(\d+) s", rest.stderr))
+    assert totals == {"10"}, (totals, rest.stderr[-2000:])  # one total, known at the start: never re-estimated
+    note = next((line for line in rest.stdout.splitlines() if line.startswith("what to expect: ")), "")
+    assert "is not among the guesses for" in note and "--time-budget" in note, rest.stdout
+
+
+@row("the README's test command, run as written: do the skipped tests say why, as the README promises?",
+     "-rs in the README's command and in CI's (.ci/run), the two otherwise the same command; the stated time honest",
+     "nothing (the files are read)")
+def readme_test_command_shows_skip_reasons(kit: Kit) -> None:
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    theirs = readme.splitlines()[1].split(" && ")[-1]  # the README's second command ends with the test run
+    ours = next(line for line in (root / ".ci" / "run").read_text().splitlines() if "-m pytest" in line)
+    assert theirs.split() == ours.replace(" -p no:cacheprovider", "").split(), (theirs, ours)
+    assert "-rs" in theirs.split(), theirs
+    assert "about 15–35 minutes on two cores, depending on load" in " ".join(readme.split())

@@ -721,6 +721,7 @@ def user_file_in_the_mlflow_store(kit: Kit) -> None:
     assert "kept mlruns" in proc.stderr, proc.stderr
     for rel in mine:
         assert (out / rel).read_text() == "saved into the store while the run went on\n", rel
+    recorded_exactly(out, besides=tuple(mine))  # the new run's store: its own files again, the user's still not
 
 
 PRETRAIN_KILLED_AT_STEP = """

@@ -122,6 +122,18 @@ def test_gdes_checkpoint_is_a_plain_deberta_and_resumes_exactly(tmp_path):
         assert torch.equal(p, q), name
 
 
+@pytest.mark.parametrize("sharing", ["none", "shared", "gdes"])
+def test_saving_and_loading_draw_no_random_numbers(tmp_path, sharing):
+    """A checkpoint records the RNG state before the weights are written; a save that drew numbers (a table built
+    by nn.Embedding's initialiser) would leave the run elsewhere than a resume from that checkpoint starts."""
+    torch.manual_seed(0)
+    model = ELECTRAObjective(tiny(), embedding_sharing=sharing)
+    state = torch.get_rng_state()
+    model.save_pretrained(tmp_path)
+    model.load_pretrained(tmp_path)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_other_families_train_rtd_in_electras_layout():
     """A family without a replaced-token detection layout of its own trains it in the one that hosts the others'
     (ELECTRA's), not in the first family that has one (DeBERTa's file sorts first)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import signal
 import socket
@@ -936,3 +937,119 @@ def resume_moved_model(kit: Kit) -> None:
     ok(cli(*args, "--model", deep / "one" / "enc"))
     line = one_line(cli(*args, "--model", deep / "two" / "enc", "--resume"), "--model was ...")
     assert "one/enc" in line and "two/enc" in line, line
+# ---- the second probe ------------------------------------------------------------------------------------------------
+SAVED_IN_THE_STORE = """
+    import sys
+    from pathlib import Path
+    import bertforge.training.reporting as r
+    from bertforge.cli import main
+
+    out, argv = Path(sys.argv[1]), sys.argv[2:]
+    write = r.MlflowReporter.write
+
+    def write_while_the_user_saves(self, record):
+        run = next((out / "mlruns").glob(f"*/{self.run_id}"))
+        for mine in (out / "mlruns" / "notes.txt", run / "notes.txt"):  # the user, not bertforge's writers
+            mine.write_text("saved into the store while the run went on\\n")
+        return write(self, record)
+
+    r.MlflowReporter.write = write_while_the_user_saves
+    sys.exit(main(argv))
+"""
+
+
+@row("finetune --report-to mlflow (the store in OUT/mlruns) while the user saves files into OUT/mlruns and into the "
+     "run's folder there, then the same command with --overwrite",
+     "the manifest records the files MLflow wrote for the run, not the user's; --overwrite keeps them (a warning "
+     "names mlruns/)",
+     "the user's two files, byte for byte, beside the new run's store")
+def user_file_in_the_mlflow_store(kit: Kit) -> None:
+    pytest.importorskip("mlflow")
+    out = kit.tmp / "ft"
+    args = ["finetune", "--task", "sst2", "--model", kit.enc, "--data", kit.sst, "--out", out, "--max-steps", "2",
+            "--batch-size", "8", "--no-progress", "--device", "cpu", "--report-to", "mlflow"]
+    env = {k: v for k, v in ENV.items() if not k.startswith("MLFLOW_")}  # the store in OUT/mlruns
+    ok(subprocess.run([sys.executable, "-c", textwrap.dedent(SAVED_IN_THE_STORE), str(out), *map(str, args)],
+                      capture_output=True, text=True, env=env, timeout=300))
+    mine = sorted(p.relative_to(out).as_posix() for p in out.rglob("notes.txt"))
+    assert len(mine) == 2, mine
+    recorded_exactly(out, besides=tuple(mine))  # MLflow's files of the run are recorded; the user's are not
+    proc = ok(cli_env(*args, "--overwrite", env=env))
+    assert "kept mlruns" in proc.stderr, proc.stderr
+    for rel in mine:
+        assert (out / rel).read_text() == "saved into the store while the run went on\n", rel
+    recorded_exactly(out, besides=tuple(mine))  # the new run's store: its own files again, the user's still not
+
+
+PRETRAIN_KILLED_AT_STEP = """
+    import os, signal, sys
+    import torch
+    from bertforge.pretrain.objectives import ELECTRAObjective
+    from bertforge.cli import main
+
+    forward, steps, at = ELECTRAObjective.forward, [0], int(sys.argv[1])
+
+    def forward_until(self, *args, **kwargs):
+        steps[0] += torch.is_grad_enabled()  # training steps, not the held-out evaluation
+        if steps[0] == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return forward(self, *args, **kwargs)
+
+    ELECTRAObjective.forward = forward_until
+    sys.exit(main(sys.argv[2:]))
+"""
+
+
+@row("pretrain --recipe deberta-v3 (gradient-disentangled embedding sharing) SIGKILLed in step 3, after its step-2 "
+     "checkpoint, then --resume",
+     "the same weights (discriminator, generator, E_delta) and metrics.jsonl, byte for byte, as the uninterrupted run",
+     "the model files and metrics.jsonl equal to the uninterrupted run's")
+def deberta_v3_resume(kit: Kit) -> None:
+    from test_pretrain_reliability import write_corpus
+
+    corpus = write_corpus(kit.tmp / "grammar.txt")
+    args = ["pretrain", "--recipe", "deberta-v3", "--corpus", corpus, "--size", "bert-tiny", "--vocab-size", "150",
+            "--seq-len", "32", "--batch-size", "8", "--max-steps", "4", "--save-every", "2", "--log-every", "1",
+            "--no-progress", "--threads", "1", "--heldout-fraction", "0.2", "--eval-batches", "1"]
+    whole, broken = kit.tmp / "whole", kit.tmp / "broken"
+    ok(cli(*args, "--out", whole))
+    killed = python_cli(PRETRAIN_KILLED_AT_STEP, 3, *args, "--out", broken)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert (broken / "checkpoints" / "step-2").is_dir() and not (broken / "model.safetensors").exists()
+    ok(cli(*args, "--out", broken, "--resume"))
+    for name in ("model.safetensors", "discriminator/model.safetensors", "generator/model.safetensors",
+                 "gdes_delta.safetensors", "metrics.jsonl"):
+        assert (broken / name).read_bytes() == (whole / name).read_bytes(), name
+
+
+@row("bertforge pretrain with no arguments (the README's demo; here with --time-budget 10s), watched as it runs",
+     "a first line within a second of the start, a progress bar whose total (the budget's seconds) never changes, "
+     "and a final report that says what to expect of a few minutes' model and how to get one that fills masks",
+     "the demo's model in --out")
+def demo_says_what_to_expect(kit: Kit) -> None:
+    out = kit.tmp / "demo"
+    t = time.perf_counter()
+    proc = start("pretrain", "--time-budget", "10s", "--out", out)
+    first = proc.stdout.readline()
+    waited = time.perf_counter() - t
+    rest = finish(proc)
+    ok(rest)
+    assert first.startswith("pretrain: bert on the built-in demo corpus") and "10s of training" in first, first
+    assert waited < 2.0, waited  # a second where the machine is not shared by parallel tests
+    totals = set(re.findall(r"train:[^\r\n]*?\| [\d.]+/(\d+) s", rest.stderr))
+    assert totals == {"10"}, (totals, rest.stderr[-2000:])  # one total, known at the start: never re-estimated
+    note = next((line for line in rest.stdout.splitlines() if line.startswith("what to expect: ")), "")
+    assert "is not among the guesses for" in note and "--time-budget" in note, rest.stdout
+
+
+@row("the README's test command, run as written: do the skipped tests say why, as the README promises?",
+     "-rs in the README's command and in CI's (.ci/run), the two otherwise the same command; the stated time honest",
+     "nothing (the files are read)")
+def readme_test_command_shows_skip_reasons(kit: Kit) -> None:
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    theirs = readme.splitlines()[1].split(" && ")[-1]  # the README's second command ends with the test run
+    ours = next(line for line in (root / ".ci" / "run").read_text().splitlines() if "-m pytest" in line)
+    assert theirs.split() == ours.replace(" -p no:cacheprovider", "").split(), (theirs, ours)
+    assert "-rs" in theirs.split(), theirs
+    assert "about 15–35 minutes on two cores, depending on load" in " ".join(readme.split())

@@ -202,9 +202,20 @@ def run_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def starting_line(args: argparse.Namespace) -> str:
+    """The line printed at once, before torch loads and the corpus, tokenizer and shards are made (seconds)."""
+    source = ("--data " + str(args.data) if args.data else f"{len(args.corpus)} corpus path(s)" if args.corpus
+              else "the built-in demo corpus (the Python standard library's documentation)")
+    length = (f"{args.max_steps} steps" if args.max_steps else "") + (" or " if args.max_steps and args.time_budget
+                                                                      else "") + (args.time_budget or "")
+    return (f"pretrain: {args.recipe} on {source}, {length or '3m'} of training -> "
+            f"{args.out or 'runs/pretrain-' + args.recipe}; preparing (torch, corpus, tokenizer, shards) ...")
+
+
 def run_pretrain(args: argparse.Namespace) -> int:
     from bertforge.api import pretrain
 
+    print(starting_line(args), flush=True)
     pretrain(args.corpus, out=args.out, recipe=args.recipe, size=args.size, seq_len=args.seq_len,
              batch_size=args.batch_size, max_steps=args.max_steps, time_budget=args.time_budget, lr=args.lr,
              tokenizer=args.tokenizer, vocab_size=args.vocab_size, data=args.data, init_from=args.init_from,

@@ -244,9 +244,9 @@ class ELECTRAObjective(nn.Module):
         disc = self.discriminator.bert.embeddings
         gdes = {name: m for name, m in disc.named_children() if isinstance(m, GradientDisentangledEmbedding)}
         for name, m in gdes.items():
-            plain = nn.Embedding(*m.delta.shape, padding_idx=m.padding_idx, device=m.delta.device, dtype=m.delta.dtype)
-            with torch.no_grad():
-                plain.weight.copy_(m.weight)
+            # built from E_G + E_delta, not initialised: a save that drew random numbers would leave the run's
+            # generator elsewhere than the checkpoint's saved RNG state, and a resumed run would sample other tokens
+            plain = nn.Embedding(*m.delta.shape, padding_idx=m.padding_idx, _weight=m.weight.detach().clone())
             setattr(disc, name, plain)
         try:
             yield self.discriminator

@@ -71,5 +71,29 @@ def print_summary(result: dict[str, Any], out: Path, curves: str) -> None:
         print(f"  denoise: {d['input'][:90]!r}\n     target {d['target'][:90]!r}\n     output {d['output'][:90]!r}")
     for sample in result.get("samples", []):
         print(f"  sample: {sample['prompt']!r} -> {sample['continuation'][:160]!r}")
+    note = expectation(result)
+    if note:
+        print(note)
     print(f"saved the model and tokenizer to {out} (eval_results.json, metrics.jsonl)")
     print(curves)
+
+
+def expectation(result: dict[str, Any]) -> str | None:
+    """What a user should make of fill-mask examples that mostly miss their answer or all get the same first guess
+    (the demo's "the . , a" after its few CPU minutes), and how to get a model whose guesses fit the context; None
+    for a model whose guesses look like it has learned from the context."""
+    fills = [f for f in result.get("fill_mask", []) if f["predictions"]]
+    hits = sum(f["answer"] in [p["token"] for p in f["predictions"]] for f in fills)
+    firsts = {f["predictions"][0]["token"] for f in fills}
+    same = len(firsts) == 1 and len(fills) > 1  # one guess for every context: frequency, not meaning
+    if not fills or (hits * 2 > len(fills) and not same):
+        return None
+    said = [f"every mask above gets {firsts.pop()!r} first"] if same else []
+    if hits < len(fills):
+        said.append(f"the answer is not among the guesses for {len(fills) - hits} of {len(fills)}")
+    return (f"what to expect: {', and '.join(said)}. After "
+            f"{result['steps']} steps the model knows at best which tokens are frequent, not yet which fit the "
+            "context: a few CPU minutes show the whole pipeline, not a usable model (even 40 minutes of bert-mini on "
+            "two cores still answers with function words). For masks filled with fitting words: train far longer "
+            "with a larger model (--size bert-mini --time-budget 8h, on a GPU with --device cuda), or continue a "
+            "pretrained checkpoint on your text (--init-from DIR --corpus FILE)")

@@ -174,6 +174,7 @@ class MlflowReporter(Reporter):
 
         uri = os.environ.get("MLFLOW_TRACKING_URI")
         self.store = None if uri else out_dir / "mlruns"  # a store of its own in OUT: bertforge's output
+        known = self._experiment_files()
         if not uri:
             # MLflow 3 keeps its file store behind this switch; a local folder next to the run is what a user
             # without a tracking server wants (point MLFLOW_TRACKING_URI at a server or database otherwise)
@@ -183,6 +184,10 @@ class MlflowReporter(Reporter):
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "bertforge"
         found = self.client.get_experiment_by_name(name)
         experiment = found.experiment_id if found else self.client.create_experiment(name)
+        self.experiment = experiment
+        # the experiments' meta.yaml that MLflow made for this run (the default one, ours); earlier ones are in the
+        # manifest already when this run carries an earlier one's on
+        self._made = sorted(self._experiment_files() - known)
         where = str(out_dir.resolve())
         earlier = self.client.search_runs([experiment], f"tags.`bertforge.out` = '{where}'",
                                           order_by=["attributes.start_time DESC"], max_results=1) \
@@ -216,8 +221,24 @@ class MlflowReporter(Reporter):
         error = sys.exc_info()[0]
         status = "FINISHED" if error is None else "KILLED" if issubclass(error, KeyboardInterrupt) else "FAILED"
         self.client.set_terminated(self.run_id, status=status)
-        if self.store is not None:
-            note_written(self.store)
+        for path in self._written():
+            note_written(path)
+
+    def _experiment_files(self) -> set[Path]:
+        return set(self.store.glob("*/meta.yaml")) if self.store is not None and self.store.is_dir() else set()
+
+    def _written(self) -> list[Path]:
+        """The files of the store in OUT that MLflow wrote for this run, by its file store's layout: the run's
+        meta.yaml, one file per metric, param and tag it holds (a key's "/" is a folder), and the experiments' meta.yaml
+        made for it. Never the store's folder walked whole: a file the user saved there is not bertforge's."""
+        if self.store is None:
+            return []
+        run = self.client.get_run(self.run_id)
+        folder = self.store / str(self.experiment) / self.run_id
+        files = [folder / "meta.yaml", *self._made]
+        for kind, keys in (("metrics", run.data.metrics), ("params", run.data.params), ("tags", run.data.tags)):
+            files += [folder / kind / Path(*key.split("/")) for key in keys]
+        return files
 
 
 def open_reporters(out_dir: Path, report_to: Iterable[str], logging_dir: str | Path | None,

@@ -216,8 +216,15 @@ class Trainer:
         self._first_step_of_run = True
         self._lr_used = self.optimizer.param_groups[0]["lr"]
         show = self.is_main and self.cfg.progress
-        self.pbar = tqdm(total=self.total_steps or self.schedule.total, initial=self.step, desc="train",
-                         dynamic_ncols=True, disable=not show)
+        if self.total_steps is None:  # a time budget: the bar counts its seconds, a total known now that never moves
+            # (a total in steps would be re-estimated from the step times at every step)
+            budget = float(self.cfg.time_budget_s)
+            self.pbar = tqdm(total=round(budget), initial=min(round(self._elapsed_before), round(budget)),
+                             desc="train", unit="s", dynamic_ncols=True, disable=not show,
+                             bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}{postfix}]")
+        else:
+            self.pbar = tqdm(total=self.total_steps, initial=self.step, desc="train", dynamic_ncols=True,
+                             disable=not show)
         try:
             while not self._done():
                 self._train_step()
@@ -313,7 +320,10 @@ class Trainer:
         self.step += 1
         self._update_horizon(time.perf_counter() - t0)
         self.scheduler.step()
-        self.pbar.update(1)
+        if self.total_steps is None:
+            self.pbar.update(max(0.0, min(self._elapsed(), self.pbar.total) - self.pbar.n))
+        else:
+            self.pbar.update(1)
 
     def _update_horizon(self, step_seconds: float) -> None:
         """Time budget: stop before the next step would overrun, and keep the LR horizon on the budget.
@@ -339,7 +349,6 @@ class Trainer:
         self._stop = bool(stop)
         if self.total_steps is None:
             self.schedule.set_total(max(int(horizon), self.step))
-            self.pbar.total = self.schedule.total
 
     def _elapsed(self) -> float:
         return self._elapsed_before + time.perf_counter() - self._run_start
@@ -361,7 +370,8 @@ class Trainer:
             # every rank sees the all-reduced sum, so all stop together; a rank whose own losses were finite
             # names the logging step
             raise NonFiniteLoss(record["loss"], totals.first_nonfinite or self.step)
-        self.pbar.set_postfix(loss=f"{record['loss']:.4f}" if "loss" in record else "-",
+        self.pbar.set_postfix(**({"step": self.step} if self.total_steps is None else {}),
+                              loss=f"{record['loss']:.4f}" if "loss" in record else "-",
                               lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
         log.info(json.dumps(record))
 

@@ -313,7 +313,7 @@ def commit_generation(path: Path, meta: dict[str, Any], index, write_docs) -> di
         raise BertforgeError(f"{path}: {index.ntotal} vectors but {count[0]} documents (nothing committed)")
     meta = {**meta, "count": count[0], "generation": generation, "checksums": checksums}
     atomic_write_text(path / "meta.json", json.dumps(meta, indent=2) + "\n")  # the commit
-    _remove_other_generations(path, set(names.values()))
+    remove_other_generations(path, set(names.values()))
     return meta
 
 
@@ -373,11 +373,11 @@ def _damaged(path: Path, file: Path) -> BertforgeError:
     return BertforgeError(f"{file}: checksum mismatch, the file is damaged; rebuild with bertforge index build")
 
 
-def _remove_other_generations(path: Path, keep: set[str]) -> None:
-    """After the commit: the files of earlier generations, the older layout's and any an interrupted save left
-    (its temporaries too, once their writer is gone)."""
+def remove_other_generations(path: Path, keep: set[str], pattern: re.Pattern = _INDEX_FILE) -> None:
+    """After the commit: the files (named like `pattern`) of earlier generations, the older layout's and any an
+    interrupted save left (its temporaries too, once their writer is gone)."""
     for name in sorted(os.listdir(path)):
-        if name not in keep and _INDEX_FILE.match(name):
+        if name not in keep and pattern.match(name):
             with write_errors(path / name, "cannot remove"):
                 try:
                     os.unlink(path / name)

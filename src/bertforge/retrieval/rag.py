@@ -223,7 +223,6 @@ def generate_sequence_marginal(generator: nn.Module, context_input_ids: torch.Te
     _check_scores(doc_scores, k)
     cfg = generator.config
     pad = cfg.pad_token_id
-    scorer = RetrievalAugmentedGenerator(generator, n_docs=k, marginalise="sequence")
     answers = []
     for q in range(doc_scores.shape[0]):
         rows = slice(q * k, (q + 1) * k)

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bertforge.embed.index import remove_other_generations
 from bertforge.errors import BertforgeError
 from bertforge.io.manifest import sha256_file
 from bertforge.io.read import read_json
 from bertforge.io.rundir import is_locked
-from bertforge.io.write import atomic_write, atomic_write_text, fsync_dir, remove_stale_temps, write_errors
+from bertforge.io.write import atomic_write, atomic_write_text
 
 METHODS = ("dense", "bm25", "hybrid")
 # role -> (stem, extension): a generation's file is STEM.G.EXT
@@ -143,17 +143,5 @@ def commit(path: Path, meta: dict[str, Any], writers: dict[str, bytes | Callable
             atomic_write(target, write_and_sum)
     meta = {**meta, "generation": generation, "checksums": checksums}
     atomic_write_text(path / "meta.json", json.dumps(meta, indent=2) + "\n")  # the commit
-    _remove_other_generations(path, set(new.values()))
+    remove_other_generations(path, set(new.values()), _INDEX_FILE)
     return meta
-
-
-def _remove_other_generations(path: Path, keep: set[str]) -> None:
-    for name in sorted(os.listdir(path)):
-        if name not in keep and _INDEX_FILE.match(name):
-            with write_errors(path / name, "cannot remove"):
-                try:
-                    os.unlink(path / name)
-                except FileNotFoundError:
-                    pass
-    remove_stale_temps(path)
-    fsync_dir(path)

@@ -8,8 +8,9 @@
 | `MultipleChoice` | `dropout` + `classifier` (H -> 1) on each choice's pooled output, softmax across choices | `BertForMultipleChoice` |
 | `FeatureModel` | frozen encoder, layer mix (`mix`), optional `lstm`, `classifier` | (bertforge only) |
 
-The pooled output is BERT's tanh([CLS]) pooler. A model without one (DistilBERT, ELECTRA, or a checkpoint whose file has
-no pooler weights) pools by the mean of the last layer over real tokens instead. A family whose sequence classifier
+The pooled output is BERT's tanh([CLS]) pooler. A model without one (DistilBERT, ELECTRA, a checkpoint whose file has
+no pooler weights, or a sentence-transformers folder, whose pooler its training never touched) pools by the mean of
+the last layer over real tokens instead. A family whose sequence classifier
 reads the first token (`Family.sequence_head`: RoBERTa's) has no pooler but HF's `RobertaClassificationHead`
 (`classifier.dense` -> tanh -> `classifier.out_proj` on <s>), so it loads in `RobertaForSequenceClassification`.
 One whose head owns its pooler (`OWN_POOLER`: DeBERTa's ContextPooler, dense -> GELU on [CLS], stored as `pooler.`)
@@ -348,7 +349,10 @@ def init_from_pretrained(path: "str | Path | ModelFolder", kind: str, num_labels
     tensors = read_state_dict(folder.path)
     state = tensors[0]
     if cfg.use_pooler and kind in ("classify", "regress", "choice") and not freeze:
-        if not any(k.endswith("pooler.dense.weight") or k.endswith("albert.pooler.weight") for k in state):
+        # a sentence-transformers folder (modules.json) carries a pooler its training never touched (only the
+        # mean-pooled sentence embedding was trained: all-MiniLM-L6-v2's is near zero), so it pools by the mean
+        if folder.holds == "sentence-encoder" or not any(
+                k.endswith("pooler.dense.weight") or k.endswith("albert.pooler.weight") for k in state):
             cfg = cfg.replace(use_pooler=False)
     cfg = cfg.replace(extra=dict(cfg.extra))
     model = build_model(cfg, kind, num_labels, freeze)

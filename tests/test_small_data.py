@@ -123,6 +123,8 @@ def test_a_sentence_transformers_folder_classifies_from_the_mean(base, st):
     model, _ = init_from_pretrained(st, "classify", 2)
     plain, _ = init_from_pretrained(base, "classify", 2)
     assert model.bert.pooler is None and plain.bert.pooler is not None
+    # saved as bertforge's class: transformers' BertForSequenceClassification would read a random pooler
+    assert model.architecture == "BertforgeSequenceClassifier" and plain.architecture.endswith("Classification")
     model.eval()
     ids, mask = torch.tensor([[2, 5, 6, 7, 3, 0]]), torch.tensor([[1, 1, 1, 1, 1, 0]])
     with torch.no_grad():

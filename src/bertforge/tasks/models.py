@@ -36,7 +36,7 @@ from bertforge.model.checkpoint import load_pretrained, read_state_dict, save_pr
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.families import ENCODER
-from bertforge.families.family import FIRST_TOKEN, OWN_POOLER, SLIDING_WINDOW, TASK_HEADS
+from bertforge.families.family import FIRST_TOKEN, OWN_POOLER, POOLER, SLIDING_WINDOW, TASK_HEADS
 from bertforge.model.heads import mean_pool, task_output
 from bertforge.model import Encoder, load_weights
 from bertforge.model.dropout import Dropout
@@ -95,8 +95,14 @@ class _TaskModel(nn.Module):
 
     @property
     def architecture(self) -> str:
-        """The HF class name when HF's class has exactly our layout, else a bertforge-only name (see the docstring)."""
-        return self.config.family.task_architecture(self.kind, type(self).__name__)
+        """The HF class name when HF's class has exactly our layout, else a bertforge-only name (see the docstring).
+        A pooler-head family's sentence head that pools by the mean (no pooler) is bertforge's: transformers' class
+        would read a random pooler instead."""
+        name = self.config.family.task_architecture(self.kind, type(self).__name__)
+        if (self.kind in ("classify", "regress", "choice") and self.config.family.sequence_head == POOLER
+                and self.bert.pooler is None):
+            return "Bertforge" + type(self).__name__
+        return name
 
     def _init_head(self, *modules: nn.Module) -> None:
         for m in modules:

@@ -17,7 +17,8 @@ One whose head owns its pooler (`OWN_POOLER`: DeBERTa's ContextPooler, dense -> 
 builds the encoder with that pooler for sequence classification and multiple choice, pretrained or not.
 The task heads whose transformers class has another layout (`Family.hf_task_heads` leaves them out: DistilBERT's and
 ELECTRA's sequence-classification and multiple-choice heads, all of ModernBERT's, whose classifier has a
-dense-act-norm block first) are saved as `architectures=["Bertforge<Class>"]` (e.g. `BertforgeSequenceClassifier`):
+dense-act-norm block first), and a BERT-style sequence or choice head that pools by the mean (no pooler), are saved
+as `architectures=["Bertforge<Class>"]` (e.g. `BertforgeSequenceClassifier`):
 load them with bertforge, never with a transformers class (which would drop our head and use a random one).
 
 Every `forward(**batch)` returns a dict with `logits` and, when `labels` are given, `loss` (the shared Trainer's

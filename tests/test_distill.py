@@ -65,6 +65,28 @@ def test_teacher_cache_runs_the_teacher_once_per_unique_input():
     assert calls == [[0, 1], [2]] and cache.computed == 3
 
 
+def test_teacher_cache_with_blocks_computes_a_missing_rows_whole_block():
+    calls: list[list[int]] = []
+
+    def fn(indices):
+        calls.append(list(indices))
+        return [torch.tensor([float(i)]) for i in indices]
+
+    cache = TeacherCache(fn, total=6, blocks=[[4, 1], [0, 5], [3, 2]])
+    assert [x.item() for x in cache.get([5, 4], [5, 4])] == [5.0, 4.0]
+    cache.get([1, 0, 3], [1, 0, 3])
+    assert calls == [[4, 1], [0, 5], [3, 2]] and cache.computed == 6
+
+
+def test_task_distillation_computes_the_teacher_for_the_rows_it_trains_on(tiny, tmp_path):
+    """The first epoch's batches are the teacher's blocks: N steps cost the teacher N x batch rows (fixed blocks
+    of 128 rows cost up to batch x 128 for each shuffled batch)."""
+    record = distill_task(TaskDistillConfig(teacher=tiny["teacher"], task="sst2", data=tiny["data"],
+                                            out=tmp_path / "s", student="layers:2", max_steps=3, batch_size=8))
+    assert record["train_examples"] == 96 and record["steps"] == 3
+    assert record["teacher_rows_computed"] == 3 * 8 and record["teacher_batches"] == 3
+
+
 def test_pick_layers_takes_every_other_layer():
     assert pick_layers(6, 3) == [0, 2, 4] and pick_layers(12, 6) == [0, 2, 4, 6, 8, 10] and pick_layers(4, 4) == [0, 1, 2, 3]
     with pytest.raises(BertforgeError, match="layers:7"):

@@ -21,19 +21,21 @@ from bertforge.errors import BertforgeError
 
 def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = None, eval: Any = None,
              data_config: str | None = None, text_col: Any = None, text_pair_col: Any = None, label_col: Any = None,
-             epochs: float = 3.0, max_steps: int | None = None, lr: float | None = None, batch_size: int = 32,
+             epochs: float | None = None, max_steps: int | None = None, lr: float | None = None, batch_size: int = 32,
              seed: int = 42, runs: int = 1, device: str = "auto", precision: str | None = None,
              progress: bool = True, report_to: Any = None, logging_dir: Any = None, resume: bool = False,
              overwrite: bool = False, revision: str | None = None, **options: Any) -> FinetuneResult:
     """Fine-tune `model` (a folder or Hub id) on `task` (sst2, mrpc, conll, squad, ..., or a generic kind:
     classify, regress, tag, qa, choice, seq2seq) with the BERT paper's recipe; the best checkpoint ends in `out`.
+    `epochs` None: 3, or more on small data (at least 200 optimizer steps; `FinetuneConfig.plan_epochs`).
+    `method="frozen-head"` (classification): a logistic regression on the frozen sentence embeddings instead.
 
     `data`: a folder of splits (train.*, dev.* / validation.*), a saved DatasetDict, a Hub dataset id (with
     `data_config`), one training file, or data in memory (a dict of split -> data, or one table); `train` / `eval`
     name a split's data directly. `options`: any other field of `bertforge.tasks.config.FinetuneConfig`
     (eval_batch_size, max_seq_len, warmup_ratio, weight_decay, train_limit, eval_limit, freeze, features, head,
     labels, group_by_length, doc_stride, max_query_length, source_col, target_col, max_target_len, num_beams,
-    compile). `report_to`: trackers besides metrics.jsonl (tensorboard, mlflow). `out` holding an earlier run is
+    compile, method). `report_to`: trackers besides metrics.jsonl (tensorboard, mlflow). `out` holding an earlier run is
     refused unless `resume` or `overwrite`."""
     from bertforge.tasks.finetune import FinetuneConfig, finetune as run
 

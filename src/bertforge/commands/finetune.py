@@ -72,7 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "best_metrics.json), OUT/checkpoints, metrics.jsonl, results.json; with --runs OUT/run-K")
     _data_args(ft, train=True)
     length = ft.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=EPOCHS, default=3.0, metavar="N", help="epochs (default: 3)")
+    length.add_argument("--epochs", type=EPOCHS, metavar="N",
+                        help="epochs (default: 3, or more on small data: at least 200 optimizer steps, evaluated "
+                             "about 10 times)")
     length.add_argument("--max-steps", type=STEPS, metavar="N", help="optimizer steps instead of epochs")
     ft.add_argument("--lr", type=POSITIVE, help="peak learning rate (default: 3e-5, try 2e-5..5e-5; seq2seq with a T5 "
                     "model: 1e-4)")
@@ -87,6 +89,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--labels", type=lambda s: tuple(t for t in s.split(",") if t), default=(), metavar="TYPE,...",
                     help="tagging: entity types the data may use besides conll's LOC, MISC, ORG, PER (with --task "
                          "tag: the only ones; without: any)")
+    ft.add_argument("--method", default="finetune", choices=("finetune", "frozen-head"),
+                    help="finetune: train the whole model (default); frozen-head: a logistic regression on the frozen "
+                         "sentence embeddings (classification; for a few hundred labelled rows, in seconds)")
     ft.add_argument("--freeze", action="store_true",
                     help="feature-based mode: frozen encoder, only the head trains (classify/regress/tag)")
     ft.add_argument("--features", default="concat_last4",
@@ -173,7 +178,7 @@ def run_finetune(args: argparse.Namespace) -> int:
                       eval_limit=args.limit, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
                       train_limit=args.train_limit, labels=args.labels, freeze=args.freeze, features=args.features,
                       head=args.head, group_by_length=args.group_by_length, doc_stride=args.doc_stride,
-                      max_query_length=args.max_query_length, **_options(args))
+                      max_query_length=args.max_query_length, method=args.method, **_options(args))
     s = result.summary
     # the precision says itself: without --precision it is bf16 on hardware that computes bf16 natively
     how = f"{result.precision}{'' if args.precision else ', the default here'}"

@@ -75,13 +75,20 @@ class TeacherCache:
     `block` (the keys being the indices 0..total-1): a missing index brings in its whole block of `block`
     consecutive indices, in one call. Every row is then computed in the same company (the same padding, the same
     matrix shapes) whichever training batch first asked for it, so its logits do not depend on the order of the
-    batches: a run resumed with an empty cache reproduces the uninterrupted run's losses bit for bit."""
+    batches: a run resumed with an empty cache reproduces the uninterrupted run's losses bit for bit.
+
+    `blocks` (a partition of the indices, e.g. the first epoch's batches in the loader's order): a missing index
+    brings in its own block instead. With the first epoch's batches, that epoch computes exactly the rows it trains
+    on, step by step (not a whole fixed block for every row of a shuffled batch), and a row is still always computed
+    in the same company, whichever epoch or resumed run asks for it first."""
 
     def __init__(self, fn: Callable[[list[int]], list[torch.Tensor]], block: int | None = None,
-                 total: int | None = None):
+                 total: int | None = None, blocks: Sequence[Sequence[int]] | None = None):
         if block is not None and total is None:
             raise ValueError("a blocked TeacherCache needs the number of rows (total)")
         self.fn, self.block, self.total = fn, block, total
+        self.blocks = [[int(i) for i in b] for b in blocks] if blocks is not None else None
+        self.block_of = {i: j for j, b in enumerate(self.blocks) for i in b} if self.blocks is not None else None
         self.store: dict[Hashable, torch.Tensor] = {}
         self.calls = 0
         self.computed = 0
@@ -90,7 +97,10 @@ class TeacherCache:
         missing = [(k, i) for k, i in zip(keys, indices) if k not in self.store]
         # the same key twice in one batch is computed once
         todo = list(dict(missing).items())
-        if todo and self.block is not None:
+        if todo and self.block_of is not None:
+            for b in sorted({self.block_of[i] for _, i in todo}):
+                self._compute([(i, i) for i in self.blocks[b]])  # type: ignore[index]
+        elif todo and self.block is not None:
             for b in sorted({i // self.block for _, i in todo}):
                 rows = range(b * self.block, min((b + 1) * self.block, self.total))
                 self._compute([(i, i) for i in rows])

@@ -8,7 +8,9 @@
 Students: `layers:N` (the teacher's family and width, N layers taken evenly from the teacher, its embeddings,
 pooler and head copied: DistilBERT's initialisation for a task model), `bilstm` (bertforge.model.bilstm), or a
 directory holding a pretrained encoder (e.g. `bertforge distill general`'s output; its vocabulary must be the
-teacher's). The teacher runs once per unique input (`TeacherCache`), not once per epoch. The output folder is a
+teacher's). The teacher runs once per unique input (`TeacherCache`), not once per epoch, on the rows of each
+first-epoch batch as the loader yields it (so the first epoch costs the teacher one batch a step, and a resumed run
+computes every row in the same company as the uninterrupted one: bit-exact). The output folder is a
 normal fine-tuned model folder: `bertforge predict` / `evaluate` work on it.
 """
 from __future__ import annotations
@@ -42,7 +44,7 @@ from bertforge.tasks.models import build_model, init_from_pretrained, load_task_
 from bertforge.tokenization import Tokenizer
 
 DISTILLABLE_KINDS = ("classify", "regress", "tag")
-TEACHER_BLOCK = 128  # rows the teacher runs at once (TeacherCache's fixed blocks)
+TEACHER_BLOCK = 128  # the most rows the teacher runs at once
 
 
 @dataclass
@@ -234,8 +236,12 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
         return [o["logits"] for o in forward_rows(teacher, [rows[i] for i in indices], tokenizer.pad_token_id,
                                                   TEACHER_BLOCK, ("logits",), progress=False)]
 
-    # fixed blocks of rows: a row's logits never depend on which batch asked first (a resume is bit-exact)
-    cache = TeacherCache(teacher_logits, block=TEACHER_BLOCK, total=len(rows)) if cfg.alpha > 0 else None
+    loader = ResumableLoader(rows, cfg.batch_size, collate_fn=make_collate(tokenizer.pad_token_id), shuffle=True,
+                             seed=cfg.seed, group_by_length=[row_length(r) for r in rows])
+    # blocks = the first epoch's batches: a row's logits never depend on which batch asked first (a resume is
+    # bit-exact), and the first epoch computes only the rows it trains on
+    cache = (TeacherCache(teacher_logits, total=len(rows), blocks=loader.epoch_batches(0))
+             if cfg.alpha > 0 else None)
     soft_kind = "regress" if bilstm or kind_name == "regress" else kind_name
     model = Distiller(student, cache, kind_name, cfg.alpha, cfg.temperature, soft_kind)
     info = kind.info() | {"distilled_from": str(teacher_dir), "student": cfg.student, "alpha": cfg.alpha,
@@ -257,8 +263,6 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()
                if k not in ("overwrite", "resume", "report_to", "logging_dir", "extra")} | {"precision": precision}
     with claim_output_dir(out, resume=cfg.resume, overwrite=cfg.overwrite, options=options, may_change=MAY_CHANGE):
-        loader = ResumableLoader(rows, cfg.batch_size, collate_fn=make_collate(tokenizer.pad_token_id), shuffle=True,
-                                 seed=cfg.seed, group_by_length=[row_length(r) for r in rows])
         every = len(loader) if cfg.max_steps is None else min(len(loader), cfg.max_steps)
         lr = cfg.lr if cfg.lr is not None else (1e-3 if bilstm else 5e-5)
         tc = TrainConfig(out_dir=out, lr=lr, max_steps=cfg.max_steps, num_epochs=None if cfg.max_steps else cfg.epochs,

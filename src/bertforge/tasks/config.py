@@ -4,6 +4,7 @@ Standard library only, so the CLI can build its parser (the task choices) withou
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,17 @@ FREEZE_KINDS = ("classify", "regress", "tag")  # what the feature-based mode (a 
 # Python API and a config built in code meet this check).
 POSITIVE_FIELDS = ("max_seq_len", "eval_batch_size", "eval_limit", "epochs", "max_steps", "batch_size", "lr", "runs",
                    "train_limit", "max_target_len", "num_beams", "max_query_length")
+
+
+# How long a run trains when neither --epochs nor --max-steps is given: the BERT paper's 3 epochs, but at least
+# MIN_STEPS optimizer steps, so that small data gets more epochs (200 rows at batch 32 make 7 steps an epoch: 3
+# epochs are 21 steps, after which all-MiniLM-L6-v2 still predicts ~0.5 for every SST-2 sentence; 200 steps
+# reach 0.77 accuracy on its dev set, above a logistic regression on the frozen sentence embeddings, 0.73).
+# Such a run evaluates (and keeps a checkpoint) about MAX_EVALS times, every few epochs, rather than every epoch.
+DEFAULT_EPOCHS = 3.0
+MIN_STEPS = 200
+MAX_EVALS = 10
+METHODS = ("finetune", "frozen-head")  # how `finetune` trains (FinetuneConfig.method)
 
 
 def default_max_len(kind: str) -> int:
@@ -43,7 +55,7 @@ class FinetuneConfig:
     train: Any = None
     eval: Any = None
     data_config: str | None = None
-    epochs: float = 3.0
+    epochs: float | None = None  # None: `plan_epochs` (3, or more on small data: at least MIN_STEPS steps)
     max_steps: int | None = None
     lr: float | None = None  # None: `default_lr` (the task's and the model family's usual rate)
     batch_size: int = 32
@@ -78,6 +90,9 @@ class FinetuneConfig:
     max_target_len: int = 128
     num_beams: int = 1
     save_checkpoints: bool = True  # per-epoch trainer checkpoints (needed for --resume)
+    # finetune: the whole model (the BERT paper's recipe); frozen-head: a logistic regression on the frozen mean-pooled
+    # sentence embeddings (classification; few-shot data), saved as the same kind of model folder
+    method: str = "finetune"
 
     def __post_init__(self) -> None:
         self.task = self.task.lower().replace("-", "").replace("_", "")
@@ -92,9 +107,25 @@ class FinetuneConfig:
                 raise BertforgeError(f"--{flag.replace('_', '-')} must be positive, got {value}")
         if self.max_seq_len is None:
             self.max_seq_len = default_max_len(self.kind)
+        if self.method not in METHODS:
+            raise BertforgeError(f"unknown method {self.method!r} (choose from {', '.join(METHODS)})")
+        if self.method == "frozen-head" and (self.kind != "classify" or self.freeze):
+            raise BertforgeError(f"method frozen-head trains a classifier on frozen sentence embeddings: it takes a "
+                                 f"classification task without freeze, not {self.task}{' with freeze' * self.freeze}")
         if self.freeze and self.kind not in FREEZE_KINDS:
             raise BertforgeError(f"--freeze (feature-based mode) supports classification, regression and tagging, "
                                  f"not {self.task}")
+
+    def plan_epochs(self, train_rows: int) -> tuple[float, int]:
+        """(epochs, evaluate every N epochs) for `train_rows` training rows: `epochs` when given (evaluating every
+        epoch); else DEFAULT_EPOCHS, or as many epochs as make MIN_STEPS optimizer steps when that is more (the
+        rule for small data), evaluating about MAX_EVALS times. It depends on the data and options alone, so a
+        run reproduces for a fixed seed."""
+        if self.epochs is not None:
+            return float(self.epochs), 1
+        per_epoch = max(1, math.ceil(train_rows / self.batch_size))
+        epochs = max(DEFAULT_EPOCHS, float(math.ceil(MIN_STEPS / per_epoch)))
+        return epochs, max(1, math.ceil(epochs / MAX_EVALS))
 
     @property
     def training_precision(self) -> str:

@@ -39,6 +39,7 @@ from bertforge.tasks.batching import TRAIN_KEYS, make_collate, row_length, unpad
 from bertforge.tasks.config import TASK_KINDS, TASKS, FinetuneConfig  # noqa: F401 (re-exported)
 from bertforge.families import Family
 from bertforge.model.folder import ModelFolder
+from bertforge.tasks.fewshot import chance_scores, fit_frozen_head, warn_near_chance
 from bertforge.tasks.folders import install_model, remove_stale_temp_dirs, saved_task
 from bertforge.tasks.kinds import TaskKind, kind_for
 
@@ -56,6 +57,7 @@ class TaskData:
     train_rows: list[dict]
     evaluate: Callable[[nn.Module], dict[str, float]] | None
     task: TaskKind  # the kind object that read and encoded the data (and saves its settings with the model)
+    chance: dict[str, float] = dataclasses.field(default_factory=dict)  # a constant guess's scores (classify)
 
 
 def resolve_files(cfg: FinetuneConfig, kind: TaskKind, split: str = "dev",
@@ -111,14 +113,16 @@ def encode_data(cfg: FinetuneConfig, kind: TaskKind, train: list, evaluation: li
     train_rows = []
     if train:  # only what model(**batch) takes (tagging's word_index stays behind)
         train_rows = [{k: v for k, v in r.items() if k in TRAIN_KEYS} for r in kind.encode(train, tokenizer).rows]
-    evaluate = None
+    evaluate, chance = None, {}
     if evaluation:
         enc = kind.encode(evaluation, tokenizer)
+        if kind.name == "classify" and not kind.regression:
+            chance = chance_scores([int(r["labels"]) for r in enc.rows], kind.num_labels)
 
         def evaluate(model: nn.Module) -> dict[str, float]:
             return kind.evaluate(model, enc, cfg.eval_batch_size, cfg.progress)
 
-    return TaskData(kind.name, kind.labels, kind.main_metric, train_rows, evaluate, kind)
+    return TaskData(kind.name, kind.labels, kind.main_metric, train_rows, evaluate, kind, chance)
 
 
 def prepare(cfg: FinetuneConfig, tokenizer, split: str = "dev", need_train: bool = True,
@@ -180,7 +184,7 @@ def run_options(cfg: FinetuneConfig, model_dir: Path, train_file: Any,
         "freeze": cfg.freeze, "features": cfg.features if cfg.freeze else None,
         "head": cfg.head if cfg.freeze else None, "precision": cfg.precision,
         "no_group_by_length": not cfg.group_by_length,
-        "epochs": cfg.epochs, "max_steps": cfg.max_steps,
+        "epochs": cfg.epochs, "max_steps": cfg.max_steps, "method": cfg.method,
         "eval_batch_size": cfg.eval_batch_size, "device": cfg.device, "compile": cfg.compile,
     }
     weights = [model_dir / n for n in ("config.json", "model.safetensors", "pytorch_model.bin")]
@@ -276,8 +280,10 @@ def _finetune_claimed(cfg: FinetuneConfig, folder: ModelFolder, kind: TaskKind,
             if record.get("budget", _budget(cfg)) == _budget(cfg):
                 runs.append(record)
                 continue  # else a longer --epochs/--max-steps: the trainer continues from its last checkpoint
-        runs.append(train_one(cfg, folder, tokenizer, data, run_dir, cfg.seed + r))
+        train = train_frozen_head if cfg.method == "frozen-head" else train_one
+        runs.append(train(cfg, folder, tokenizer, data, run_dir, cfg.seed + r))
         atomic_write_text(done, json.dumps(runs[-1], indent=2) + "\n")
+        warn_near_chance(cfg.task, runs[-1]["best"], data.chance)
     values = [run["best"][data.main_metric] for run in runs if data.main_metric in run["best"]]
     summary = summarize(values) if values else {}
     best_run = max(range(len(runs)), key=lambda i: runs[i]["best"].get(data.main_metric, -math.inf))
@@ -313,13 +319,14 @@ def train_one(cfg: FinetuneConfig, folder: ModelFolder, tokenizer, data: TaskDat
     before = {k: v.clone() for k, v in model.bert.state_dict().items()} if cfg.freeze else None
     loader = train_loader(cfg, data.train_rows, kind.collate(tokenizer.pad_token_id), seed)
     per_epoch = len(loader)
-    every = per_epoch if cfg.max_steps is None else min(per_epoch, cfg.max_steps)
+    epochs, eval_epochs = cfg.plan_epochs(len(data.train_rows))  # small data: more epochs (FinetuneConfig)
+    every = per_epoch * eval_epochs if cfg.max_steps is None else min(per_epoch, cfg.max_steps)
 
     def save_fn(m: nn.Module, d: Path) -> None:  # kind.info() now: SQuAD's threshold is the latest evaluation's
         kind.save(m, d, tokenizer)
 
     tc = TrainConfig(out_dir=run_dir, lr=cfg.lr, weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio,
-                     max_steps=cfg.max_steps, num_epochs=None if cfg.max_steps else cfg.epochs,
+                     max_steps=cfg.max_steps, num_epochs=None if cfg.max_steps else epochs,
                      precision=cfg.precision, eval_every=every if data.evaluate else None,
                      save_every=every if cfg.save_checkpoints else None, keep_checkpoints=1, seed=seed,
                      device=cfg.device, compile=cfg.compile, progress=cfg.progress, plot=False, resume=cfg.resume, overwrite=False,
@@ -349,6 +356,28 @@ def train_one(cfg: FinetuneConfig, folder: ModelFolder, tokenizer, data: TaskDat
             "best": {k: v for k, v in best.items() if k != "split"}, "elapsed_seconds": seconds,
             "train_examples_per_s": examples_per_s, "train_examples": len(data.train_rows),
             "missing_at_init": [m for m in missing if not m.startswith("bert.")]}
+
+
+def train_frozen_head(cfg: FinetuneConfig, folder: ModelFolder, tokenizer, data: TaskData, run_dir: Path,
+                      seed: int) -> dict[str, Any]:
+    """`method="frozen-head"`: a logistic regression on the frozen pooled embeddings, saved as the classifier of
+    an ordinary model folder in `run_dir` (`tasks.fewshot`); returns the run's record, as `train_one` does."""
+    import time
+
+    from bertforge.device import move_model, resolve_device
+
+    kind = data.task
+    started = time.perf_counter()
+    model, _ = kind.build(folder, None)
+    move_model(model, resolve_device(cfg.device), f"--model {cfg.model}")
+    fit_frozen_head(model.eval(), data.train_rows, tokenizer.pad_token_id, cfg.eval_batch_size, cfg.progress)
+    best = data.evaluate(model) if data.evaluate is not None else {}
+    kind.save(model.cpu(), run_dir, tokenizer)
+    atomic_write_text(run_dir / "best_metrics.json", json.dumps(best, indent=2) + "\n")
+    seconds = time.perf_counter() - started
+    return {"seed": seed, "out": str(run_dir), "steps": 0, "budget": _budget(cfg), "method": cfg.method,
+            "best": best, "elapsed_seconds": seconds, "train_examples_per_s": None,
+            "train_examples": len(data.train_rows), "missing_at_init": []}
 
 
 # ---- evaluate a fine-tuned model ---------------------------------------------------------------------------------

@@ -8,15 +8,17 @@
 | `MultipleChoice` | `dropout` + `classifier` (H -> 1) on each choice's pooled output, softmax across choices | `BertForMultipleChoice` |
 | `FeatureModel` | frozen encoder, layer mix (`mix`), optional `lstm`, `classifier` | (bertforge only) |
 
-The pooled output is BERT's tanh([CLS]) pooler. A model without one (DistilBERT, ELECTRA, or a checkpoint whose file has
-no pooler weights) pools by the mean of the last layer over real tokens instead. A family whose sequence classifier
+The pooled output is BERT's tanh([CLS]) pooler. A model without one (DistilBERT, ELECTRA, a checkpoint whose file has
+no pooler weights, or a sentence-transformers folder, whose pooler its training never touched) pools by the mean of
+the last layer over real tokens instead. A family whose sequence classifier
 reads the first token (`Family.sequence_head`: RoBERTa's) has no pooler but HF's `RobertaClassificationHead`
 (`classifier.dense` -> tanh -> `classifier.out_proj` on <s>), so it loads in `RobertaForSequenceClassification`.
 One whose head owns its pooler (`OWN_POOLER`: DeBERTa's ContextPooler, dense -> GELU on [CLS], stored as `pooler.`)
 builds the encoder with that pooler for sequence classification and multiple choice, pretrained or not.
 The task heads whose transformers class has another layout (`Family.hf_task_heads` leaves them out: DistilBERT's and
 ELECTRA's sequence-classification and multiple-choice heads, all of ModernBERT's, whose classifier has a
-dense-act-norm block first) are saved as `architectures=["Bertforge<Class>"]` (e.g. `BertforgeSequenceClassifier`):
+dense-act-norm block first), and a BERT-style sequence or choice head that pools by the mean (no pooler), are saved
+as `architectures=["Bertforge<Class>"]` (e.g. `BertforgeSequenceClassifier`):
 load them with bertforge, never with a transformers class (which would drop our head and use a random one).
 
 Every `forward(**batch)` returns a dict with `logits` and, when `labels` are given, `loss` (the shared Trainer's
@@ -35,7 +37,7 @@ from bertforge.model.checkpoint import load_pretrained, read_state_dict, save_pr
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.families import ENCODER
-from bertforge.families.family import FIRST_TOKEN, OWN_POOLER, SLIDING_WINDOW, TASK_HEADS
+from bertforge.families.family import FIRST_TOKEN, OWN_POOLER, POOLER, SLIDING_WINDOW, TASK_HEADS
 from bertforge.model.heads import mean_pool, task_output
 from bertforge.model import Encoder, load_weights
 from bertforge.model.dropout import Dropout
@@ -94,8 +96,14 @@ class _TaskModel(nn.Module):
 
     @property
     def architecture(self) -> str:
-        """The HF class name when HF's class has exactly our layout, else a bertforge-only name (see the docstring)."""
-        return self.config.family.task_architecture(self.kind, type(self).__name__)
+        """The HF class name when HF's class has exactly our layout, else a bertforge-only name (see the docstring).
+        A pooler-head family's sentence head that pools by the mean (no pooler) is bertforge's: transformers' class
+        would read a random pooler instead."""
+        name = self.config.family.task_architecture(self.kind, type(self).__name__)
+        if (self.kind in ("classify", "regress", "choice") and self.config.family.sequence_head == POOLER
+                and self.bert.pooler is None):
+            return "Bertforge" + type(self).__name__
+        return name
 
     def _init_head(self, *modules: nn.Module) -> None:
         for m in modules:
@@ -348,7 +356,10 @@ def init_from_pretrained(path: "str | Path | ModelFolder", kind: str, num_labels
     tensors = read_state_dict(folder.path)
     state = tensors[0]
     if cfg.use_pooler and kind in ("classify", "regress", "choice") and not freeze:
-        if not any(k.endswith("pooler.dense.weight") or k.endswith("albert.pooler.weight") for k in state):
+        # a sentence-transformers folder (modules.json) carries a pooler its training never touched (only the
+        # mean-pooled sentence embedding was trained: all-MiniLM-L6-v2's is near zero), so it pools by the mean
+        if folder.holds == "sentence-encoder" or not any(
+                k.endswith("pooler.dense.weight") or k.endswith("albert.pooler.weight") for k in state):
             cfg = cfg.replace(use_pooler=False)
     cfg = cfg.replace(extra=dict(cfg.extra))
     model = build_model(cfg, kind, num_labels, freeze)

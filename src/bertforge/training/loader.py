@@ -114,6 +114,10 @@ class ResumableLoader:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
 
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """The indices of every batch of `epoch` across ranks, in order (a function of the seed and epoch alone)."""
+        return [b.tolist() for b in self._global_batches(epoch)]
+
     def _rank_batches(self, epoch: int) -> list[np.ndarray]:
         if self._cache is not None and self._cache[0] == epoch:
             return self._cache[1]

@@ -82,11 +82,11 @@ def pretrain_realm(opts: PretrainOptions) -> dict[str, Any]:
 
 def _reader(opts: PretrainOptions, tok):
     if opts.init_from is not None:
-        from bertforge.pretrain.run import load_objective
+        from bertforge.model.checkpoint import load_pretrained
 
         cfg = ModelFolder.open(opts.init_from, "--init-from").config_for(ENCODER, verb="an encoder").replace(extra={})
         reader = build_objective(READER_OBJECTIVE, cfg)
-        load_objective(reader, opts.init_from)
+        load_pretrained(reader, opts.init_from)
         return reader
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     cfg = opts.recipe.model_config(opts.size, tok.vocab_size, pad, opts.seq_len)

@@ -200,3 +200,31 @@ def test_resume_across_a_kill_and_a_refresh_gives_the_same_metrics(tmp_path):
     b = (tmp_path / "b" / "metrics.jsonl").read_text()
     assert a == b
     assert json.loads((tmp_path / "b" / "knowledge" / "knowledge.json").read_text())["step"] == 6
+
+
+def test_retriever_initialises_both_towers_with_a_projection(tok, tmp_path):
+    """--retriever (an ICT run's folder, the paper's initialisation): each tower starts from the folder's weights,
+    two towers of their own, projected to projection_dim."""
+    from bertforge.embed.modules import SentenceEncoder
+    from bertforge.model import Encoder
+    from bertforge.pretrain.options import PretrainOptions
+    from bertforge.pretrain.realm import build_realm
+    from bertforge.pretrain.recipes import RECIPES
+    from bertforge.retrieval.towers import BiEncoder, save_retriever
+
+    torch.manual_seed(3)
+    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=128)
+    tower = SentenceEncoder.from_encoder(Encoder(cfg), tok, pooling="cls", max_seq_length=64)
+    save_retriever(BiEncoder(tower), tmp_path / "ict", dpr=False)
+    tok.save_pretrained(tmp_path / "tok")
+    knowledge, corpus = write_corpus(tmp_path)
+    opts = PretrainOptions(recipe=RECIPES["realm"], out=tmp_path / "out", corpus=[str(corpus)],
+                           tokenizer=tmp_path / "tok", size="bert-tiny", seq_len=64, knowledge=knowledge,
+                           retriever=tmp_path / "ict", projection_dim=16, realm_k=2, refresh_every=5)
+    model, sentences, _ = build_realm(opts, [str(corpus)])
+    assert model.query is not model.document and model.query.dim == model.document.dim == 16
+    want = tower.transformer.bert.embeddings.word_embeddings.weight
+    for t in (model.query, model.document):
+        torch.testing.assert_close(t.transformer.bert.embeddings.word_embeddings.weight, want)
+    assert len(sentences) == len(SENTENCES) * 4 and all(not s for s in sentences.sources)  # --corpus: no source

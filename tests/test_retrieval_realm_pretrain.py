@@ -228,3 +228,31 @@ def test_retriever_initialises_both_towers_with_a_projection(tok, tmp_path):
     for t in (model.query, model.document):
         torch.testing.assert_close(t.transformer.bert.embeddings.word_embeddings.weight, want)
     assert len(sentences) == len(SENTENCES) * 4 and all(not s for s in sentences.sources)  # --corpus: no source
+
+
+def test_entity_runs_read_bio_and_iob1_tags():
+    from bertforge.retrieval.realm_data import entity_runs
+
+    assert entity_runs(["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-ORG", "I-ORG", "O"]) == [(0, 1), (3, 3), (4, 4),
+                                                                                        (5, 6)]
+    assert entity_runs(["I-LOC", "I-LOC", "O", "I-PER"]) == [(0, 1), (3, 3)]  # IOB1: I- starts one after O
+
+
+def test_ner_spans_join_the_models_entities_and_dates(monkeypatch):
+    """--ner-model: the tagger's entities (mapped from its words back to characters) and the date pattern's dates."""
+    import bertforge.tasks.predict as P
+    from bertforge.retrieval.realm_data import ner_spans
+
+    seen = []
+
+    def fake_predict(model, inputs, **_):
+        seen.extend(inputs)
+        return [{"tags": ["O" if not w[0].isupper() or i == 0 else "B-X" for i, w in enumerate(row["tokens"])]}
+                for row in inputs]
+
+    monkeypatch.setattr(P, "predict", fake_predict)
+    text = "In 1969, the crew of Apollo landed near Tranquility."
+    spans = ner_spans("model-dir")([text, ""])
+    assert seen[0]["tokens"][:4] == ["In", "1969", ",", "the"]
+    assert [text[s:e] for s, e in spans[0]] == ["1969", "Apollo", "Tranquility"]
+    assert spans[1] == []

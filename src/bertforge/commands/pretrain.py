@@ -26,7 +26,9 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
                "embedding sharing (Unigram in DeBERTa's layout); xlm-roberta = RoBERTa's recipe on an XLM-R "
                "encoder, Unigram in XLM-R's layout (a multilingual corpus); ict = the Inverse Cloze Task (ORQA): a "
                "retriever's towers learn to find a sentence's block of text (removed from it nine times in ten) "
-               "among the batch's blocks; OUT is a retriever folder for `bertforge retriever train --model`. --family puts a recipe's objective on "
+               "among the batch's blocks; OUT is a retriever folder for `bertforge retriever train --model`; realm = REALM: "
+               "a salient span (a name, a date) masked and predicted from documents retrieved out of --knowledge, "
+               "the reader and the retriever's towers trained together. --family puts a recipe's objective on "
                "another family (e.g. --recipe electra on a DeBERTa encoder)")
 
 
@@ -93,6 +95,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="documents retrieved per sentence, the null document besides (default: 8)")
     realm.add_argument("--projection-dim", type=COUNT, default=128, metavar="D",
                        help="the towers' vector size ([CLS] projected linearly; default: 128)")
+    realm.add_argument("--ner-model", metavar="DIR",
+                       help="find the salient spans with this NER model (`bertforge finetune --task conll`) plus a "
+                            "date pattern (default: the date pattern and a capitalisation heuristic)")
     pre.add_argument("--log-every", type=COUNT, default=10, metavar="N", help="log every N steps (default: 10)")
     pre.add_argument("--eval-batches", type=COUNT, default=20, metavar="N", help="held-out batches (default: 20)")
     pre.add_argument("--heldout", nargs="+", metavar="NAME=PATH", default=[],
@@ -231,7 +236,8 @@ def run_pretrain(args: argparse.Namespace) -> int:
              save_every=args.save_every, workers=args.workers, threads=args.threads, family=args.family,
              embedding_sharing=args.embedding_sharing, heldout=args.heldout,
              **({"knowledge": args.knowledge, "retriever": args.retriever, "refresh_every": args.refresh_every,
-                 "realm_k": args.realm_k, "projection_dim": args.projection_dim} if args.recipe == "realm" else {}))
+                 "realm_k": args.realm_k, "projection_dim": args.projection_dim, "ner_model": args.ner_model}
+                if args.recipe == "realm" else {}))
     return 0
 
 

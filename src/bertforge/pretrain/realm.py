@@ -34,7 +34,7 @@ from bertforge.pretrain.options import PretrainOptions, auto_threads, schedule
 from bertforge.pretrain.outdir import claim_out
 from bertforge.pretrain.prepare import prepare_tokenizer
 from bertforge.retrieval.passages import read_passages
-from bertforge.retrieval.realm_data import RealmCollator, RealmSentences
+from bertforge.retrieval.realm_data import RealmCollator, RealmSentences, heuristic_spans, ner_spans
 from bertforge.retrieval.realm_knowledge import KNOWLEDGE_DIR, KnowledgeIndex
 from bertforge.retrieval.realm_model import RealmModel, projected_tower, with_projection
 from bertforge.retrieval.towers import BiEncoder, is_retriever, load_towers, save_retriever
@@ -57,8 +57,9 @@ def check_realm_options(opts: PretrainOptions) -> None:
         raise BertforgeError("--recipe realm reads raw text (--corpus or the --knowledge passages), not --data shards")
     if opts.max_steps is None and opts.time_budget is None:
         raise BertforgeError("give --max-steps or --time-budget")
-    if opts.retriever is not None and not Path(opts.retriever).exists():
-        raise BertforgeError(f"--retriever {opts.retriever}: no such folder")
+    for flag, path in (("--retriever", opts.retriever), ("--ner-model", opts.ner_model)):
+        if path is not None and not Path(path).exists():
+            raise BertforgeError(f"{flag} {path}: no such folder")
 
 
 def pretrain_realm(opts: PretrainOptions) -> dict[str, Any]:
@@ -107,7 +108,9 @@ def build_realm(opts: PretrainOptions, paths: list[str]) -> tuple[RealmModel, Re
         document = projected_tower(copy.deepcopy(reader.bert), tok, opts.projection_dim, opts.seq_len)
     knowledge = KnowledgeIndex(read_passages(opts.knowledge))
     documents = iter_texts(opts.corpus, text_col=opts.text_col) if opts.corpus else read_passages(opts.knowledge).texts
-    sentences = RealmSentences(documents, knowledge.sources_of, seed=opts.seed)
+    spans = (heuristic_spans if opts.ner_model is None
+             else ner_spans(opts.ner_model, device=opts.device, progress=opts.progress))
+    sentences = RealmSentences(documents, knowledge.sources_of, seed=opts.seed, spans=spans)
     model = RealmModel(reader, query, document, knowledge, tok, k=opts.realm_k, refresh_every=opts.refresh_every,
                        seq_len=opts.seq_len, out_dir=opts.out, progress=opts.progress)
     return model, sentences, tok

@@ -7,6 +7,7 @@ left to the retrieved document.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -15,10 +16,62 @@ import torch
 
 from bertforge.data.corpus import split_sentences
 from bertforge.errors import BertforgeError
-from bertforge.retrieval.realm import salient_spans, span_tokens
+from bertforge.retrieval.realm import DATE, salient_spans, span_tokens
 
 IGNORE = -100
-Spans = Callable[[str], list[tuple[int, int]]]
+Spans = Callable[[list[str]], list[list[tuple[int, int]]]]  # sentences -> each one's salient character spans
+_WORD = re.compile(r"\w+(?:[-'’.]\w+)*|[^\w\s]")  # CoNLL-style words: punctuation apart
+
+
+def heuristic_spans(sentences: list[str]) -> list[list[tuple[int, int]]]:
+    """`realm.salient_spans` of each sentence (dates, and capitalised runs as named entities)."""
+    return [salient_spans(s) for s in sentences]
+
+
+def ner_spans(model: Any, device: str = "auto", batch_size: int = 64, progress: bool = False) -> Spans:
+    """Salient spans as the paper finds them: the named entities a token-classification model (bertforge's CoNLL NER
+    model, `finetune --task conll`) tags in each sentence, and dates by `realm`'s regular expression."""
+    def spans(sentences: list[str]) -> list[list[tuple[int, int]]]:
+        from bertforge.tasks.predict import predict
+
+        words = [[(m.start(), m.end()) for m in _WORD.finditer(s)] for s in sentences]
+        keep = [i for i, w in enumerate(words) if w]
+        rows = predict(model, [{"tokens": [sentences[i][a:b] for a, b in words[i]]} for i in keep],
+                       batch_size=batch_size, device=device, progress=progress) if keep else []
+        out: list[list[tuple[int, int]]] = [[] for _ in sentences]
+        for i, row in zip(keep, rows):
+            found = [(m.start(), m.end()) for m in DATE.finditer(sentences[i])]
+            found += [(words[i][a][0], words[i][b][1]) for a, b in entity_runs(row["tags"])]
+            out[i] = merged(found)
+        return out
+    return spans
+
+
+def entity_runs(tags: list[str]) -> list[tuple[int, int]]:
+    """(first word, last word) of each entity in BIO / IOB1 tags: B-X starts one, I-X continues an X (or starts one
+    after O or another type), O ends it."""
+    runs: list[tuple[int, int]] = []
+    kind = None
+    for j, tag in enumerate(tags):
+        prefix, _, label = tag.partition("-")
+        if prefix == "I" and label == kind:
+            runs[-1] = (runs[-1][0], j)
+        elif prefix in ("B", "I") and label:
+            runs.append((j, j))
+            kind = label
+        else:
+            kind = None
+    return runs
+
+
+def merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, without overlaps (the earlier span wins)."""
+    kept: list[tuple[int, int]] = []
+    for s, e in sorted(spans):
+        if kept and s < kept[-1][1]:
+            continue
+        kept.append((s, e))
+    return kept
 
 
 class RealmSentences:
@@ -26,18 +79,16 @@ class RealmSentences:
     span; `sources(sentence)` names the passages a sentence came from."""
 
     def __init__(self, documents: Iterable[str], sources: Callable[[str], set[int]], seed: int = 0,
-                 spans: Spans = salient_spans, min_chars: int = 20):
+                 spans: Spans = heuristic_spans, min_chars: int = 20):
         self.sentences: list[str] = []
         self.spans: list[list[tuple[int, int]]] = []
         self.sources: list[list[int]] = []
-        for doc in documents:
-            for sentence in split_sentences(doc):
-                sentence = sentence.strip()
-                found = spans(sentence) if len(sentence) >= min_chars else []
-                if found:
-                    self.sentences.append(sentence)
-                    self.spans.append(found)
-                    self.sources.append(sorted(sources(sentence)))
+        candidates = [s.strip() for doc in documents for s in split_sentences(doc) if len(s.strip()) >= min_chars]
+        for sentence, found in zip(candidates, spans(candidates)):
+            if found:
+                self.sentences.append(sentence)
+                self.spans.append(found)
+                self.sources.append(sorted(sources(sentence)))
         if not self.sentences:
             raise BertforgeError("the corpus has no sentence with a salient span (a name or a date) to mask")
         self.seed, self.epoch = int(seed), 0

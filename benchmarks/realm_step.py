@@ -11,7 +11,7 @@ a salient span. The refresh is measured at --passages (what finishes here in min
 --target (100k: embedding is linear in the corpus; the flat index's build and search, measured too, are small beside
 it). Prints a table; writes benchmarks/results/realm_step.json.
 
-    nice -n 10 python benchmarks/realm_step.py --passages 5000            # bert-mini reader and towers, CPU
+    nice -n 10 python benchmarks/realm_step.py --passages 1500 --batch-size 4 --steps 3   # bert-mini, CPU, ~4 min
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def main() -> int:
     ap.add_argument("-k", type=int, default=8)
     ap.add_argument("--projection-dim", type=int, default=128)
     ap.add_argument("--steps", type=int, default=5, help="timed steps (after one untimed)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default: 1, fastest on a shared machine)")
     ap.add_argument("--refresh-every", type=int, nargs="+", default=[100, 500, 1000])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "realm_step.json")
     args = ap.parse_args()

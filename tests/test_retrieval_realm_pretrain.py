@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -157,6 +157,7 @@ def test_cli_refuses_refresh_every_zero(tmp_path, capsys):
 def run_realm(tmp_path, out, **kw):
     import bertforge
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     knowledge, corpus = write_corpus(tmp_path)
     opts = dict(recipe="realm", knowledge=knowledge, size="bert-tiny", seq_len=64, batch_size=4, vocab_size=200,
                 lr=3e-3, progress=False, log_every=1, threads=1, refresh_every=3, realm_k=2, projection_dim=16, seed=0)
@@ -193,20 +194,34 @@ def test_pretrain_realm_loss_falls_and_writes_reader_retriever_and_index(tmp_pat
     assert result.record["index_step"] == 15
 
 
-def test_resume_across_a_kill_and_a_refresh_gives_the_same_metrics(tmp_path):
-    whole = run_realm(tmp_path, "a", max_steps=8, save_every=2)
-    # the same run killed after its checkpoint at step 4 (the index of step 3's refresh in it); a refresh at
-    # step 6 lies between the kill and the end
-    shutil.copytree(tmp_path / "a", tmp_path / "b")
-    for step in (6, 8):
-        shutil.rmtree(tmp_path / "b" / "checkpoints" / f"step-{step}")
-    (tmp_path / "b" / "checkpoints" / "latest").write_text("step-4\n")
-    resumed = run_realm(tmp_path, "b", max_steps=8, save_every=2, resume=True)
-    assert resumed.record["steps"] == 8
-    a = (tmp_path / "a" / "metrics.jsonl").read_text()
-    b = (tmp_path / "b" / "metrics.jsonl").read_text()
-    assert a == b
-    assert json.loads((tmp_path / "b" / "knowledge" / "knowledge.json").read_text())["step"] == 6
+def test_resume_across_a_kill_and_a_refresh_gives_the_same_metrics(tmp_path, monkeypatch):
+    """Refresh every 3 steps, checkpoints at 4 and 8. The run dies in step 7, after the refresh at step 6 (which
+    the step-4 checkpoint does not hold, and OUT/knowledge/ already does); resumed, it redoes steps 5-8 and that
+    refresh, and writes the uninterrupted run's metrics.jsonl."""
+    from bertforge.retrieval.realm_model import RealmModel
+
+    whole = run_realm(tmp_path / "a", "out", max_steps=8, save_every=4)
+    forward = RealmModel.forward
+
+    def dies_in_step_7(self, *args, **kwargs):
+        out = forward(self, *args, **kwargs)
+        if self.steps_done == 7:
+            raise RuntimeError("killed")
+        return out
+
+    monkeypatch.setattr(RealmModel, "forward", dies_in_step_7)
+    with pytest.raises(RuntimeError, match="killed"):
+        run_realm(tmp_path / "b", "out", max_steps=8, save_every=4)
+    b = tmp_path / "b" / "out"
+    assert json.loads((b / "knowledge" / "knowledge.json").read_text())["step"] == 6
+    assert (b / "checkpoints" / "latest").read_text().strip() == "step-4"
+    monkeypatch.setattr(RealmModel, "forward", forward)
+    resumed = run_realm(tmp_path / "b", "out", max_steps=8, save_every=4, resume=True)
+    assert resumed.record["steps"] == whole.record["steps"] == 8
+    assert resumed.record["index_step"] == whole.record["index_step"] == 6
+    assert (b / "metrics.jsonl").read_text() == (tmp_path / "a" / "out" / "metrics.jsonl").read_text()
+    vectors = [np.load(d / "knowledge" / "vectors.npy") for d in (tmp_path / "a" / "out", b)]
+    np.testing.assert_array_equal(vectors[0], vectors[1])
 
 
 def test_retriever_initialises_both_towers_with_a_projection(tok, tmp_path):

@@ -26,9 +26,9 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
                "embedding sharing (Unigram in DeBERTa's layout); xlm-roberta = RoBERTa's recipe on an XLM-R "
                "encoder, Unigram in XLM-R's layout (a multilingual corpus); ict = the Inverse Cloze Task (ORQA): a "
                "retriever's towers learn to find a sentence's block of text (removed from it nine times in ten) "
-               "among the batch's blocks; OUT is a retriever folder for `bertforge retriever train --model`; realm = REALM: "
-               "a salient span (a name, a date) masked and predicted from documents retrieved out of --knowledge, "
-               "the reader and the retriever's towers trained together. --family puts a recipe's objective on "
+               "among the batch's blocks; OUT is a retriever folder for `bertforge retriever train --model`; "
+               "realm = REALM: a salient span (a name, a date) masked and predicted from documents retrieved out "
+               "of --knowledge, the reader and the retriever's towers trained together. --family puts a recipe's objective on "
                "another family (e.g. --recipe electra on a DeBERTa encoder)")
 
 

@@ -139,7 +139,7 @@ def _run(opts: PretrainOptions, paths: list[str], t_start: float) -> dict[str, A
     model.eval()
     model.reader.save_pretrained(opts.out, tokenizer=tok)
     save_retriever(BiEncoder(model.query, model.document), opts.out / "retriever")
-    model.knowledge.save(opts.out / KNOWLEDGE_DIR)  # the index the last step searched (a resume may have left a later one)
+    model.knowledge.save(opts.out / KNOWLEDGE_DIR)  # what the last step searched (a killed run may leave a later one)
     train = [h for h in history if "loss" in h and h.get("split") != "eval"]
     result = {"recipe": asdict(opts.recipe), "size": size, "seq_len": opts.seq_len, "batch_size": opts.batch_size,
               "steps": trainer.step, "sentences": len(sentences), "passages": len(model.knowledge),

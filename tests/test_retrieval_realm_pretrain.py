@@ -278,3 +278,18 @@ def test_ner_spans_join_the_models_entities_and_dates(monkeypatch):
     assert seen[0]["tokens"][:4] == ["In", "1969", ",", "the"]
     assert [text[s:e] for s, e in spans[0]] == ["1969", "Apollo", "Tranquility"]
     assert spans[1] == []
+
+
+def test_realm_starts_from_an_ict_run(tmp_path):
+    """The paper's path: `pretrain --recipe ict` on the knowledge text, then `--recipe realm --retriever` that run."""
+    import bertforge
+
+    knowledge, corpus = write_corpus(tmp_path)
+    bertforge.pretrain([str(knowledge)], recipe="ict", out=tmp_path / "ict", size="bert-tiny", seq_len=64,
+                       batch_size=4, vocab_size=200, max_steps=2, progress=False, threads=1)
+    result = run_realm(tmp_path, "realm", max_steps=2, retriever=tmp_path / "ict")
+    assert result.record["steps"] == 2
+    from bertforge.retrieval.towers import load_retriever
+
+    question, passage = load_retriever(tmp_path / "realm" / "retriever")
+    assert question.dim == passage.dim == 16

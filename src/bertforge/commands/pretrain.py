@@ -26,7 +26,9 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
                "embedding sharing (Unigram in DeBERTa's layout); xlm-roberta = RoBERTa's recipe on an XLM-R "
                "encoder, Unigram in XLM-R's layout (a multilingual corpus); ict = the Inverse Cloze Task (ORQA): a "
                "retriever's towers learn to find a sentence's block of text (removed from it nine times in ten) "
-               "among the batch's blocks; OUT is a retriever folder for `bertforge retriever train --model`. --family puts a recipe's objective on "
+               "among the batch's blocks; OUT is a retriever folder for `bertforge retriever train --model`; "
+               "realm = REALM: a salient span (a name, a date) masked and predicted from documents retrieved out "
+               "of --knowledge, the reader and the retriever's towers trained together. --family puts a recipe's objective on "
                "another family (e.g. --recipe electra on a DeBERTa encoder)")
 
 
@@ -79,6 +81,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.add_argument("--init-from", metavar="DIR",
                      help="continue pretraining this checkpoint with its own tokenizer (domain-adaptive)")
     pre.add_argument("--save-every", type=COUNT, metavar="N", help="checkpoint every N steps (default: at the end)")
+    realm = pre.add_argument_group("--recipe realm (retrieval-augmented MLM)")
+    realm.add_argument("--knowledge", metavar="PASSAGES",
+                       help="the knowledge corpus retrieved from (id / title / text passages: jsonl, csv, tsv, ...); "
+                            "without --corpus its own sentences are the training text")
+    realm.add_argument("--retriever", metavar="DIR",
+                       help="initialise the query and document towers from this retriever (e.g. a --recipe ict "
+                            "run; default: the reader's initial encoder)")
+    realm.add_argument("--refresh-every", type=COUNT, default=500, metavar="N",
+                       help="re-embed the knowledge corpus with the current document tower every N steps "
+                            "(default: 500)")
+    realm.add_argument("-k", dest="realm_k", type=COUNT, default=8, metavar="K",
+                       help="documents retrieved per sentence, the null document besides (default: 8)")
+    realm.add_argument("--projection-dim", type=COUNT, default=128, metavar="D",
+                       help="the towers' vector size ([CLS] projected linearly; default: 128)")
+    realm.add_argument("--ner-model", metavar="DIR",
+                       help="find the salient spans with this NER model (`bertforge finetune --task conll`) plus a "
+                            "date pattern (default: the date pattern and a capitalisation heuristic)")
     pre.add_argument("--log-every", type=COUNT, default=10, metavar="N", help="log every N steps (default: 10)")
     pre.add_argument("--eval-batches", type=COUNT, default=20, metavar="N", help="held-out batches (default: 20)")
     pre.add_argument("--heldout", nargs="+", metavar="NAME=PATH", default=[],
@@ -226,7 +245,10 @@ def run_pretrain(args: argparse.Namespace) -> int:
              plm_k=args.plm_k, mask_prob=args.mask_prob, schedule=args.schedule,
              heldout_fraction=args.heldout_fraction, eval_batches=args.eval_batches, log_every=args.log_every,
              save_every=args.save_every, workers=args.workers, threads=args.threads, family=args.family,
-             embedding_sharing=args.embedding_sharing, heldout=args.heldout)
+             embedding_sharing=args.embedding_sharing, heldout=args.heldout,
+             **({"knowledge": args.knowledge, "retriever": args.retriever, "refresh_every": args.refresh_every,
+                 "realm_k": args.realm_k, "projection_dim": args.projection_dim, "ner_model": args.ner_model}
+                if args.recipe == "realm" else {}))
     return 0
 
 

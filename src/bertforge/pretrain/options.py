@@ -56,6 +56,14 @@ class PretrainOptions:
     extra_eval: Callable[[nn.Module], dict[str, float]] | None = None  # run on the final model (ablation)
     # named held-out corpora, each scored like the held-out split at the end (held-out MLM per language ...)
     heldout_sets: dict[str, list[str]] = field(default_factory=dict)
+    # --recipe realm (pretrain.realm): the knowledge passages, the towers' initial retriever, the index refresh
+    # interval in steps, the documents retrieved per sentence, the towers' vector size, the salient spans' tagger
+    knowledge: Path | None = None
+    retriever: Path | None = None
+    refresh_every: int = 500
+    realm_k: int = 8
+    projection_dim: int = 128
+    ner_model: Path | None = None
 
 
 def named_heldout_sets(specs: list[str]) -> dict[str, list[str]]:

@@ -43,6 +43,9 @@ def run_options(opts: PretrainOptions) -> dict[str, Any]:
         "tokenizer": _path(opts.tokenizer), "init_from": _path(opts.init_from),
         "heldout_fraction": opts.heldout_fraction, "eval_batches": opts.eval_batches,
         **{name: getattr(opts, name) for name in RESUMABLE},
+        **({"knowledge": _path(opts.knowledge), "retriever": _path(opts.retriever),
+            "refresh_every": opts.refresh_every, "realm_k": opts.realm_k, "projection_dim": opts.projection_dim,
+            "ner_model": _path(opts.ner_model)} if r.objective == "realm" else {}),
     }
 
 

@@ -25,8 +25,9 @@ from bertforge.training.config import SCHEDULES
 # objectives.build_objective builds each of these; pretrain.seq2seq trains the encoder-decoders' own
 PLM = "plm"  # XLNet's permutation language modelling
 ICT = "ict"  # the Inverse Cloze Task: a retriever's towers (pretrain.ict), not an objective module
+REALM = "realm"  # retrieval-augmented MLM: a reader and a retriever's towers trained together (pretrain.realm)
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "span+sbo", RTD_OBJECTIVE, "mlm+wso", "mlm+sso", "structbert", PLM,
-              "clm", "ltr", ICT)
+              "clm", "ltr", ICT, REALM)
 LEFT_TO_RIGHT = ("clm", "ltr")  # unmasked packed rows, next-token targets
 SENTENCE_OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm+sso", "structbert")
 # the encoder-decoders' objectives (pretrain.seq2seq maps each to its noise in data.seq2seq)

@@ -37,7 +37,7 @@ from bertforge.pretrain.metrics import stuck_at_baseline
 from bertforge.pretrain.objectives import ELECTRAObjective, build_objective, uses_pooler
 from bertforge.pretrain.options import PretrainOptions, auto_threads, schedule
 from bertforge.pretrain.outdir import claim_out
-from bertforge.pretrain.recipes import ICT
+from bertforge.pretrain.recipes import ICT, REALM
 from bertforge.pretrain.prepare import barrier, corpus_paths, prepare_data, prepare_tokenizer
 from bertforge.pretrain.report import curves_line, print_summary, setup_line, stuck_warning
 from bertforge.pretrain import seq2seq as s2s
@@ -117,6 +117,9 @@ def pretrain(opts: PretrainOptions) -> dict[str, Any]:
     if opts.recipe.objective == ICT:  # a retriever's towers, not an objective module over shards
         from bertforge.pretrain.ict import pretrain_ict
         return pretrain_ict(opts)
+    if opts.recipe.objective == REALM:  # a reader and a retriever's towers over a knowledge index
+        from bertforge.pretrain.realm import pretrain_realm
+        return pretrain_realm(opts)
     t_start, wall_start = time.perf_counter(), time.time()
     rank, world, local_rank = distributed_context()
     is_main = rank == 0

@@ -30,6 +30,7 @@ _MONTHS = ("January|February|March|April|May|June|July|August|September|October|
 _DATE = re.compile(
     rf"\b(?:\d{{1,2}}\s+(?:{_MONTHS})(?:,?\s+\d{{3,4}})?|(?:{_MONTHS})\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{3,4}})?"
     rf"|(?:{_MONTHS})\s+\d{{4}}|1\d{{3}}s?|20\d{{2}}s?|\d{{1,2}}(?:st|nd|rd|th)\s+century)\b")
+DATE = _DATE  # also what joins an NER model's entities (retrieval.realm_data.ner_spans)
 # a run of capitalised words (joined by "of", "the", "de", ... inside it), or an acronym: a named-entity heuristic
 _CAPITALISED = re.compile(r"\b(?:[A-Z][\w'’-]*[\w])(?:\s+(?:(?:of|the|de|la|von|van|and|for|upon)\s+)*[A-Z][\w'’-]*\w)*\b")
 _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+|[\"“(]\s*)$")

@@ -106,21 +106,34 @@ def check_question(question: Any, i: int = 0) -> str:
     return question.strip()
 
 
-def ask(question: Any, *, index: Any, reader: Any = None, retriever: Any = None, k: int = 20, device: str = "auto",
-        batch_size: int = 8, progress: bool = False, revision: str | None = None) -> Any:
+def ask(question: Any, *, index: Any, reader: Any = None, retriever: Any = None, k: int | None = None,
+        device: str = "auto", batch_size: int = 8, progress: bool = False, revision: str | None = None,
+        generator: Any = None, decoding: str = "thorough", num_beams: int = 4, max_new_tokens: int = 20) -> Any:
     """Answer `question` (a string, or a list of them) from the top `k` passages of `index` (a folder, or a loaded
     `Index`), read by `reader` (a folder `finetune(task="open-qa")` wrote). `retriever`: the question encoder of a
     dense index (default: the one the index records), or "bm25" for a sparse one. Returns an `AskResult` (a list of
-    them for a list), whose `to_dict()` is what `bertforge ask` prints."""
-    # `reader` is a keyword with a default so that another way of answering (a generator) can sit beside it
-    if reader is None:
-        raise BertforgeError("reader: give the reader that reads the passages (a finetune task='open-qa' folder)")
+    them for a list), whose `to_dict()` is what `bertforge ask` prints. `k` None: 20 for a reader.
+
+    `generator` instead of `reader` answers by generation (bertforge.api.generative_qa, docs/rag.md): a RAG folder
+    (`finetune(task="rag")`; its question tower retrieves unless `retriever` is given; `k` None: the k it trained
+    with; RAG-Sequence decodes "thorough" or "fast" by `decoding`) or a Fusion-in-Decoder folder
+    (`finetune(task="fid")`); `num_beams`, `max_new_tokens`: the decoding's."""
+    if (reader is None) == (generator is None):
+        raise BertforgeError("reader, generator: give one of them (a finetune task='open-qa' reader, or a RAG / "
+                             "fid generator)")
     one = isinstance(question, str)
     questions = [question] if one else list(question)
     if not questions:
         raise BertforgeError("question: give at least one question")
+    if generator is not None:
+        from bertforge.api.generative_qa import GenerativeAsker
+
+        results = GenerativeAsker(index, generator, retriever, device=device, decoding=decoding,
+                                  num_beams=num_beams, max_new_tokens=max_new_tokens, revision=revision)(
+            questions, k, progress)
+        return results[0] if one else results
     results = Asker(index, reader, retriever, device=device, batch_size=batch_size, revision=revision)(
-        questions, k, progress)
+        questions, 20 if k is None else k, progress)
     return results[0] if one else results
 
 

@@ -93,7 +93,8 @@ class Asker:
     def retrieve(self, questions: list[str], k: int) -> list[list[Any]]:
         return self.index.search(list(questions), k=k)
 
-    def __call__(self, questions: list[str], k: int = 20, progress: bool = False) -> list[AskResult]:
+    def __call__(self, questions: list[str], k: int | None = 20, progress: bool = False) -> list[AskResult]:
+        k = 20 if k is None else k
         if k <= 0:
             raise BertforgeError(f"k: must be positive, got {k}")
         questions = [check_question(q, i) for i, q in enumerate(questions)]

@@ -157,7 +157,7 @@ def finetune_generative(generator: Any, *, task: str, out: Any, train: Any, inde
         model, tokenizer, _, _ = open_generator(generator, revision)
         return finetune_rag(cfg, tower, model, tokenizer, vectors, inner.passages.titles, inner.passages.texts,
                             questions)
-    from bertforge.api.reading import open_index
+    from bertforge.api.answers import open_index
     from bertforge.retrieval.reading import hit_fields
 
     searcher = open_index(index, retriever, device, revision)
@@ -194,14 +194,14 @@ class GenerativeAsker:
             self.marginalise = self.record.get("marginalise", "token")
             self.k_default = int(self.record.get("k") or 5)
         else:
-            from bertforge.api.reading import open_index
+            from bertforge.api.answers import open_index
 
             self.index = open_index(index, retriever, device, revision)
             self.k_default = int(self.record.get("k") or 5)
         self.k_limit = len(self.inner) if self.kind == "rag" else len(self.index)
 
     def __call__(self, questions: list[str], k: int | None = None, progress: bool = False) -> list[Any]:
-        from bertforge.api.reading import AskResult, check_question
+        from bertforge.api.answers import AskResult, check_question
         from bertforge.retrieval.generative_answer import fid_answers, rag_answers
 
         k = self.k_default if k is None else k

@@ -10,44 +10,11 @@ reader) and the reader's training behind `finetune(task="open-qa")`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from bertforge.api.answers import BM25, AskResult, check_question, open_index  # noqa: F401  (their home was here)
 from bertforge.api.inputs import device_for, model_name
 from bertforge.errors import BertforgeError
-
-BM25 = "bm25"  # --retriever bm25: the index is a sparse one and needs no question encoder
-
-
-@dataclass
-class AskResult:
-    """One question's answer: the text, its score (P(passage) x P(span), summed over the spans that read alike),
-    the passages it came from (id, title, text, retrieval_score, start / end: the span's characters in the text,
-    score), the next best `answers`."""
-
-    question: str
-    answer: str
-    score: float
-    passages: list[dict[str, Any]] = field(default_factory=list)
-    answers: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"question": self.question, "answer": self.answer, "score": self.score, "passages": self.passages,
-                "answers": self.answers}
-
-
-def open_index(index: Any, retriever: Any = None, device: str | None = None, revision: str | None = None):
-    """The `Index` to retrieve from: an Index as given, or the folder `index` opened with `retriever` as its question
-    encoder (a model folder or Hub id; None or "bm25": the index's own)."""
-    from bertforge.api.index import Index
-
-    if index is None:
-        raise BertforgeError("index: give the index to retrieve passages from")
-    if hasattr(index, "search") and not isinstance(index, (str, bytes)):
-        return index
-    model = None if retriever is None or str(retriever).lower() == BM25 else model_name(retriever, revision,
-                                                                                          "--retriever")
-    return Index.load(index, model, device=device)
 
 
 class LoadedReader:
@@ -99,12 +66,6 @@ class Asker:
             raise BertforgeError(f"k: must be positive, got {k}")
         questions = [check_question(q, i) for i, q in enumerate(questions)]
         return self.reader.read(questions, self.retrieve(questions, k), progress)
-
-
-def check_question(question: Any, i: int = 0) -> str:
-    if not isinstance(question, str) or not question.strip():
-        raise BertforgeError(f"question[{i}]: an empty question (give its text)")
-    return question.strip()
 
 
 def ask(question: Any, *, index: Any, reader: Any = None, retriever: Any = None, k: int | None = None,

@@ -75,7 +75,8 @@ def rag_answers(tower: nn.Module, generator: nn.Module, tokenizer: Any, vectors:
 @torch.no_grad()
 def fid_answers(generator: nn.Module, tokenizer: Any, questions: list[str], hits: list[list[dict]], *, k: int,
                 num_beams: int = 4, max_new_tokens: int = 20, max_source_len: int = 300) -> list[dict[str, Any]]:
-    """Fusion-in-Decoder's answers to `questions` from their passages `hits` (dicts with id, title, text, retrieval_score)."""
+    """Fusion-in-Decoder's answers to `questions` from their passages `hits` (dicts: id, title, text,
+    retrieval_score)."""
     from bertforge.retrieval.fid import FusionInDecoder, fid_input, generate_fused
 
     device = next(generator.parameters()).device

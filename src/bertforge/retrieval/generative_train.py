@@ -127,7 +127,7 @@ def save_rag(model: nn.Module, out: Path, tokenizer: Any, cfg: GenerativeConfig)
     with tempfile.TemporaryDirectory(dir=out, prefix=".tmp-rag-") as tmp:
         generator = model.generator.save_pretrained(Path(tmp) / "generator", tokenizer)
         if dpr_layout_problem(tower) is None:
-            question = export_dpr_towers(tower, tower, Path(tmp) / "dpr")["question_encoder"]
+            question = export_dpr_towers(tower, tower, Path(tmp) / "towers")["question_encoder"]
         else:  # its BERT-layout weights go in; transformers' DPR question encoder reads them at [CLS]
             question = out / QUESTION_DIR
         save_rag_folder(out, question, generator, settings={

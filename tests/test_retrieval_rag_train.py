@@ -231,3 +231,36 @@ def test_bad_input_is_one_line(world, trained, tmp_path):
               tmp_path / "broken" / "model.safetensors")
     with pytest.raises(BertforgeError, match="no generator weights"):
         bertforge.ask("where?", index=str(tmp / "index"), generator=str(tmp_path / "broken"), device="cpu")
+
+
+def test_finetune_task_rag_on_the_command_line(world, tmp_path, capsys):
+    from bertforge.cli import main
+
+    tmp, _, gens = world
+    assert main(["finetune", "--task", "rag", "--generator", str(gens["t5"]), "--index", str(tmp / "index"),
+                 "--train", str(tmp / "train.jsonl"), "--out", str(tmp_path / "rag"), "-k", "2",
+                 "--marginalise", "sequence", "--max-steps", "2", "--batch-size", "4", "--lr", "1e-3",
+                 "--device", "cpu", "--no-progress"]) == 0
+    assert "rag: trained 2 steps" in capsys.readouterr().out
+    rag = json.loads((tmp_path / "rag" / "rag.json").read_text())
+    assert (rag["k"], rag["marginalise"]) == (2, "sequence")
+    loaded, info = transformers.RagSequenceForGeneration.from_pretrained(tmp_path / "rag", output_loading_info=True)
+    assert not info["missing_keys"] and loaded.config.n_docs == 2
+    assert main(["evaluate", "--task", "rag", "--model", str(gens["t5"])]) == 2  # --task rag is finetune's alone
+    assert "invalid choice: 'rag'" in capsys.readouterr().err
+
+
+def test_a_retriever_folder_and_a_dpr_question_encoder_are_question_towers(world, tmp_path):
+    from bertforge.retrieval.towers import load_towers, save_retriever
+
+    tmp, enc, _ = world
+    save_retriever(load_towers(str(enc), separate=True), tmp_path / "retriever")  # its passage tower built the index
+    _rag(world, tmp_path / "a", retriever=str(tmp_path / "retriever"), max_steps=1)
+    tok = Tokenizer.from_pretrained(enc)  # the index's vocabulary: accepted (the weights are DPR's own)
+    dpr = transformers.DPRQuestionEncoder(transformers.DPRConfig(vocab_size=tok.vocab_size, hidden_size=128,
+                                                                 num_hidden_layers=1, num_attention_heads=2,
+                                                                 intermediate_size=64))
+    dpr.save_pretrained(tmp_path / "dpr")
+    tok.save_pretrained(tmp_path / "dpr")
+    _rag(world, tmp_path / "b", retriever=str(tmp_path / "dpr"), max_steps=1)
+    assert json.loads((tmp_path / "b" / "rag.json").read_text())["retriever"] == str(tmp_path / "dpr")

@@ -15,9 +15,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "--reader (a `finetune --task open-qa` folder). Prints JSON: the answer, its "
                                    "score (P(passage) x P(span), summed over the spans that read alike) and the "
                                    "passages it came from (id, title, text, retrieval score, the span's character "
-                                   "offsets); one object for one question, a list for several.",
+                                   "offsets); one object for one question, a list for several. With --generator "
+                                   "instead of --reader the answer is generated (RAG or Fusion-in-Decoder; score: "
+                                   "the answer's probability; docs/rag.md).",
                        epilog="example:\n  bertforge ask --index runs/index --reader runs/reader -k 20 "
-                              "\"who wrote hamlet?\"",
+                              "\"who wrote hamlet?\"\n  bertforge ask --index runs/index --generator runs/rag "
+                              "--num-beams 4 \"who wrote hamlet?\"",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("questions", nargs="+", metavar="QUESTION", help="the question(s) to answer")
     p.add_argument("--index", required=True, metavar="DIR", help="the index to retrieve passages from")

@@ -160,7 +160,7 @@ def main() -> None:
         "min_s": {k: round(v, 4) for k, v in best.items()},
         "rag_over_generator_min": round(best["rag"] / best["generator"], 2),
         "rag_over_generator": round(med["rag"] / med["generator"], 2),
-        "retrieval_share_of_rag_step": round(med["retrieval"] / med["rag"], 4),
+        "retrieval_share_of_rag_step": round(med["retrieval"] / med["rag"], 6),
         "tower_share_of_rag_step": round(med["tower"] / med["rag"], 4),
         "contexts_share_of_rag_step": round(med["contexts"] / med["rag"], 4),
     }
@@ -171,7 +171,7 @@ def main() -> None:
                         ("contexts", "  contexts tokenised")):
         print(f"  {label:<34}{med[name]:>10.4f}{best[name]:>10.4f}")
     print(f"  RAG / generator: {result['rag_over_generator']}x; retrieval share of the RAG step: "
-          f"{100 * result['retrieval_share_of_rag_step']:.2f}%")
+          f"{100 * result['retrieval_share_of_rag_step']:.3f}%")
     save(ROOT / "benchmarks" / "results" / "rag_step.json", result)
 
 

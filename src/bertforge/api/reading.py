@@ -10,44 +10,11 @@ reader) and the reader's training behind `finetune(task="open-qa")`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from bertforge.api.answers import BM25, AskResult, check_question, open_index  # noqa: F401  (their home was here)
 from bertforge.api.inputs import device_for, model_name
 from bertforge.errors import BertforgeError
-
-BM25 = "bm25"  # --retriever bm25: the index is a sparse one and needs no question encoder
-
-
-@dataclass
-class AskResult:
-    """One question's answer: the text, its score (P(passage) x P(span), summed over the spans that read alike),
-    the passages it came from (id, title, text, retrieval_score, start / end: the span's characters in the text,
-    score), the next best `answers`."""
-
-    question: str
-    answer: str
-    score: float
-    passages: list[dict[str, Any]] = field(default_factory=list)
-    answers: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"question": self.question, "answer": self.answer, "score": self.score, "passages": self.passages,
-                "answers": self.answers}
-
-
-def open_index(index: Any, retriever: Any = None, device: str | None = None, revision: str | None = None):
-    """The `Index` to retrieve from: an Index as given, or the folder `index` opened with `retriever` as its question
-    encoder (a model folder or Hub id; None or "bm25": the index's own)."""
-    from bertforge.api.index import Index
-
-    if index is None:
-        raise BertforgeError("index: give the index to retrieve passages from")
-    if hasattr(index, "search") and not isinstance(index, (str, bytes)):
-        return index
-    model = None if retriever is None or str(retriever).lower() == BM25 else model_name(retriever, revision,
-                                                                                          "--retriever")
-    return Index.load(index, model, device=device)
 
 
 class LoadedReader:
@@ -93,34 +60,42 @@ class Asker:
     def retrieve(self, questions: list[str], k: int) -> list[list[Any]]:
         return self.index.search(list(questions), k=k)
 
-    def __call__(self, questions: list[str], k: int = 20, progress: bool = False) -> list[AskResult]:
+    def __call__(self, questions: list[str], k: int | None = 20, progress: bool = False) -> list[AskResult]:
+        k = 20 if k is None else k
         if k <= 0:
             raise BertforgeError(f"k: must be positive, got {k}")
         questions = [check_question(q, i) for i, q in enumerate(questions)]
         return self.reader.read(questions, self.retrieve(questions, k), progress)
 
 
-def check_question(question: Any, i: int = 0) -> str:
-    if not isinstance(question, str) or not question.strip():
-        raise BertforgeError(f"question[{i}]: an empty question (give its text)")
-    return question.strip()
-
-
-def ask(question: Any, *, index: Any, reader: Any = None, retriever: Any = None, k: int = 20, device: str = "auto",
-        batch_size: int = 8, progress: bool = False, revision: str | None = None) -> Any:
+def ask(question: Any, *, index: Any, reader: Any = None, retriever: Any = None, k: int | None = None,
+        device: str = "auto", batch_size: int = 8, progress: bool = False, revision: str | None = None,
+        generator: Any = None, decoding: str = "thorough", num_beams: int = 4, max_new_tokens: int = 20) -> Any:
     """Answer `question` (a string, or a list of them) from the top `k` passages of `index` (a folder, or a loaded
     `Index`), read by `reader` (a folder `finetune(task="open-qa")` wrote). `retriever`: the question encoder of a
     dense index (default: the one the index records), or "bm25" for a sparse one. Returns an `AskResult` (a list of
-    them for a list), whose `to_dict()` is what `bertforge ask` prints."""
-    # `reader` is a keyword with a default so that another way of answering (a generator) can sit beside it
-    if reader is None:
-        raise BertforgeError("reader: give the reader that reads the passages (a finetune task='open-qa' folder)")
+    them for a list), whose `to_dict()` is what `bertforge ask` prints. `k` None: 20 for a reader.
+
+    `generator` instead of `reader` answers by generation (bertforge.api.generative_qa, docs/rag.md): a RAG folder
+    (`finetune(task="rag")`; its question tower retrieves unless `retriever` is given; `k` None: the k it trained
+    with; RAG-Sequence decodes "thorough" or "fast" by `decoding`) or a Fusion-in-Decoder folder
+    (`finetune(task="fid")`); `num_beams`, `max_new_tokens`: the decoding's."""
+    if (reader is None) == (generator is None):
+        raise BertforgeError("reader, generator: give one of them (a finetune task='open-qa' reader, or a RAG / "
+                             "fid generator)")
     one = isinstance(question, str)
     questions = [question] if one else list(question)
     if not questions:
         raise BertforgeError("question: give at least one question")
+    if generator is not None:
+        from bertforge.api.generative_qa import GenerativeAsker
+
+        results = GenerativeAsker(index, generator, retriever, device=device, decoding=decoding,
+                                  num_beams=num_beams, max_new_tokens=max_new_tokens, revision=revision)(
+            questions, k, progress)
+        return results[0] if one else results
     results = Asker(index, reader, retriever, device=device, batch_size=batch_size, revision=revision)(
-        questions, k, progress)
+        questions, 20 if k is None else k, progress)
     return results[0] if one else results
 
 

@@ -39,21 +39,32 @@ def create_app(models: Any, *, precision: str = "fp32", device: str = "auto", ma
                max_wait_ms: float = 2.0, max_queue: int = 256, max_inputs: int = 128, max_body_bytes: int = 8 << 20,
                api_key: str | None = None, batches_in_flight: int = 2, read_timeout: float = 30.0,
                max_connections: int = 512, revision: str | None = None, max_request_chars: int = 1_000_000,
-               index: Any = None, reader: Any = None, retriever: Any = None):
+               index: Any = None, reader: Any = None, retriever: Any = None, generator: Any = None,
+               decoding: str = "thorough", num_beams: int = 4):
     """The FastAPI application serving `models` (the first is the default): a folder or Hub id, a list of
     `[NAME=]FOLDER` / `[NAME=]ID`, or a dict of name -> folder or id; each loaded now on `device` (embeddings in
     `precision`: fp32, bf16, fp16 on a GPU, int8 on the CPU). `api_key`: every route but /health then needs
     `Authorization: Bearer KEY`. The limits are `bertforge serve`'s flags of the same names. `index` and `reader`
     (with `retriever`, as `bertforge.ask` takes them): /answer answers questions as `ask` does (`models` may then
-    be None)."""
+    be None). `generator` instead of `reader`: /answer answers by generation (a RAG or fid folder, decoded with
+    `decoding` and `num_beams` as `ask` takes them)."""
     return _app(models, precision, device, revision, api_key, max_batch_tokens, max_wait_ms, max_queue, max_inputs,
                 max_body_bytes, batches_in_flight, read_timeout, max_connections, max_request_chars,
-                answer=(index, reader, retriever))[0]
+                answer=(index, reader, retriever, generator, decoding, num_beams))[0]
 
 
 def _answerer(answer: tuple, device: str, revision: str | None) -> Any:
     """The `Asker` /answer calls (None without an index and a reader; one of them alone is refused)."""
-    index, reader, retriever = answer
+    index, reader, retriever, *generation = answer + (None,) * (6 - len(answer))
+    generator, decoding, num_beams = generation
+    if generator is not None:
+        if index is None or reader is not None:
+            raise BertforgeError("--generator goes with --index and without --reader: /answer retrieves from the "
+                                 "index and generates the answer")
+        from bertforge.api.generative_qa import GenerativeAsker
+
+        return GenerativeAsker(index, generator, retriever, device=device, revision=revision,
+                               decoding=decoding or "thorough", num_beams=num_beams or 4)
     if index is None and reader is None:
         return None
     if index is None or reader is None:
@@ -102,7 +113,8 @@ def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: in
           api_key: str | None = None, batches_in_flight: int = 2, read_timeout: float = 30.0,
           max_connections: int = 512, revision: str | None = None, max_request_chars: int = 1_000_000,
           header_timeout: float = 10.0, write_timeout: float = 30.0, max_connections_per_client: int = 256,
-          graceful_timeout: float = 10.0, index: Any = None, reader: Any = None, retriever: Any = None) -> None:
+          graceful_timeout: float = 10.0, index: Any = None, reader: Any = None, retriever: Any = None,
+          generator: Any = None, decoding: str = "thorough", num_beams: int = 4) -> None:
     """Serve `models` (as `create_app` takes them, with its options) on `host`:`port` until interrupted (SIGINT /
     SIGTERM: requests in flight are answered first, and the process is gone within `graceful_timeout` seconds),
     saying on stderr what each model serves. `api_key` (default: $BERTFORGE_API_KEY; unset or empty: no
@@ -124,7 +136,7 @@ def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: in
     app, loaded = _app(models, precision, device, revision, api_key, max_batch_tokens, max_wait_ms, max_queue,
                        max_inputs, max_body_bytes, batches_in_flight, read_timeout, max_connections,
                        max_request_chars, header_timeout, write_timeout, max_connections_per_client,
-                       graceful_timeout, answer=(index, reader, retriever))
+                       graceful_timeout, answer=(index, reader, retriever, generator, decoding, num_beams))
     for m in loaded.values():
         print(f"bertforge serve: {m.name} ({m.path}): {', '.join(m.tasks)}", file=sys.stderr)
     if index is not None:

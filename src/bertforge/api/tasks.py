@@ -43,6 +43,16 @@ def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = 
     if task.lower().replace("-", "").replace("_", "") == "openqa":  # the reader over retrieved passages
         return _finetune_open_qa(model, data, out, train, eval, epochs, max_steps, lr, batch_size, seed, device,
                                  precision, progress, resume, overwrite, revision, tracked, options)
+    if task.lower() in ("rag", "fid"):  # generative open QA over retrieved passages (docs/rag.md)
+        from bertforge.api.generative_qa import finetune_generative
+
+        run = finetune_generative(model, task=task.lower(), out=out, train=train if train is not None else data,
+                                  epochs=epochs, max_steps=max_steps, lr=lr, batch_size=batch_size, seed=seed,
+                                  device=device, precision=precision, progress=progress, overwrite=overwrite,
+                                  revision=revision, **options)
+        metrics = {"loss": run["last_loss"]}
+        return FinetuneResult(Path(out), metrics, read_history(out), run, task=run["task"], main_metric="loss",
+                              summary={}, runs=[run], precision=run["config"]["precision"])
     if data is None and train is None:
         raise BertforgeError("give --data DIR (or --train FILE [--eval FILE])")
     cfg = make_config(FinetuneConfig, "finetune", dict(

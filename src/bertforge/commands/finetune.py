@@ -13,6 +13,7 @@ from bertforge.commands.data_options import add_column_args, add_data_args, add_
 from bertforge.device import INFERENCE_PRECISIONS, TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, EPOCHS, FRACTION, LENGTH, NONNEG, POSITIVE, STEPS
 from bertforge.commands.open_qa import TASK as OPEN_QA, add_open_qa_args, run_open_qa
+from bertforge.commands.generative_qa import TASKS as GENERATIVE, add_generative_args, run_generative
 
 TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
              "v1.1/v2.0), swag (multiple choice); generic: classify regress (csv/tsv/jsonl with --text-col/"
@@ -22,14 +23,14 @@ TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNL
              "SQuAD json)")
 
 
-def _task_choices() -> tuple[str, ...]:
+def _task_choices(train: bool = False) -> tuple[str, ...]:
     from bertforge.tasks.config import TASKS  # torch-free: building the parser stays fast
 
-    return TASKS + (OPEN_QA,)  # finetune trains an open-qa reader; evaluate scores retrieval and a reader
+    return TASKS + (OPEN_QA,) + (GENERATIVE if train else ())  # finetune trains an open-qa reader; evaluate scores retrieval and a reader
 
 
 def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
-    p.add_argument("--task", required=True, type=str.lower, choices=_task_choices(), metavar="TASK",
+    p.add_argument("--task", required=True, type=str.lower, choices=_task_choices(train), metavar="TASK",
                    help=TASK_HELP + ("" if train else f"; {OPEN_QA} scores retrieval, and a reader: --index, "
                                      "--questions"))
     add_data_args(p, "a folder of splits (train.*, dev.* or validation.*, test.*: csv, tsv, jsonl, json, parquet, or "
@@ -67,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                "  bertforge finetune --task conll --data ../shared/data/conll2003 --model MODEL --out runs/ner "
                "--freeze --features concat_last4 --head bilstm",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    ft.add_argument("--model", required=True, metavar="DIR", help="pretrained model directory (config.json, weights, tokenizer)")
+    ft.add_argument("--model", metavar="DIR", help="pretrained model directory (config.json, weights, tokenizer)")
     ft.add_argument("--out", required=True, metavar="DIR", help="output folder: the final model itself (config.json, model.safetensors, tokenizer, "
                          "best_metrics.json), OUT/checkpoints, metrics.jsonl, results.json; with --runs OUT/run-K")
     _data_args(ft, train=True)
@@ -113,10 +114,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     oq.add_argument("--index", metavar="DIR", help="open-qa: the index the passages are retrieved from (frozen)")
     oq.add_argument("--retriever", metavar="R", help="open-qa: the question encoder of a dense index (default: the "
                     "one the index records), or bm25 for a sparse index")
-    oq.add_argument("-k", "--top-k", dest="k", type=COUNT, default=8, metavar="K",
-                    help="open-qa: passages read per question (default: 8)")
+    oq.add_argument("-k", "--top-k", dest="k", type=COUNT, metavar="K",
+                    help="open-qa: passages read per question (default: 8; rag, fid: 5)")
     oq.add_argument("--max-answer-len", type=COUNT, default=30, metavar="N",
                     help="open-qa: tokens an answer span may have (default: 30)")
+    add_generative_args(ft)
     add_tracking_args(ft)
     add_config_arg(ft)
     ft.set_defaults(func=run_finetune, needs=_finetune_needs)
@@ -169,6 +171,10 @@ def run_finetune(args: argparse.Namespace) -> int:
     from bertforge.api import finetune
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.task in GENERATIVE:
+        return run_generative(args)
+    if args.model is None:
+        raise BertforgeError("finetune: give --model DIR")
     if args.task == OPEN_QA:
         return _run_open_qa(args)
     result = finetune(args.model, args.data, task=args.task, out=args.out, train=args.train, epochs=args.epochs,
@@ -199,7 +205,7 @@ def _run_open_qa(args: argparse.Namespace) -> int:
                       epochs=args.epochs, max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size,
                       seed=args.seed, precision=args.precision, resume=args.resume, overwrite=args.overwrite,
                       report_to=args.report_to, logging_dir=args.logging_dir, device=args.device,
-                      progress=args.progress, index=args.index, retriever=args.retriever, k=args.k,
+                      progress=args.progress, index=args.index, retriever=args.retriever, k=args.k or 8,
                       max_answer_len=args.max_answer_len,
                       max_seq_len=args.max_seq_len, eval_batch_size=args.eval_batch_size, eval_limit=args.limit,
                       train_limit=args.train_limit, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,

@@ -20,6 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index", metavar="DIR", help="with --reader: answer questions on /answer from this index's "
                                                   "top k passages (as `bertforge ask`)")
     p.add_argument("--reader", metavar="DIR", help="with --index: the reader /answer reads the passages with")
+    p.add_argument("--generator", metavar="DIR", help="with --index, instead of --reader: /answer generates the "
+                                                      "answer (a RAG or fid folder, as `bertforge ask --generator`)")
+    p.add_argument("--decoding", choices=("thorough", "fast"), default="thorough",
+                   help="--generator, RAG-Sequence: how candidates are rescored (default: thorough)")
+    p.add_argument("--num-beams", type=COUNT, default=4, metavar="N",
+                   help="--generator: beam search width (default: 4)")
     p.add_argument("--retriever", metavar="R", help="with --index: the question encoder of a dense index (default: "
                                                     "the one it records), or bm25")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -68,9 +74,10 @@ def serve_command(args: argparse.Namespace) -> int:
     from bertforge.api import serve
     from bertforge.errors import BertforgeError
 
-    if not args.model and not (args.index and args.reader):
+    if not args.model and not (args.index and (args.reader or args.generator)):
         raise BertforgeError("give at least one --model DIR (or --index DIR --reader DIR to serve /answer)")
-    serve(args.model or [], index=args.index, reader=args.reader, retriever=args.retriever, host=args.host, port=args.port, threads=args.threads, log_level=args.log_level,
+    serve(args.model or [], index=args.index, reader=args.reader, retriever=args.retriever,
+          generator=args.generator, decoding=args.decoding, num_beams=args.num_beams, host=args.host, port=args.port, threads=args.threads, log_level=args.log_level,
           precision=args.precision, device=args.device, max_batch_tokens=args.max_batch_tokens,
           max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_inputs=args.max_inputs,
           max_body_bytes=args.max_body_bytes, api_key=args.api_key, batches_in_flight=args.batches_in_flight,

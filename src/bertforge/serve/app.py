@@ -195,7 +195,7 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
     answer_op = None
     if answerer is not None:
         def answer_run(items: list[tuple[str, int]]) -> list[dict[str, Any]]:
-            k = items[0][1]  # one request per call (not batchable): one k
+            k = items[0][1]  # one request per call (not batchable): one k (None: the answerer's own)
             return [r.to_dict() for r in answerer([q for q, _ in items], k)]
 
         answer_op = Operation("answer", answer_run, batchable=False)
@@ -404,14 +404,15 @@ def create_app(models: dict[str, ServedModel], options: ServeOptions | None = No
     @app.post("/answer")
     async def answer(body: S.AnswerRequest) -> JSONResponse:
         if answerer is None:
-            raise ApiError(404, "no index and reader here: start serve with --index DIR --reader DIR to answer "
-                                "questions", None, "not_found")
+            raise ApiError(404, "no index and reader here: start serve with --index DIR --reader DIR (or "
+                                "--generator DIR) to answer questions", None, "not_found")
         questions = as_list(body.question, "question")
         for i, q in enumerate(questions):
             if not q.strip():
                 raise ApiError(422, f"question[{i}]: an empty question", f"question[{i}]", "invalid_field")
         # the batch budget counts what a question costs the reader: k rows of up to its length
-        job = await run(None, "answer", [(q, body.k) for q in questions], [body.k * answerer.max_len] * len(questions))
+        k = body.k if body.k is not None else getattr(answerer, "k_default", 20)
+        job = await run(None, "answer", [(q, body.k) for q in questions], [k * answerer.max_len] * len(questions))
         return respond(job.results[0] if isinstance(body.question, str) else job.results, job)
 
     # OpenAI's model list (what `client.models.list()` / `retrieve()` read)

@@ -69,4 +69,4 @@ class TokenizeRequest(_Request):
 
 class AnswerRequest(BaseModel):
     question: Texts  # one question, or a list of them
-    k: Annotated[StrictInt, Field(ge=1, le=1000)] = 20  # passages read per question
+    k: Annotated[StrictInt, Field(ge=1, le=1000)] | None = None  # passages per question (None: 20, or a generator's own)

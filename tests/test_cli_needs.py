@@ -90,6 +90,7 @@ def test_the_declared_libraries_are_pyprojects_extras():
 # ---- each extra hidden: one line, nothing written ------------------------------------------------------------------
 # (command line, the extra its message names). The paths name nothing: the check comes before any of them is read.
 MISSING = [
+    (["ask", "--index", "no-such-index", "--reader", "r", "who?"], "embed"),  # a folder without meta.json: dense
     (["retriever", "train", "--model", "m", "--train", "t", "--out", "o"], "retrieval"),
     (["finetune", "--task", "mrpc", "--model", "m", "--data", "d", "--out", "o"], "tasks"),
     (["finetune", "--task", "classify", "--model", "m", "--data", "d", "--out", "o"], "tasks"),

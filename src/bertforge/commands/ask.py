@@ -5,6 +5,7 @@ import argparse
 import json
 
 from bertforge.commands.bounds import COUNT
+from bertforge.commands.needs import index_needs
 from bertforge.commands.options import add_progress_arg
 from bertforge.device import add_device_args
 
@@ -42,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=COUNT, default=8, metavar="N", help="questions per forward pass (default: 8)")
     add_device_args(p, None, compile=None)
     add_progress_arg(p)
-    p.set_defaults(func=ask_command, needs=())
+    p.set_defaults(func=ask_command, needs=lambda args: index_needs(args.index, "ask"))
 
 
 def ask_command(args: argparse.Namespace) -> int:

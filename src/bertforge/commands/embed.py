@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from bertforge.commands.needs import Need, tracker_needs
+from bertforge.commands.needs import Need, index_needs, tracker_needs
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
                                         add_tracking_args, device_of)
 from bertforge.device import PRECISIONS, TRAINING_PRECISIONS, add_device_args
@@ -156,25 +156,12 @@ def _shard_options(b: argparse.ArgumentParser) -> None:
 
 
 def _index_needs(args: argparse.Namespace) -> tuple[Need, ...]:
-    """dense: faiss; bm25: bm25s; hybrid: both. `index add` / `query` read the method from the index's meta.json
-    (an unreadable one: dense's, and loading it says what is wrong)."""
-    method = getattr(args, "method", None)
+    """dense: faiss; bm25: bm25s; hybrid: both. `index add` / `query` read the method from the index's meta.json;
+    --ray: ray."""
     what = f"index {args.index_command}"
-    if method is None:
-        import json as json_
-
-        try:
-            method = json_.loads((Path(args.index) / "meta.json").read_text(encoding="utf-8")).get("method", "dense")
-        except (OSError, ValueError, AttributeError):
-            method = "dense"
-    needs = []
-    if method != "bm25":
-        needs.append(Need("embed", "faiss", what))
-    if method in ("bm25", "hybrid"):
-        needs.append(Need("retrieval", "bm25s", f"{what} --method {method}"))
-    if getattr(args, "ray", None):
-        needs.append(Need("ray", "ray", "index build --ray"))
-    return tuple(needs)
+    needs = index_needs(args.index if getattr(args, "method", None) is None else None, what,
+                        getattr(args, "method", None))
+    return (*needs, *((Need("ray", "ray", "index build --ray"),) if getattr(args, "ray", None) else ()))
 
 
 def _corpus_columns(p: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ import argparse
 import json
 import logging
 
-from bertforge.commands.needs import Need, task_needs, tracker_needs
+from bertforge.commands.needs import Need, index_needs, task_needs, tracker_needs
 from bertforge.errors import BertforgeError
 from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
                                         add_tracking_args)
@@ -132,7 +132,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--split", default="dev", choices=("dev", "test"),
                     help="which file of --data to score: dev (dev/valid/validation) or test (default: dev)")
     add_device_args(ev, INFERENCE_PRECISIONS, "fp32", "bf16 or fp16 (GPU only) autocast", device=False)
-    ev.set_defaults(func=run_evaluate, needs=lambda args: task_needs(args.task))
+    ev.set_defaults(func=run_evaluate, needs=lambda args: (*task_needs(args.task), *_index_needs(args)))
 
     pr = subparsers.add_parser("predict", help="predictions of a fine-tuned model as JSONL",
                                description="Predict with a fine-tuned model; the task is read from its config.json. "
@@ -156,7 +156,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _finetune_needs(args: argparse.Namespace) -> tuple[Need, ...]:
-    return (*task_needs(args.task), *tracker_needs(args))
+    return (*task_needs(args.task), *tracker_needs(args), *_index_needs(args))
+
+
+def _index_needs(args: argparse.Namespace) -> tuple[Need, ...]:
+    """The tasks that retrieve (open-qa, rag, fid): what searching their --index imports."""
+    return index_needs(getattr(args, "index", None), f"--task {args.task}")
 
 
 def _options(args: argparse.Namespace) -> dict:

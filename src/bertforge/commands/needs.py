@@ -93,6 +93,30 @@ def task_needs(task: str | None) -> tuple[Need, ...]:
     return tuple(Need(extra, module, what) for extra, module in _KIND_NEEDS.get(TASK_KINDS.get(name, ""), ()))
 
 
+def index_method(index: str | Path | None) -> str:
+    """The retrieval method an index folder records in its meta.json ("dense" when it records none, or the file
+    cannot be read: loading the index then says what is wrong)."""
+    import json
+
+    try:
+        return json.loads((Path(index) / "meta.json").read_text(encoding="utf-8")).get("method", "dense")
+    except (OSError, ValueError, AttributeError, TypeError):
+        return "dense"
+
+
+def index_needs(index: str | Path | None, what: str, method: str | None = None) -> tuple[Need, ...]:
+    """What searching (or building) an index imports: faiss for dense vectors, bm25s for BM25, both for hybrid."""
+    if index is None and method is None:
+        return ()
+    method = method or index_method(index)
+    needs = []
+    if method != "bm25":
+        needs.append(Need("embed", "faiss", what))
+    if method in ("bm25", "hybrid"):
+        needs.append(Need("retrieval", "bm25s", f"{what} (a {method} index)"))
+    return tuple(needs)
+
+
 def tracker_needs(args: argparse.Namespace) -> tuple[Need, ...]:
     """`--report-to`'s trackers: `training.reporting` imports each now and names its extra in one line."""
     if getattr(args, "report_to", None):

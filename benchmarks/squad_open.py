@@ -153,6 +153,8 @@ def main() -> None:
     ap.add_argument("--ict-dpr", metavar="MODEL", help="the same, pretrained with the inverse cloze task first")
     ap.add_argument("--reader", metavar="MODEL", help="a reader: end-to-end exact match / F1 over --reader-over")
     ap.add_argument("--reader-over", default="bm25", metavar="ROW", help="the row (index) the reader reads from")
+    ap.add_argument("--reader-index", metavar="DIR", help="read from this saved index folder (`Index.build(..., out)`) "
+                    "instead of building --reader-over's index again; --reader-over still names it in the results")
     ap.add_argument("--reader-k", type=int, default=5, help="passages the reader reads per question (default: 5)")
     ap.add_argument("--reader-questions", type=int, help="score the reader on the first N held-out questions")
     ap.add_argument("--no-progress", dest="progress", action="store_false")
@@ -194,7 +196,11 @@ def main() -> None:
     reader_row = None
     if args.reader:
         key = args.reader_over.split(":")[0]
-        if key not in indexes:
+        if args.reader_index:
+            import bertforge
+
+            indexes[key] = bertforge.Index.load(args.reader_index, device="cpu")
+        elif key not in indexes:
             (_, _, method, model, searches), = [p for p in plan(argparse.Namespace(**{**vars(args), "rows": key}),
                                                                 minilm)]
             indexes[key] = Bm25Reference(texts) if method == "bm25s" else build(method, model, ids, texts,
@@ -208,7 +214,8 @@ def main() -> None:
         reader_row = run_row(f"reader {args.reader} over {args.reader_over}, top {args.reader_k} passages",
                              indexes[key], scored, answer_fn, args.progress, {"fusion": fusion} if fusion else {},
                              ks=(1, args.reader_k))
-        reader_row.update(reader=args.reader, reader_over=args.reader_over, reader_k=args.reader_k, command=command)
+        reader_row.update(reader=args.reader, reader_over=args.reader_over, reader_k=args.reader_k, command=command,
+                          reader_index=args.reader_index)
         print(f"reader over {args.reader_over} (top {args.reader_k}), {len(scored)} questions: exact match "
               f"{reader_row.get('exact_match')}, F1 {reader_row.get('f1')}", flush=True)
     merge_and_save(args, rows, reader_row, len(texts), torch)

@@ -129,13 +129,15 @@ def plan(args, minilm: str) -> list[tuple[str, str, str, str | None, list[tuple[
                     (", reciprocal-rank fusion", {"fusion": "rrf"})]),
         "dpr": ("DPR-trained all-MiniLM-L6-v2 (dot product)", "dense", args.dpr, [("", {})]),
         "ict-dpr": ("ICT + DPR-trained all-MiniLM-L6-v2 (dot product)", "dense", args.ict_dpr, [("", {})]),
+        "start": ("untrained starting towers (all-MiniLM-L6-v2, mean pooling, dot product)", "dense", args.start,
+                  [("", {})]),
     }
     out = []
     for key in args.rows.split(","):
         if key not in every:
             raise SystemExit(f"--rows: unknown row {key!r} (expected {', '.join(every)})")
         name, method, model, searches = every[key]
-        if key in ("dpr", "ict-dpr") and not model:
+        if key in ("dpr", "ict-dpr", "start") and not model:
             raise SystemExit(f"--rows {key}: give --{key} MODEL")
         out.append((key, name, method, model, searches))
     return out
@@ -147,10 +149,12 @@ def main() -> None:
     ap.add_argument("--max-questions", type=int, help="score only the first N held-out questions")
     ap.add_argument("--rows", default="dense,bm25,bm25s,hybrid",
                     help="indexes to build and score, comma-separated: dense, bm25, bm25s, hybrid (two rows: "
-                         "weighted and RRF fusion), dpr, ict-dpr (default: dense,bm25,bm25s,hybrid, plus dpr / "
+                         "weighted and RRF fusion), dpr, ict-dpr, start (default: dense,bm25,bm25s,hybrid, plus dpr / "
                          "ict-dpr when given)")
     ap.add_argument("--dpr", metavar="MODEL", help="a retriever folder trained on the first 24 articles")
     ap.add_argument("--ict-dpr", metavar="MODEL", help="the same, pretrained with the inverse cloze task first")
+    ap.add_argument("--start", metavar="DIR", help="the retriever folder DPR training started from (row `start`: the "
+                    "same dot-product search before any training, the control for --dpr)")
     ap.add_argument("--reader", metavar="MODEL", help="a reader: end-to-end exact match / F1 over --reader-over")
     ap.add_argument("--reader-over", default="bm25", metavar="ROW", help="the row (index) the reader reads from")
     ap.add_argument("--reader-index", metavar="DIR", help="read from this saved index folder (`Index.build(..., out)`) "

@@ -105,3 +105,10 @@ def test_single_model_index_still_cosine(folders):
     for i, row in enumerate(hits):
         j = int(np.argmax(q[i] @ p.T))
         assert row[0].id == IDS[j] and row[0].score == pytest.approx(float(q[i] @ p[j]), abs=1e-5)
+
+
+def test_two_tower_index_is_not_sharded(folders, tmp_path):
+    import bertforge
+
+    with pytest.raises(BertforgeError, match="not in shards"):
+        bertforge.Index.build(folders / "r", PASSAGES, tmp_path / "ix", ids=IDS, num_shards=2, device="cpu")

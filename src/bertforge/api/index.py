@@ -118,8 +118,9 @@ class Index:
 
         `method`: "dense" (embedded by `model`, a folder, Hub id or loaded SentenceEncoder, into a FAISS index of
         `kind` flat / hnsw / ivf / ivf-pq, default flat; a two-tower retriever folder: its passage tower embeds the
-        passages and its question tower the queries, by dot product, flat or hnsw), "bm25" (`model` None; `stopwords` "en" or "none") or
-        "hybrid" (both; `fusion` "weighted" (default: `alpha` the dense list's weight, default 0.5) or "rrf").
+        passages and its question tower the queries, by dot product, flat or hnsw), "bm25" (`model` None;
+        `stopwords` "en" or "none") or "hybrid" (both; `fusion` "weighted" (default: `alpha` the dense list's
+        weight, default 0.5) or "rrf").
 
         Sharded, dense only (docs/retrieval.md, "A corpus-scale index"): `num_shards` N with `shard_id` I embeds
         only shard I (passages at positions I mod N) into `out`/shards and returns a `ShardBuild`; N without I
@@ -145,6 +146,9 @@ class Index:
 
             sharded = shard_plan(env=None)[0] is not None
         if sharded:
+            if _is_retriever(model):
+                raise BertforgeError("model: a two-tower retriever's index is built whole (flat or hnsw), not in "
+                                     "shards")
             if method != "dense":
                 raise BertforgeError(f"method: a sharded build embeds passages, so it is dense only (got {method!r})")
             return _sharded(model, passages, out, num_shards, shard_id, ray, kind or "flat", ids, text_col, id_col,

@@ -10,12 +10,14 @@ SQuAD's gold spans, matched in the retrieved paragraphs with DPR's string rule (
 Rows (`--rows`), each through bertforge's `Index`: all-MiniLM-L6-v2 zero-shot (dense, cosine); BM25 (method bm25)
 and bm25s called directly (a reference); hybrid BM25 + all-MiniLM-L6-v2 (one index, searched with weighted min-max
 and with reciprocal-rank fusion); `--dpr DIR` / `--ict-dpr DIR`: a retriever folder (its passage tower builds the
-index, its question tower searches it, by dot product). `--reader MODEL`: end-to-end exact match / F1 of a reader
+index, its question tower searches it, by dot product); `--start DIR`: the folder DPR training started from, searched
+the same way (the control). `--reader MODEL`: end-to-end exact match / F1 of a reader
 reading the top `--reader-k` passages of one row (`--reader-over`). The passages are indexed without their titles
 (the hits' text is the paragraph has_answer looks in, as DPR's evaluation does by default).
 
-    nice -n 10 python benchmarks/squad_open.py [--rows dense,bm25,bm25s,hybrid,dpr,ict-dpr] [--dpr DIR]
-        [--ict-dpr DIR] [--reader MODEL --reader-over bm25 --reader-k 5 --reader-questions N] [--max-questions N]
+    nice -n 10 python benchmarks/squad_open.py [--rows dense,bm25,bm25s,hybrid,dpr,ict-dpr,start] [--dpr DIR]
+        [--ict-dpr DIR] [--start DIR] [--reader MODEL --reader-over ROW [--reader-index DIR] --reader-k K
+        --reader-questions N] [--max-questions N]
 
 Merges its rows into benchmarks/results/squad_open.json (same-named rows replaced) and prints them.
 """

@@ -10,6 +10,8 @@ folders) or in memory until saved.
     sparse = bertforge.Index.build(None, passages, "runs/bm25", method="bm25")
 
 An index never mixes models: every add and search checks the model's fingerprint against the one that built it.
+A two-tower retriever folder (`bertforge retriever train`: question/ and passage/) as the model builds the index with
+its passage tower and searches it with its question tower, by dot product (the question tower is checked too).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class Index:
         self._model = model      # a loaded SentenceEncoder, a model name, or None: the one the index records
         self._device, self._compile = device, compile
         self._encoder = None
+        self._question = None    # a two-tower index's question tower, loaded on first search
 
     # ---- what it holds -----------------------------------------------------------------------------------------
     @property
@@ -87,6 +90,19 @@ class Index:
                 self._encoder = placed(encoder, self._device or "auto", self._compile, f"--model {encoder.source}")
         return self._encoder
 
+    def _question_model(self):
+        """What queries are embedded with: a two-tower index's question tower, else the index's model."""
+        if not self._index.two_towers:
+            return self.model
+        if self._question is None:
+            from bertforge.embed import SentenceEncoder
+
+            given = None if isinstance(self._model, SentenceEncoder) else self._model
+            retriever = given if given is not None and _is_retriever(given) else None
+            self._question = placed(self._index.load_question_model(retriever), self._device or "auto",
+                                    self._compile, "--retriever")
+        return self._question
+
     # ---- build / load / save -----------------------------------------------------------------------------------
     @classmethod
     def build(cls, model: Any, passages: Any, out: Any = None, *, method: str = "dense", ids: list[str] | None = None,
@@ -101,8 +117,10 @@ class Index:
         that holds files is refused unless `overwrite`).
 
         `method`: "dense" (embedded by `model`, a folder, Hub id or loaded SentenceEncoder, into a FAISS index of
-        `kind` flat / hnsw / ivf / ivf-pq, default flat), "bm25" (`model` None; `stopwords` "en" or "none") or
-        "hybrid" (both; `fusion` "weighted" (default: `alpha` the dense list's weight, default 0.5) or "rrf").
+        `kind` flat / hnsw / ivf / ivf-pq, default flat; a two-tower retriever folder: its passage tower embeds the
+        passages and its question tower the queries, by dot product, flat or hnsw), "bm25" (`model` None;
+        `stopwords` "en" or "none") or "hybrid" (both; `fusion` "weighted" (default: `alpha` the dense list's
+        weight, default 0.5) or "rrf").
 
         Sharded, dense only (docs/retrieval.md, "A corpus-scale index"): `num_shards` N with `shard_id` I embeds
         only shard I (passages at positions I mod N) into `out`/shards and returns a `ShardBuild`; N without I
@@ -128,6 +146,9 @@ class Index:
 
             sharded = shard_plan(env=None)[0] is not None
         if sharded:
+            if _is_retriever(model):
+                raise BertforgeError("model: a two-tower retriever's index is built whole (flat or hnsw), not in "
+                                     "shards")
             if method != "dense":
                 raise BertforgeError(f"method: a sharded build embeds passages, so it is dense only (got {method!r})")
             return _sharded(model, passages, out, num_shards, shard_id, ray, kind or "flat", ids, text_col, id_col,
@@ -136,15 +157,18 @@ class Index:
 
         def make(folder: Path | None) -> "Index":
             found = _passages(passages, ids, text_col, id_col, title_col, require_ids, data_split, data_config)
-            encoder = None
-            if method != "bm25":
+            encoder = question = None
+            if method != "bm25" and _is_retriever(model):
+                question, encoder = _towers(model, pooling, device, compile)
+            elif method != "bm25":
                 encoder = load_sentence_encoder(model, pooling=pooling, device=device, compile=compile,
                                                 revision=revision)
             built = RetrievalIndex.build(folder, found, method=method, model=encoder, kind=kind, stopwords=stopwords,
                                          fusion=fusion, alpha=alpha, batch_size=batch_size, precision=precision,
-                                         progress=progress)
-            index = cls(built, encoder, device=device, compile=compile)
-            index._encoder = encoder
+                                         progress=progress, question=question,
+                                         retriever=model if question is not None else None)
+            index = cls(built, model if question is not None else encoder, device=device, compile=compile)
+            index._encoder, index._question = encoder, question
             return index
 
         if out is None:
@@ -185,6 +209,18 @@ class Index:
             return cls(index)
         if device is not None:
             device_for(device)
+        if index.two_towers and model is not None and not _is_retriever(model):
+            raise BertforgeError(f"{path}: built by a two-tower retriever; give its retriever folder (question/ and "
+                                 "passage/) as the model, or none")
+        if index.two_towers and model is not None:
+            from bertforge.retrieval.towers import load_retriever
+
+            encoder = load_retriever(model)[1]
+            index.check_model(encoder)
+            out = cls(index, encoder, device=device, compile=compile)
+            out._model = model  # the folder: its question tower is loaded (and checked) on first search
+            out._encoder = placed(encoder, device or "auto", compile, "--model")
+            return out
         chosen = model_name(model, revision) if model is not None else None
         return cls(index, chosen, device=device, compile=compile)
 
@@ -246,10 +282,28 @@ class Index:
         one = isinstance(queries, str)
         questions = [queries] if one else list(queries)
         cross = None if rerank is None else _cross_encoder(rerank, self._device, revision)  # refused before work
-        results = self._index.search(self.model, questions, k=k, fusion=fusion, alpha=alpha)
+        results = self._index.search(self._question_model(), questions, k=k, fusion=fusion, alpha=alpha)
         if cross is not None:
             results = [rerank_hits(hits, q, cross) for q, hits in zip(questions, results)]
         return results[0] if one else results
+
+
+def _is_retriever(model: Any) -> bool:
+    from bertforge.retrieval.towers import is_retriever
+
+    return is_retriever(model)
+
+
+def _towers(folder: Any, pooling: Any, device: str | None, compile: bool):
+    """(question tower, passage tower) of a retriever folder, placed on `device`."""
+    from bertforge.retrieval.towers import load_retriever
+
+    if pooling is not None:
+        raise BertforgeError("pooling: a retriever folder keeps its towers' own pooling; leave it out")
+    question, passage = load_retriever(folder)
+    passage = placed(passage, device or "auto", compile, f"--model {folder}")
+    question = passage if question is passage else placed(question, device or "auto", compile, f"--model {folder}")
+    return question, passage
 
 
 def _sharded(model, passages, out, num_shards, shard_id, ray, kind, ids, text_col, id_col, title_col, data_split,

@@ -6,6 +6,10 @@
 
 A passage is embedded and BM25-tokenised as `passages.with_title(title, text)`. Every add and search of a dense
 or hybrid index checks the model (its embedding width, then its fingerprint) against the one that built it.
+
+A two-tower retriever (a DPR-trained folder: question/ and passage/) is indexed with its passage tower and searched
+with its question tower, by raw dot product as it was trained (unnormalised vectors; flat or hnsw): meta.json's
+"retriever" records the folder and the question tower's fingerprint, which every search checks.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from bertforge.embed.index import VectorIndex, require_faiss
+from bertforge.embed.index import VectorIndex, index_meta, make_index, require_faiss
 from bertforge.embed.modules import SentenceEncoder
 from bertforge.errors import BertforgeError
 from bertforge.io.read import jsonl_rows, read_json
@@ -78,8 +82,11 @@ class RetrievalIndex:
     def build(cls, path: str | Path | None, passages: Passages, *, method: str = "dense",
               model: SentenceEncoder | None = None, kind: str | None = None, stopwords: str = "en",
               fusion: str | None = None, alpha: float | None = None, batch_size: int = 32, precision: str = "fp32",
-              progress: bool = True) -> "RetrievalIndex":
-        """Index `passages` by `method` into a new index, saved in `path` (None: in memory until `save`)."""
+              progress: bool = True, question: SentenceEncoder | None = None,
+              retriever: str | Path | None = None) -> "RetrievalIndex":
+        """Index `passages` by `method` into a new index, saved in `path` (None: in memory until `save`).
+        `question`: the question tower of a two-tower retriever whose passage tower is `model` (folder
+        `retriever`): the index is searched with it by dot product."""
         settings = check_options(method, model, kind, fusion, alpha)
         path = Path(path) if path is not None else None
         if path is not None and (path / "meta.json").exists():
@@ -87,11 +94,18 @@ class RetrievalIndex:
         meta: dict[str, Any] = {"method": method, "count": len(passages)}
         vectors = bm25 = None
         texts = [with_title(h, t) for h, t in zip(passages.titles, passages.texts)]
-        if method != "bm25":
+        if method != "bm25" and question is not None:
+            vectors = _dot_vectors(model, passages.ids, texts, kind or "flat", batch_size, precision, progress)
+        elif method != "bm25":
             vectors = VectorIndex.build(None, model, passages.ids, texts, kind=kind or "flat", batch_size=batch_size,
                                         precision=precision, progress=progress)
+        if vectors is not None:
             vectors.ids, vectors.texts = passages.ids, passages.texts  # one copy of the corpus in memory
             meta = {"method": method, **vectors.meta}
+        if vectors is not None and question is not None:
+            meta["retriever"] = {"path": str(Path(retriever).resolve()) if retriever is not None else None,
+                                 "question": str(question.source.resolve()) if question.source else None,
+                                 "question_fingerprint": question.fingerprint(), "similarity": "dot"}
         if method != "dense":
             bm25 = BM25Index.build(texts, BM25Settings(stopwords=stopwords), progress=progress)
             meta["bm25"] = bm25.settings.to_dict()
@@ -151,7 +165,13 @@ class RetrievalIndex:
         self.meta = store.commit(self.path, {**self.meta, "count": len(p)}, writers)
 
     # ---- the model ---------------------------------------------------------------------------------------------
-    def check_model(self, model: SentenceEncoder | None) -> None:
+    @property
+    def two_towers(self) -> bool:
+        """Built by a retriever's passage tower, searched with its question tower (dot product)."""
+        return "retriever" in self.meta
+
+    def check_model(self, model: SentenceEncoder | None, question: bool = False) -> None:
+        """`model` is the one that built the index (`question`: the question tower a two-tower index records)."""
         where = self.path or "the index"
         if not self.needs_model:
             if model is not None:
@@ -165,6 +185,13 @@ class RetrievalIndex:
                                  f"{model.source or 'the given model'} embeds in {model.dim}: pass the model it was "
                                  "built with")
         fp = model.fingerprint()
+        if question and self.two_towers:
+            recorded = self.meta["retriever"]["question_fingerprint"]
+            if fp != recorded:
+                raise BertforgeError(f"{where}: searched with question tower fingerprint {recorded[:12]} "
+                                     f"({self.meta['retriever'].get('path')}), but {model.source or 'the given model'} "
+                                     f"has {fp[:12]}: pass the retriever folder it was built with")
+            return
         if fp != self.meta["fingerprint"]:
             raise BertforgeError(f"{where}: built with model fingerprint {built}, but "
                                  f"{model.source or 'the given model'} has {fp[:12]}: an index never mixes models "
@@ -183,6 +210,20 @@ class RetrievalIndex:
         self.check_model(model)
         return model
 
+    def load_question_model(self, retriever_dir: str | Path | None = None) -> SentenceEncoder:
+        """A two-tower index's question tower (of `retriever_dir`, else the recorded one), checked."""
+        from bertforge.retrieval.towers import load_retriever
+
+        if retriever_dir is not None:
+            model = load_retriever(retriever_dir)[0]
+        else:
+            source = self.meta["retriever"].get("question")
+            if not source:
+                raise BertforgeError(f"{self.path or 'the index'}: no question tower recorded; pass the retriever")
+            model = SentenceEncoder.from_pretrained(source)
+        self.check_model(model, question=True)
+        return model
+
     # ---- use ---------------------------------------------------------------------------------------------------
     def add(self, model: SentenceEncoder | None, passages: Passages, batch_size: int = 32,
             progress: bool = True) -> int:
@@ -197,7 +238,7 @@ class RetrievalIndex:
         texts = [with_title(h, t) for h, t in zip(passages.titles, passages.texts)]
         if self.vectors is not None:
             vectors = model.encode(texts, batch_size=batch_size, precision=self.meta.get("precision", "fp32"),
-                                   normalize=True, progress=progress)
+                                   normalize=self.meta.get("normalized", True), progress=progress)
             self.vectors.index.add(vectors)
         for i in range(len(passages)):
             self.passages.append(passages[i])
@@ -222,7 +263,7 @@ class RetrievalIndex:
             k = n
         if self.method != "hybrid" and (fusion is not None or alpha is not None):
             raise BertforgeError(f"fusion and alpha apply to a hybrid index; this one is {self.method}")
-        self.check_model(model)
+        self.check_model(model, question=True)
         if self.method == "dense":
             lists = self._dense(model, queries, k)
         elif self.method == "bm25":
@@ -238,7 +279,8 @@ class RetrievalIndex:
         return [[Hit(r, s, ids[i], titles[i], texts[i]) for r, (i, s) in enumerate(ranked, 1)] for ranked in lists]
 
     def _dense(self, model: SentenceEncoder, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
-        q = model.encode(queries, precision=self.meta.get("precision", "fp32"), normalize=True, progress=False)
+        q = model.encode(queries, precision=self.meta.get("precision", "fp32"),
+                         normalize=self.meta.get("normalized", True), progress=False)
         scores, rows = self.vectors.index.search(np.ascontiguousarray(q, dtype=np.float32), k)
         return [[(i, s) for s, i in zip(srow, irow) if i >= 0] for srow, irow in zip(scores.tolist(), rows.tolist())]
 
@@ -246,6 +288,23 @@ class RetrievalIndex:
         rows, scores = self.bm25.search(queries, k)
         # a passage sharing no term with the query scores 0: never a hit
         return [[(i, s) for i, s in zip(irow, srow) if s > 0] for irow, srow in zip(rows.tolist(), scores.tolist())]
+
+
+def _dot_vectors(model: SentenceEncoder, ids: list[str], texts: list[str], kind: str, batch_size: int,
+                 precision: str, progress: bool) -> VectorIndex:
+    """A retriever's passage vectors as it scores them: raw dot products (no normalisation), flat or hnsw."""
+    if kind not in ("flat", "hnsw"):
+        raise BertforgeError(f"kind: a two-tower retriever's index is searched by dot product: flat or hnsw (got "
+                             f"{kind!r})")
+    vectors = model.encode(texts, batch_size=batch_size, precision=precision, normalize=False, progress=progress)
+    index = make_index(kind, vectors.shape[1])
+    index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    meta = {"kind": kind, "dim": int(vectors.shape[1]), "count": len(ids), "metric": "inner_product",
+            "normalized": False, "fingerprint": model.fingerprint(),
+            "model": str(model.source.resolve()) if model.source else None,
+            "pooling": model.pooling.modes if model.pooling else None, "precision": precision}
+    meta.update(index_meta(kind, index))
+    return VectorIndex(None, index, list(ids), list(texts), meta)
 
 
 def check_options(method: str, model: Any, kind: str | None, fusion: str | None, alpha: float | None

@@ -47,8 +47,9 @@ class OneLineParser(argparse.ArgumentParser):
     Sub-commands inherit the class (add_subparsers defaults parser_class to the parent's type)."""
 
     def error(self, message: str):  # type: ignore[override]
-        # "argument --lr: must be > 0 (got nan)" (a bound of bertforge.commands.bounds) -> "--lr must be > 0 ..."
-        message = re.sub(r"^argument (\S+): must be ", r"\1 must be ", message)
+        # "argument --lr: must be > 0 (got nan)" (a bound of bertforge.commands.bounds) -> "--lr must be > 0 ...";
+        # an option with aliases ("-k/--top-k") is named as the first
+        message = re.sub(r"^argument ([^\s/]+)(?:/\S+)?: must be ", r"\1 must be ", message)
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -64,6 +64,8 @@ class GenerativeConfig:
     hints: dict[str, Any] = field(default_factory=dict)  # the index / retriever, recorded
 
     def __post_init__(self) -> None:
+        if self.epochs is None:  # the public finetune's "not given"
+            self.epochs = 3.0
         if self.task not in TASKS:
             raise BertforgeError(f"task: expected one of {', '.join(TASKS)} (got {self.task!r})")
         if self.marginalise not in MARGINALISATIONS:

@@ -47,6 +47,9 @@ class Question:
     answers: list[str]
 
 
+DEFAULT_READER_EPOCHS = 3.0
+
+
 @dataclass
 class OpenQAConfig:
     """One reader training job; the field names are `FinetuneConfig`'s where they mean the same."""
@@ -58,7 +61,7 @@ class OpenQAConfig:
     k: int = 8                      # passages read per question (training and evaluation)
     max_seq_len: int = 256          # tokens per (question, title, passage) row
     max_answer_len: int = 30        # tokens an answer span may have
-    epochs: float = 3.0
+    epochs: float = 3.0             # None (the public finetune's default) reads as DEFAULT_READER_EPOCHS
     max_steps: int | None = None
     lr: float | None = None
     batch_size: int = 4             # questions per step (each brings k rows)
@@ -86,11 +89,18 @@ class OpenQAConfig:
     runs: int = 1
 
     def __post_init__(self) -> None:
+        if self.epochs is None:  # the public finetune's "not given": a reader's own default
+            self.epochs = DEFAULT_READER_EPOCHS
         for name in ("k", "max_seq_len", "max_answer_len", "epochs", "max_steps", "lr", "batch_size",
                      "eval_batch_size", "train_limit", "eval_limit"):
             v = getattr(self, name)
             if v is not None and v <= 0:
                 raise BertforgeError(f"{name}: must be positive, got {v}")
+
+    def plan_epochs(self, train_rows: int) -> tuple[float, int]:
+        """(epochs, evaluate every N epochs), as `FinetuneConfig.plan_epochs` answers `train_one`: the epochs asked
+        for, evaluating after each."""
+        return float(self.epochs), 1
 
 
 # ---- questions -----------------------------------------------------------------------------------------------------

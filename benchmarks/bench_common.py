@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -64,3 +65,11 @@ def best_time(fn: Callable[[], object], repeats: int, warmup: int = 0) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return min(times)
+
+
+def book_words(path: Path) -> list[str]:
+    """A Project Gutenberg book's words between its header and footer (the whole text where they are absent)."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    start = next((i + 1 for i, line in enumerate(lines) if re.match(r"\*\*\* ?START OF", line)), 0)
+    end = next((i for i, line in enumerate(lines) if re.match(r"\*\*\* ?END OF", line)), len(lines))
+    return " ".join(lines[start:end]).split()

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import resource
 import shutil
 import subprocess
@@ -37,6 +36,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import book_words  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = next((d for d in (ROOT.parent / "shared/data/gutenberg", Path("/work/shared/data/gutenberg")) if d.is_dir()),
             ROOT.parent / "shared/data/gutenberg")
@@ -45,12 +47,6 @@ KINDS = ("flat", "hnsw", "ivf", "ivf-pq")
 WORDS = 100
 
 
-def book_words(path: Path) -> list[str]:
-    """A book's words between its PG header and footer (the whole text where they are absent)."""
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    start = next((i + 1 for i, line in enumerate(lines) if re.match(r"\*\*\* ?START OF", line)), 0)
-    end = next((i for i, line in enumerate(lines) if re.match(r"\*\*\* ?END OF", line)), len(lines))
-    return " ".join(lines[start:end]).split()
 
 
 def write_passages(data: Path, n: int, out: Path) -> dict:

@@ -20,7 +20,6 @@ import copy
 import json
 import os
 import platform
-import re
 import sys
 import tempfile
 import time
@@ -34,16 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bench_common import save  # noqa: E402
+from bench_common import book_words, save  # noqa: E402
 
 WORDS = 100
 
 
-def book_words(path: Path) -> list[str]:
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    start = next((i + 1 for i, line in enumerate(lines) if re.match(r"\*\*\* ?START OF", line)), 0)
-    end = next((i for i, line in enumerate(lines) if re.match(r"\*\*\* ?END OF", line)), len(lines))
-    return " ".join(lines[start:end]).split()
 
 
 def passages_of(data: Path, n: int):

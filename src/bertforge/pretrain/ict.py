@@ -22,7 +22,7 @@ from bertforge.errors import BertforgeError
 from bertforge.io.write import atomic_write_text
 from bertforge.model import Encoder
 from bertforge.pretrain.options import PretrainOptions, auto_threads, schedule
-from bertforge.pretrain.outdir import claim_out
+from bertforge.pretrain.outdir import run_in_claimed_out
 from bertforge.pretrain.prepare import corpus_paths, prepare_tokenizer
 from bertforge.retrieval.ict import ICTDataset, make_blocks
 from bertforge.retrieval.towers import BiEncoder, is_retriever, load_towers
@@ -44,15 +44,7 @@ def pretrain_ict(opts: PretrainOptions) -> dict[str, Any]:
     opts.out = Path(opts.out)
     torch.set_num_threads(opts.threads or auto_threads(1))
     paths = corpus_paths(opts, True, 1)
-    run_dir = claim_out(opts, paths, True)
-    try:
-        result = _run(opts, paths, t_start)
-    except BaseException:
-        if run_dir is not None:
-            run_dir.release(failed=True)
-        raise
-    if run_dir is not None:
-        run_dir.release()
+    result = run_in_claimed_out(opts, paths, True, lambda: _run(opts, paths, t_start))
     return result
 
 

@@ -88,3 +88,18 @@ def claim_out(opts: PretrainOptions, corpus_paths: list[str], is_main: bool) -> 
     if message is not None:
         raise BertforgeError(message)
     return run
+
+
+def run_in_claimed_out(opts: PretrainOptions, corpus_paths: list[str], is_main: bool, work):
+    """`work()` with OUT claimed first (`claim_out`: before anything in OUT is read or written) and released after:
+    as failed when `work` raises (partial work stays for --resume; an empty new folder goes)."""
+    run_dir = claim_out(opts, corpus_paths, is_main)
+    try:
+        result = work()
+    except BaseException:
+        if run_dir is not None:
+            run_dir.release(failed=True)
+        raise
+    if run_dir is not None:
+        run_dir.release()
+    return result

@@ -31,7 +31,7 @@ from bertforge.io.write import atomic_write_text
 from bertforge.model.folder import ModelFolder
 from bertforge.pretrain.objectives import build_objective
 from bertforge.pretrain.options import PretrainOptions, auto_threads, schedule
-from bertforge.pretrain.outdir import claim_out
+from bertforge.pretrain.outdir import run_in_claimed_out
 from bertforge.pretrain.prepare import prepare_tokenizer
 from bertforge.retrieval.passages import read_passages
 from bertforge.retrieval.realm_data import RealmCollator, RealmSentences, heuristic_spans, ner_spans
@@ -69,15 +69,7 @@ def pretrain_realm(opts: PretrainOptions) -> dict[str, Any]:
     opts.out = Path(opts.out)
     torch.set_num_threads(opts.threads or auto_threads(1))
     paths = [str(p) for p in (opts.corpus or [opts.knowledge])]
-    run_dir = claim_out(opts, paths, True)
-    try:
-        result = _run(opts, paths, t_start)
-    except BaseException:
-        if run_dir is not None:
-            run_dir.release(failed=True)
-        raise
-    if run_dir is not None:
-        run_dir.release()
+    result = run_in_claimed_out(opts, paths, True, lambda: _run(opts, paths, t_start))
     return result
 
 

@@ -36,7 +36,7 @@ from bertforge.pretrain.inputs import check_model_fits_recipe
 from bertforge.pretrain.metrics import stuck_at_baseline
 from bertforge.pretrain.objectives import ELECTRAObjective, build_objective, uses_pooler
 from bertforge.pretrain.options import PretrainOptions, auto_threads, schedule
-from bertforge.pretrain.outdir import claim_out
+from bertforge.pretrain.outdir import run_in_claimed_out
 from bertforge.pretrain.recipes import ICT, REALM
 from bertforge.pretrain.prepare import barrier, corpus_paths, prepare_data, prepare_tokenizer
 from bertforge.pretrain.report import curves_line, print_summary, setup_line, stuck_warning
@@ -131,15 +131,7 @@ def pretrain(opts: PretrainOptions) -> dict[str, Any]:
     owns_group = init_distributed(device) if world > 1 else False
     _check_options(opts)
     paths = corpus_paths(opts, is_main, world)
-    run_dir = claim_out(opts, paths, is_main)  # before anything in OUT is read or written
-    try:
-        result = _pretrain(opts, paths, device, t_start, wall_start)
-    except BaseException:
-        if run_dir is not None:
-            run_dir.release(failed=True)  # partial work stays for --resume; an empty new folder goes
-        raise
-    if run_dir is not None:
-        run_dir.release()
+    result = run_in_claimed_out(opts, paths, is_main, lambda: _pretrain(opts, paths, device, t_start, wall_start))
     if owns_group and is_distributed():
         barrier()
         torch.distributed.destroy_process_group()

@@ -1039,7 +1039,16 @@ def demo_says_what_to_expect(kit: Kit) -> None:
     totals = set(re.findall(r"train:[^\r\n]*?\| [\d.]+/(\d+) s", rest.stderr))
     assert totals == {"10"}, (totals, rest.stderr[-2000:])  # one total, known at the start: never re-estimated
     note = next((line for line in rest.stdout.splitlines() if line.startswith("what to expect: ")), "")
-    assert "is not among the guesses for" in note and "--time-budget" in note, rest.stdout
+    # Ten seconds of training usually leaves guesses that miss their answers, but how many steps fit depends on the
+    # machine: the note must say what the saved fill-mask examples show (missed answers, one first guess for all).
+    from bertforge.pretrain.report import expectation
+
+    fills = json.loads((out / "eval_results.json").read_text())["fill_mask"]
+    want = expectation({"fill_mask": fills})
+    assert note == (want or ""), (note, want, rest.stdout)
+    missed = sum(f["answer"] not in [p["token"] for p in f["predictions"]] for f in fills)
+    if missed * 2 >= len(fills):
+        assert "is not among the guesses for" in note and "--time-budget" in note, rest.stdout
 
 
 @row("the README's test command, run as written: do the skipped tests say why, as the README promises?",

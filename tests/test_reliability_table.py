@@ -1043,8 +1043,8 @@ def demo_says_what_to_expect(kit: Kit) -> None:
     # machine: the note must say what the saved fill-mask examples show (missed answers, one first guess for all).
     from bertforge.pretrain.report import expectation
 
-    fills = json.loads((out / "eval_results.json").read_text())["fill_mask"]
-    want = expectation({"fill_mask": fills})
+    result = json.loads((out / "eval_results.json").read_text())
+    fills, want = result["fill_mask"], expectation(result)
     assert note == (want or ""), (note, want, rest.stdout)
     missed = sum(f["answer"] not in [p["token"] for p in f["predictions"]] for f in fills)
     if missed * 2 >= len(fills):

@@ -120,7 +120,7 @@ def test_cross_encoder_rerank_in_float64(cfg, tok):
     ce = CrossEncoder(cfg, tok).eval()
     q, p = ["the cat"] * 3, ["a cat sat", "the dog ran to the park", "bird"]
     ref = ce.predict(q, p)
-    hits = [Hit(i + 1, 0.0, str(i), "", t) for i, t in enumerate(p)]
+    hits = [Hit(i + 1, 0.0, str(i), t, title="") for i, t in enumerate(p)]
     with all_in(F64):
         got = ce.to(F64).predict(q, p)
         ranked = rerank(hits, "the cat", ce)

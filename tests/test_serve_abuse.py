@@ -291,7 +291,7 @@ def test_index_rerank_takes_label_1_of_a_2_label_model_and_refuses_3_labels(dirs
     from bertforge.embed.cross_encoder import CrossEncoder
     from bertforge.retrieval.index import Hit, rerank
 
-    hits = [Hit(i + 1, 1.0 - i / 10, str(i), "", _text(8, i)) for i in range(4)]
+    hits = [Hit(i + 1, 1.0 - i / 10, str(i), _text(8, i), title="") for i in range(4)]
     two = CrossEncoder.from_pretrained(dirs["ce2"])
     logits = two.predict(["where is the cat"] * 4, [h.text for h in hits])
     ranked = rerank(hits, "where is the cat", two)

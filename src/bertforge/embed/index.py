@@ -122,21 +122,27 @@ def default_nprobe(nlist: int) -> int:
     return min(nlist, max(8, nlist // 4))
 
 
-@dataclass
+@dataclass(slots=True)
 class Hit:
+    """One search result, of a sentence index or of a passage index (which also gives each passage's title)."""
     rank: int
-    score: float
+    score: float  # the method's score: cosine (dense), BM25 (bm25), the fused score (hybrid)
     id: str
     text: str
+    title: str | None = None  # None: the index keeps no titles (a sentence index); a passage index gives "" or one
     rerank_score: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        d = {"rank": self.rank, "score": round(self.score, 6), "id": self.id, "text": self.text}
+        d: dict[str, Any] = {"rank": self.rank, "score": round(self.score, 6), "id": self.id}
+        if self.title is not None:
+            d["title"] = self.title
+        d["text"] = self.text
         if self.rerank_score is not None:
             d["rerank_score"] = round(self.rerank_score, 6)
         return d
 
-    to_dict = as_dict  # the name the public API's result objects share
+    def to_dict(self) -> dict[str, Any]:  # the name the public API's result objects share
+        return self.as_dict()
 
 
 class VectorIndex:

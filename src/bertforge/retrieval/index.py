@@ -14,13 +14,12 @@ with its question tower, by raw dot product as it was trained (unnormalised vect
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bertforge.embed.index import VectorIndex, index_meta, make_index, require_faiss
+from bertforge.embed.index import Hit, VectorIndex, index_meta, make_index, require_faiss
 from bertforge.embed.modules import SentenceEncoder
 from bertforge.errors import BertforgeError
 from bertforge.io.read import jsonl_rows, read_json
@@ -28,25 +27,6 @@ from bertforge.retrieval import fusion as fusions
 from bertforge.retrieval import store
 from bertforge.retrieval.passages import Passages, with_title
 from bertforge.retrieval.sparse import BM25Index, BM25Settings, bm25s_module
-
-
-@dataclass(slots=True)
-class Hit:
-    rank: int
-    score: float  # the method's score: cosine (dense), BM25 (bm25), the fused score (hybrid)
-    id: str
-    title: str
-    text: str
-    rerank_score: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        d = {"rank": self.rank, "score": round(self.score, 6), "id": self.id, "title": self.title, "text": self.text}
-        if self.rerank_score is not None:
-            d["rerank_score"] = round(self.rerank_score, 6)
-        return d
-
-    def to_dict(self) -> dict[str, Any]:  # the name the public API's result objects share
-        return self.as_dict()
 
 
 def require_method(method: str) -> None:
@@ -276,7 +256,7 @@ class RetrievalIndex:
             dense, sparse = self._dense(model, queries, depth), self._sparse(queries, depth)
             lists = [fusions.fuse(d, s, how["method"], how["alpha"], k) for d, s in zip(dense, sparse)]
         ids, titles, texts = self.passages.ids, self.passages.titles, self.passages.texts
-        return [[Hit(r, s, ids[i], titles[i], texts[i]) for r, (i, s) in enumerate(ranked, 1)] for ranked in lists]
+        return [[Hit(r, s, ids[i], texts[i], title=titles[i]) for r, (i, s) in enumerate(ranked, 1)] for ranked in lists]
 
     def _dense(self, model: SentenceEncoder, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
         q = model.encode(queries, precision=self.meta.get("precision", "fp32"),
@@ -335,10 +315,10 @@ def rerank(hits: list[Hit], query: str, cross_encoder: Any, batch_size: int = 32
     cross_encoder.check_relevance()
     if not hits:
         return hits
-    scores = cross_encoder.relevance([query] * len(hits), [with_title(h.title, h.text) for h in hits],
+    scores = cross_encoder.relevance([query] * len(hits), [with_title(h.title or "", h.text) for h in hits],
                                      batch_size=batch_size)
     order = np.argsort(-np.asarray(scores), kind="stable")
-    return [Hit(r + 1, hits[i].score, hits[i].id, hits[i].title, hits[i].text, float(scores[i]))
+    return [Hit(r + 1, hits[i].score, hits[i].id, hits[i].text, title=hits[i].title, rerank_score=float(scores[i]))
             for r, i in enumerate(order)]
 
 

@@ -145,6 +145,14 @@ class Hit:
         return self.as_dict()
 
 
+def recorded_model(meta: dict[str, Any], path: Path | None, model_dir: str | Path | None = None) -> SentenceEncoder:
+    """The model an index folder records (or `model_dir`), with the pooling it was built with; unchecked."""
+    source = model_dir or meta.get("model")
+    if not source:
+        raise BertforgeError(f"{path or 'the index'}: no model path recorded; pass the model")
+    return SentenceEncoder.from_pretrained(source, pooling=meta.get("pooling"))
+
+
 class VectorIndex:
     """An index directory loaded in memory: FAISS index + documents + metadata."""
 
@@ -246,10 +254,7 @@ class VectorIndex:
 
     def load_model(self, model_dir: str | Path | None = None) -> SentenceEncoder:
         """The index's model (its recorded path, or `model_dir`) with the recorded pooling; fingerprint-checked."""
-        source = model_dir or self.meta.get("model")
-        if not source:
-            raise BertforgeError(f"{self.path or 'the index'}: no model path recorded; pass --model")
-        model = SentenceEncoder.from_pretrained(source, pooling=self.meta.get("pooling"))
+        model = recorded_model(self.meta, self.path, model_dir)
         self.check_model(model)
         return model
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bertforge.embed.index import Hit, VectorIndex, index_meta, make_index, require_faiss
+from bertforge.embed.index import Hit, VectorIndex, index_meta, make_index, recorded_model, require_faiss
 from bertforge.embed.modules import SentenceEncoder
 from bertforge.errors import BertforgeError
 from bertforge.io.read import jsonl_rows, read_json
@@ -183,11 +183,8 @@ class RetrievalIndex:
             if model_dir is not None:
                 raise BertforgeError(f"{self.path or 'the index'}: a bm25 index embeds nothing; leave the model out")
             return None
-        source = model_dir or self.meta.get("model")
-        if not source:
-            raise BertforgeError(f"{self.path or 'the index'}: no model path recorded; pass the model")
-        model = SentenceEncoder.from_pretrained(source, pooling=self.meta.get("pooling"))
-        self.check_model(model)
+        model = recorded_model(self.meta, self.path, model_dir)
+        self.check_model(model)  # the width too: a passage index names the model a user passes
         return model
 
     def load_question_model(self, retriever_dir: str | Path | None = None) -> SentenceEncoder:

@@ -24,7 +24,7 @@ TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNL
 
 
 def _task_choices(train: bool = False) -> tuple[str, ...]:
-    from bertforge.tasks.config import TASKS  # torch-free: building the parser stays fast
+    from bertforge.api.choices import TASKS  # torch-free: building the parser stays fast
 
     return TASKS + (OPEN_QA,) + (GENERATIVE if train else ())  # finetune trains an open-qa reader; evaluate scores retrieval and a reader
 

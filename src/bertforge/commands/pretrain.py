@@ -33,7 +33,7 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from bertforge.pretrain.recipes import INPUT_FORMATS, MASKINGS, OBJECTIVES, RECIPES, SCHEDULES, SIZE_NAMES
+    from bertforge.api.choices import INPUT_FORMATS, MASKINGS, OBJECTIVES, RECIPES, SCHEDULES, SIZE_NAMES
 
     prep = subparsers.add_parser(
         "prepare", help="tokenise a corpus into memory-mapped shards",
@@ -170,8 +170,7 @@ def _ablate_needs(args: argparse.Namespace) -> tuple[Need, ...]:
 
 
 def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules) -> None:
-    from bertforge.families import FAMILIES, MODEL_TYPES
-    from bertforge.pretrain.recipes import DEFAULT, EMBEDDING_SHARING
+    from bertforge.api.choices import DEFAULT_RECIPE as DEFAULT, EMBEDDING_SHARING, FAMILIES, MODEL_TYPES
 
     rtd = ", ".join(name for name, fam in FAMILIES.items() if "rtd" in fam.head_classes)
     pooled = ", ".join(name for name, fam in FAMILIES.items() if "pretraining" in fam.head_classes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 
 from bertforge.commands.needs import Need, index_needs, task_needs, tracker_needs
 from bertforge.errors import BertforgeError
@@ -238,15 +239,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 def run_predict(args: argparse.Namespace) -> int:
     from bertforge.api import predict
-    from bertforge.io.write import prepare_output_file
-    from bertforge.tasks.predict import write_jsonl
+    from bertforge.io.write import prepare_output_file, write_errors
 
     if args.out:
         prepare_output_file(args.out, what="--out")  # before the model is loaded and every input predicted
     records = predict(args.model, args.input, batch_size=args.batch_size, device=args.device, progress=args.progress,
                       precision=args.precision, compile=args.compile, text_col=args.text_col,
-                      text_pair_col=args.text_pair_col, data_split=args.data_split, data_config=args.data_config)
-    write_jsonl(records, args.out)
+                      text_pair_col=args.text_pair_col, data_split=args.data_split, data_config=args.data_config,
+                      out=args.out or None)
     if args.out:
         print(f"{len(records)} predictions -> {args.out}")
+        return 0
+    with write_errors("<stdout>"):  # flushed here, so a full disk is reported now, not lost at exit
+        sys.stdout.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        sys.stdout.flush()
     return 0

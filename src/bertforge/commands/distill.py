@@ -95,12 +95,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=task_command, needs=lambda args: (*task_needs(args.task), *tracker_needs(args)))
 
 
-def _run(args: argparse.Namespace, task: bool, **given) -> int:
+def _run(args: argparse.Namespace, task_mode: bool, **given) -> int:
     """Distil with the parsed flags of the same names as the config's fields; print the run's record."""
     from bertforge.api import distill
     from bertforge.api.choices import distill_options
 
-    keys = distill_options(task)
+    keys = distill_options(task_mode)
     options = {k: v for k, v in vars(args).items() if k in keys}
     result = distill(args.teacher, out=args.out, **given, **options)
     print(json.dumps(result.to_dict(), indent=2))

@@ -38,8 +38,7 @@ def ablate(corpus: Any = None, *, out: Any = None, table: Any = None, arms: Any 
     documentation) and compared by held-out MLM accuracy in `out` (default: runs/ablation; ablation.md, .json,
     .png), each arm's run reported to the `report_to` trackers. Returns {"out": the folder, "rows": a row per arm}.
     """
-    tables = [table] if isinstance(table, str) else list(table) if table else None
-    chosen_arms = [arms] if isinstance(arms, str) else list(arms) if arms else None
+    tables, chosen_arms = _names(table), _names(arms)
     corpus = [str(corpus)] if isinstance(corpus, (str, Path)) else [str(c) for c in corpus] if corpus else None
     tracked = trackers(report_to)["report_to"]
     if tables:
@@ -58,7 +57,7 @@ def ablate(corpus: Any = None, *, out: Any = None, table: Any = None, arms: Any 
         reports = run_lab(LabOptions(
             tables=tables, out=where, data_root=Path(downstream), corpus=corpus, budget=budget, steps=steps,
             seeds=seeds, size=size, seq_len=seq_len, batch_size=batch_size, vocab_size=vocab_size,
-            precision=precision, device=device, threads=threads, tasks=list(tasks) if tasks else None,
+            precision=precision, device=device, threads=threads, tasks=_names(tasks),
             finetune_epochs=finetune_epochs, train_limit=train_limit, overwrite=overwrite))
         return {"out": where, "tables": reports}
     from bertforge.pretrain.ablation import run_ablation
@@ -68,3 +67,8 @@ def ablate(corpus: Any = None, *, out: Any = None, table: Any = None, arms: Any 
                           batch_size=batch_size, budget=budget, vocab_size=vocab_size, precision=precision, seed=seed,
                           report_to=tracked, device=device)
     return {"out": where, **result}
+
+
+def _names(given: Any) -> list[str] | None:
+    """One name or several as a list (None: none given)."""
+    return [given] if isinstance(given, str) else [str(n) for n in given] if given else None

@@ -114,6 +114,51 @@ def test_parts_are_few():
     assert len(tops) <= 21, sorted(tops)
 
 
+# ---- commands/ parses and prints --------------------------------------------------------------------------------
+# The command line's modules reach the library only through the public API (and the device flags, the file
+# helpers and the errors below it); domain logic lives in its room, so a verb's behaviour is the API's.
+COMMANDS_MAY_IMPORT = ("bertforge.api", "bertforge.device", "bertforge.io", "bertforge.errors", "bertforge.commands")
+
+
+def commands_imports_outside_the_api(root: Path = SRC) -> list[str]:
+    """`commands/MODULE.py:LINE: bertforge.X` for each import (top level or inside a function) of a bertforge
+    module outside COMMANDS_MAY_IMPORT by a module of commands/."""
+    found = []
+    for path in sorted((root / "commands").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                # `from bertforge import tasks` imports the part itself
+                names = ([f"bertforge.{a.name}" for a in node.names] if node.module == "bertforge"
+                         else [node.module])
+            else:
+                continue
+            for name in names:
+                if (name == "bertforge" or name.startswith("bertforge.")) and not any(
+                        name == ok or name.startswith(ok + ".") for ok in COMMANDS_MAY_IMPORT):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
+    return found
+
+
+def test_commands_import_only_the_api_device_io_and_errors():
+    found = commands_imports_outside_the_api()
+    assert not found, ("commands/ parses flags and prints results: it imports bertforge.api (api/choices.py for "
+                       "the names a parser offers), device, io and errors only:\n" + "\n".join(found))
+
+
+def test_the_commands_check_finds_a_lazy_import(tmp_path):
+    """The check above can fail: an import inside a function is found as well as one at the top."""
+    (tmp_path / "commands").mkdir()
+    (tmp_path / "commands" / "verb.py").write_text(
+        "from bertforge.api import finetune\nfrom bertforge.io.write import atomic_write\n"
+        "def run(args):\n    from bertforge.tasks.config import TASKS\n    import bertforge.model.folder\n"
+        "    from bertforge import lab\n", encoding="utf-8")
+    assert commands_imports_outside_the_api(tmp_path) == [
+        "commands/verb.py:4: bertforge.tasks.config", "commands/verb.py:5: bertforge.model.folder",
+        "commands/verb.py:6: bertforge.lab"]
+
+
 # ---- docs/architecture.md against the code ------------------------------------------------------------------------
 DOC = SRC.parents[1] / "docs" / "architecture.md"
 DATA_FILES = (".json", ".jsonl", ".safetensors", ".txt", ".png", ".md", ".onnx")

@@ -23,7 +23,8 @@ _API = ("DistillResult", "ExportResult", "FinetuneResult", "Index", "PretrainRes
         "evaluate", "evaluate_sentence_encoder", "explain", "export", "fill_mask", "finetune", "generate",
         "head_importance", "head_statistics", "info", "load_sentence_encoder", "longify", "predict", "prepare",
         "pretrain", "probe", "prune", "quantize", "read_texts", "serve", "train_sentence_encoder", "train_tokenizer",
-        "evaluate_open_qa", "ask", "export_dpr", "train_retriever")
+        "evaluate_open_qa", "ask", "export_dpr", "train_retriever",
+        "ablate")
 _CORE = {"Encoder": "bertforge.model", "ModelConfig": "bertforge.config", "preset": "bertforge.config",
          "Tokenizer": "bertforge.tokenization", "SentenceEncoder": "bertforge.embed"}
 __all__ = sorted((*_API, *_CORE))

@@ -19,6 +19,7 @@ from bertforge.api.serving import create_app, serve
 from bertforge.api.retrieval import export_dpr, train_retriever
 from bertforge.api.tasks import evaluate, finetune, predict
 from bertforge.api.reading import ask
+from bertforge.api.ablation import ablate
 
 __all__ = ["DistillResult", "ExportResult", "FinetuneResult", "Index", "PretrainResult", "PruneResult",
            "QuantizeResult", "SentenceEncoderResult", "TextStream", "TrainResult", "attention_maps", "create_app", "distill", "embed",
@@ -26,3 +27,4 @@ __all__ = ["DistillResult", "ExportResult", "FinetuneResult", "Index", "Pretrain
            "head_importance", "head_statistics", "info", "load_sentence_encoder", "longify", "predict", "prepare",
            "pretrain", "probe", "prune", "quantize", "read_texts", "serve", "train_sentence_encoder",
            "train_tokenizer", "evaluate_open_qa", "ask", "export_dpr", "train_retriever"]
+__all__ += ["ablate"]

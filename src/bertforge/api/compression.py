@@ -9,8 +9,6 @@ int8) and `export` (ONNX, checked in onnxruntime).
 """
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -75,71 +73,15 @@ def prune(model: Any, data: Any, *, task: str, out: Any, fraction: float, step: 
         raise BertforgeError(f"--fraction must be between 0 and 1 (exclusive), got {fraction}")
     if not 0.0 < step <= 1.0:
         raise BertforgeError(f"--step must be in (0, 1], got {step}")
-    from bertforge.io.rundir import claim_output_dir
-    from bertforge.io.write import atomic_write_text
+    from bertforge.distill.prune import prune_heads
 
     run_on = device_for(device)
-    # claimed before the model is loaded: an earlier run (or a fine-tuned model) in `out` is refused, not replaced
-    with claim_output_dir(out, resume=False, overwrite=overwrite, resume_flag=None):
-        result = _prune(model_name(model, revision), data, task=task, out=out, fraction=fraction, step=step,
-                        max_examples=max_examples, finetune_steps=finetune_steps, lr=lr, eval=eval,
-                        batch_size=batch_size, seed=seed, device=run_on, progress=progress,
-                        columns=dict(data_config=data_config, text_col=text_col, text_pair_col=text_pair_col,
-                                     label_col=label_col))
-        atomic_write_text(Path(out) / "pruning.json", json.dumps(result.to_dict(), indent=2) + "\n")
-    return result
-
-
-def _forward_seconds(model: Any, enc: Any, batch_size: int) -> float:
-    """Seconds of one forward pass over the encoded examples (the model's train/eval mode kept)."""
-    from bertforge.tasks.batching import forward_rows
-
-    start = time.perf_counter()
-    training = model.training
-    forward_rows(model, enc.rows, enc.pad_id, batch_size, ("logits",), progress=False)
-    model.train(training)
-    return time.perf_counter() - start
-
-
-def _prune(model: Any, data: Any, *, task: str, out: Any, fraction: float, step: float, max_examples: int,
-           finetune_steps: int, lr: float, eval: Any, batch_size: int, seed: int, device: Any, progress: bool,
-           columns: dict[str, Any]) -> PruneResult:
-    import torch
-
-    from bertforge.analysis.importance import iterative_mask, load_task_data, prune_masked, short_finetune
-    from bertforge.device import move_model
-    from bertforge.io.tables import is_splits
-    from bertforge.model.folder import ModelFolder
-    from bertforge.tasks.models import save_task_model
-
-    torch.manual_seed(seed)
-    folder = ModelFolder.open(model)
-    net, kind, enc, labels, saved = load_task_data(folder, task, data, split="train", **columns)
-    net = move_model(net, device, f"--model {model}")
-    tokenizer = folder.tokenizer()
-    eval_enc = enc
-    evaluation = eval or (kind.split_source(data, "dev", columns["data_config"]) if is_splits(data) else None)
-    if evaluation is not None:
-        examples = kind.read(evaluation)
-        kind.check(examples, evaluation)
-        eval_enc = kind.encode(examples, tokenizer)
-    before = kind.evaluate(net, eval_enc, batch_size, progress=progress)
-    params_before = sum(p.numel() for p in net.parameters())
-    secs_before = _forward_seconds(net, eval_enc, batch_size)
-    mask = iterative_mask(net, enc, fraction, step, batch_size, max_examples, progress=progress)
-    removed = prune_masked(net, mask)
-    short_finetune(net, enc, finetune_steps, lr, batch_size, seed=seed, progress=progress)
-    after = kind.evaluate(net, eval_enc, batch_size, progress=progress)
-    secs_after = _forward_seconds(net, eval_enc, batch_size)
-    save_task_model(net, out, labels, {k: v for k, v in saved.items() if k != "kind"}, tokenizer=tokenizer)
-    total = int(mask.shape[0] * mask.shape[1])
-    return PruneResult(Path(out), fraction=fraction, heads_removed=int(total - mask.sum()), heads_total=total,
-                       removed={str(k): v for k, v in removed.items()}, heads_per_layer=net.config.heads_per_layer,
-                       parameters_before=params_before, parameters_after=sum(p.numel() for p in net.parameters()),
-                       metrics_before=before, metrics_after=after, eval_seconds_before=round(secs_before, 3),
-                       eval_seconds_after=round(secs_after, 3),
-                       speedup=round(secs_before / max(secs_after, 1e-9), 3), finetune_steps=finetune_steps,
-                       seed=seed)
+    record = prune_heads(model_name(model, revision), data, task=task, out=out, fraction=fraction, step=step,
+                         max_examples=max_examples, finetune_steps=finetune_steps, lr=lr, eval=eval,
+                         batch_size=batch_size, seed=seed, device=run_on, progress=progress, overwrite=overwrite,
+                         columns=dict(data_config=data_config, text_col=text_col, text_pair_col=text_pair_col,
+                                      label_col=label_col))
+    return PruneResult(Path(out), **record)
 
 
 def quantize(model: Any, out: Any, *, overwrite: bool = False, revision: str | None = None) -> QuantizeResult:

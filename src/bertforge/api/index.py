@@ -227,16 +227,13 @@ class Index:
     def save(self, path: Any = None, *, overwrite: bool = False) -> Path:
         """Write the index to `path` (default: its own folder) as the folder's next generation (a crash at any
         moment leaves the last complete one). A new folder that holds files is refused unless `overwrite`."""
-        from bertforge.io.rundir import claim_output_dir, lock_and_record
+        from bertforge.io.rundir import claim_output_dir
+        from bertforge.retrieval.index import save_locked
 
         if path is None or (self.path is not None and Path(path).resolve() == self.path.resolve()):
             if self.path is None:
                 raise BertforgeError("this index is held in memory only: give save() a folder")
-            lock = lock_and_record(self.path, what="--index")
-            try:
-                self._index.save()
-            finally:
-                lock.release()
+            save_locked(self._index)
             return self.path
         with claim_output_dir(path, resume=False, overwrite=overwrite, what="--out", resume_flag=None):
             self._index.path = Path(path)
@@ -250,23 +247,15 @@ class Index:
         """Index `passages` (as `build` takes them; ids must be new); an index with a folder is saved at once,
         under the folder's lock (an add another process committed meanwhile is kept). Returns the number of
         passages added."""
-        from bertforge.io.read import read_json
-        from bertforge.io.rundir import lock_and_record
-        from bertforge.retrieval.index import RetrievalIndex
+        from bertforge.retrieval.index import add_locked
 
         encoder = self.model  # checked before the passages are read
         found = _passages(passages, ids, text_col, id_col, title_col, require_ids, data_split, data_config,
                           seen=set(self._index.passages.ids))
         if self.path is None:
             return self._index.add(encoder, found, batch_size=batch_size, progress=progress)
-        lock = lock_and_record(self.path, what="--index")  # load, add and save as one step: no lost update
-        try:
-            committed = read_json(self.path / "meta.json").get("generation", 0)
-            if committed != self._index.meta.get("generation", 0):
-                self._index = RetrievalIndex.load(self.path)
-            return self._index.add(encoder, found, batch_size=batch_size, progress=progress)
-        finally:
-            lock.release()
+        self._index, added = add_locked(self._index, encoder, found, batch_size=batch_size, progress=progress)
+        return added
 
     def search(self, queries: str | list[str], k: int = 10, *, rerank: Any = None, fusion: str | None = None,
                alpha: float | None = None, revision: str | None = None):

@@ -114,18 +114,26 @@ def evaluate(model: Any, data: Any = None, *, task: str, eval: Any = None, split
 def predict(model: Any, inputs: Any, *, text_col: Any = None, text_pair_col: Any = None,
             data_split: str | None = None, data_config: str | None = None, batch_size: int = 64,
             device: str = "auto", precision: str = "fp32", compile: bool = False, progress: bool = False,
-            revision: str | None = None) -> list[dict[str, Any]]:
+            revision: str | None = None, out: Any = None) -> list[dict[str, Any]]:
     """Predictions of a fine-tuned model (its task is read from its config.json), one record per input row, in
     order: label, score and probabilities (classification), score (regression), tokens and tags (tagging), answer,
     span and score (QA), the chosen ending and probabilities (multiple choice), the generated text (seq2seq).
 
     `inputs`: a list of strings (one text each) or dicts, a DataFrame, a pyarrow Table, a datasets Dataset, or a
     file (csv, tsv, jsonl, json, parquet; a text file is one input a line), a saved or Hub dataset (its
-    `data_split` / `data_config`)."""
-    from bertforge.tasks.predict import predict as run
+    `data_split` / `data_config`). `out`: also write the records to this file as JSON lines (atomically; checked
+    to be writable before the model is loaded)."""
+    from bertforge.tasks.predict import predict as run, write_jsonl
 
     if batch_size <= 0:
         raise BertforgeError(f"--batch-size must be positive, got {batch_size}")
-    return run(model_name(model, revision), inputs, batch_size=batch_size, device=device, progress=progress,
-               precision=precision, compile=compile, text_col=text_col, text_pair_col=text_pair_col,
-               split=data_split, config=data_config)
+    if out is not None:
+        from bertforge.io.write import prepare_output_file
+
+        prepare_output_file(out, what="out")
+    records = run(model_name(model, revision), inputs, batch_size=batch_size, device=device, progress=progress,
+                  precision=precision, compile=compile, text_col=text_col, text_pair_col=text_pair_col,
+                  split=data_split, config=data_config)
+    if out is not None:
+        write_jsonl(records, out)
+    return records

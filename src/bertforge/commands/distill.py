@@ -95,11 +95,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=task_command, needs=lambda args: (*task_needs(args.task), *tracker_needs(args)))
 
 
-def _run(args: argparse.Namespace, config_cls: type, **given) -> int:
+def _run(args: argparse.Namespace, task_mode: bool, **given) -> int:
     """Distil with the parsed flags of the same names as the config's fields; print the run's record."""
     from bertforge.api import distill
+    from bertforge.api.choices import distill_options
 
-    keys = set(config_cls.__dataclass_fields__) - {"teacher", "task", "data", "corpus", "out"}
+    keys = distill_options(task_mode)
     options = {k: v for k, v in vars(args).items() if k in keys}
     result = distill(args.teacher, out=args.out, **given, **options)
     print(json.dumps(result.to_dict(), indent=2))
@@ -108,10 +109,8 @@ def _run(args: argparse.Namespace, config_cls: type, **given) -> int:
 
 
 def general_command(args: argparse.Namespace) -> int:
-    from bertforge.distill.general import GeneralDistillConfig
-    return _run(args, GeneralDistillConfig, data=args.corpus)
+    return _run(args, False, data=args.corpus)
 
 
 def task_command(args: argparse.Namespace) -> int:
-    from bertforge.distill.task import TaskDistillConfig
-    return _run(args, TaskDistillConfig, data=args.data, task=args.task)
+    return _run(args, True, data=args.data, task=args.task)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
+from typing import Any
 
 from bertforge.commands.needs import Need, index_needs, task_needs, tracker_needs
 from bertforge.errors import BertforgeError
@@ -13,7 +15,8 @@ from bertforge.commands.data_options import add_column_args, add_data_args, add_
 from bertforge.device import INFERENCE_PRECISIONS, TRAINING_PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, EPOCHS, FRACTION, LENGTH, NONNEG, POSITIVE, STEPS
 from bertforge.commands.open_qa import TASK as OPEN_QA, add_open_qa_args, run_open_qa
-from bertforge.commands.generative_qa import TASKS as GENERATIVE, add_generative_args, run_generative
+from bertforge.commands.generative_qa import (TASKS as GENERATIVE, TITLE as GENERATIVE_TITLE, add_generative_args,
+                                             run_generative)
 
 TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNLL-2003 NER), squad squad2 (SQuAD "
              "v1.1/v2.0), swag (multiple choice); generic: classify regress (csv/tsv/jsonl with --text-col/"
@@ -24,93 +27,134 @@ TASK_HELP = ("sst2 cola mrpc stsb rte qnli mnli snli (GLUE readers), conll (CoNL
 
 
 def _task_choices(train: bool = False) -> tuple[str, ...]:
-    from bertforge.tasks.config import TASKS  # torch-free: building the parser stays fast
+    from bertforge.api.choices import TASKS  # torch-free: building the parser stays fast
 
     return TASKS + (OPEN_QA,) + (GENERATIVE if train else ())  # finetune trains an open-qa reader; evaluate scores retrieval and a reader
 
 
-def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
-    p.add_argument("--task", required=True, type=str.lower, choices=_task_choices(train), metavar="TASK",
-                   help=TASK_HELP + ("" if train else f"; {OPEN_QA} scores retrieval, and a reader: --index, "
-                                     "--questions"))
-    add_data_args(p, "a folder of splits (train.*, dev.* or validation.*, test.*: csv, tsv, jsonl, json, parquet, or "
-                     "save_to_disk folders; e.g. ../shared/data/glue/SST-2), a saved DatasetDict, a Hugging Face Hub "
-                     "dataset id (with --data-config), or one file" + (
-                         "; SQuAD without a train file: the dev file is split by article, first half train"
-                         if train else ""))
+# finetune --help's sections, in the order shown: what every run gives first, then each task family's own flags
+# (a flag is declared in the order that keeps the usage line and the parsed arguments as they were).
+GROUPS = {
+    "data": "model, task, data and output",
+    "training": "training",
+    "classify": "classification and regression (classify, regress and the GLUE tasks; --freeze also tag)",
+    "tag": "token classification (tag, conll)",
+    "qa": "extractive question answering (qa, squad, squad2)",
+    "open-qa": "open-domain QA (open-qa: a reader over passages retrieved from --index)",
+    "seq2seq": "seq2seq (a T5 or BART model; source -> target text)",
+    "generative": GENERATIVE_TITLE,
+    "tracking": "experiment tracking",
+    "device": "device, precision and progress",
+}
+EXAMPLES = """examples:
+  # your own CSV (a text and a label column), a model given as a folder or a Hugging Face Hub id:
+  bertforge finetune --task classify --model sentence-transformers/all-MiniLM-L6-v2 --train my.csv --text-col text --label-col label --out runs/my
+  # ... scored on a held-out file after every epoch; pairs of texts with --text-pair-col:
+  bertforge finetune --task classify --model MODEL --train my.csv --eval my-dev.csv --out runs/my
+  # a folder of splits (train.*, dev.*), or a Hub dataset with --data-config:
+  bertforge finetune --task sst2 --model MODEL --data glue/SST-2 --out runs/sst2
+  bertforge finetune --task sst2 --model MODEL --data nyu-mll/glue --data-config sst2 --out runs/sst2
+  bertforge finetune --task squad --model MODEL --data squad --out runs/squad --epochs 2
+  bertforge finetune --task conll --model MODEL --data conll2003 --out runs/ner --freeze --features concat_last4 --head bilstm"""
+
+
+def _data_args(p: argparse.ArgumentParser, train: bool, groups: dict[str, Any] | None = None) -> None:
+    """The flags finetune and evaluate share; `groups`: finetune's help sections by GROUPS key (default: `p`)."""
+    g = {key: p for key in GROUPS} if groups is None else groups
+    g["data"].add_argument("--task", required=True, type=str.lower, choices=_task_choices(train), metavar="TASK",
+                           help=TASK_HELP + ("" if train else f"; {OPEN_QA} scores retrieval, and a reader: "
+                                             "--index, --questions"))
+    add_data_args(g["data"], "a folder of splits (train.*, dev.* or validation.*, test.*: csv, tsv, jsonl, json, "
+                  "parquet, or save_to_disk folders; e.g. glue/SST-2), a saved DatasetDict, a Hugging Face Hub "
+                  "dataset id (with --data-config), or one file" + (
+                      "; SQuAD without a train file: the dev file is split by article, first half train"
+                      if train else ""))
     if train:
-        p.add_argument("--train", metavar="FILE", help="training file (instead of finding it in --data)")
-    p.add_argument("--eval", metavar="FILE", help="evaluation file (instead of finding it in --data)")
-    add_column_args(p, "classify/regress: ")
-    p.add_argument("--max-seq-len", type=LENGTH, metavar="N",
-                   help="tokens per input (default: 128; SQuAD 384; seq2seq sources 512)")
-    p.add_argument("--source-col", default="source", metavar="COL", help="seq2seq: source column (default: source)")
-    p.add_argument("--target-col", default="target", metavar="COL", help="seq2seq: target column (default: target)")
-    p.add_argument("--max-target-len", type=COUNT, default=128, metavar="N",
-                   help="seq2seq: target tokens, and the most tokens evaluation generates (default: 128)")
-    p.add_argument("--num-beams", type=COUNT, default=1, metavar="N",
-                   help="seq2seq: beam search width for evaluation (default: 1, greedy)")
-    p.add_argument("--eval-batch-size", type=COUNT, default=64, metavar="N", help="evaluation batch size (default: 64)")
-    p.add_argument("--limit", type=COUNT, metavar="N", help="use only the first N evaluation examples")
-    add_device_args(p, None, compile="torch.compile the model (default: on when training on a GPU; falls back to eager with one line)")
-    add_progress_arg(p)
+        g["data"].add_argument("--train", metavar="FILE", help="training file (instead of finding it in --data)")
+    g["data"].add_argument("--eval", metavar="FILE", help="evaluation file (instead of finding it in --data)")
+    add_column_args(g["classify"], "classify/regress: ")
+    g["training"].add_argument("--max-seq-len", type=LENGTH, metavar="N",
+                               help="tokens per input (default: 128; SQuAD 384; seq2seq sources 512)")
+    g["seq2seq"].add_argument("--source-col", default="source", metavar="COL",
+                              help="seq2seq: source column (default: source)")
+    g["seq2seq"].add_argument("--target-col", default="target", metavar="COL",
+                              help="seq2seq: target column (default: target)")
+    g["seq2seq"].add_argument("--max-target-len", type=COUNT, default=128, metavar="N",
+                              help="seq2seq: target tokens, and the most tokens evaluation generates (default: 128)")
+    g["seq2seq"].add_argument("--num-beams", type=COUNT, default=1, metavar="N",
+                              help="seq2seq: beam search width for evaluation (default: 1, greedy)")
+    g["training"].add_argument("--eval-batch-size", type=COUNT, default=64, metavar="N",
+                               help="evaluation batch size (default: 64)")
+    g["training"].add_argument("--limit", type=COUNT, metavar="N", help="use only the first N evaluation examples")
+    add_device_args(g["device"], None, compile="torch.compile the model (default: on when training on a GPU; falls "
+                    "back to eager with one line)")
+    add_progress_arg(g["device"])
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     ft = subparsers.add_parser(
         "finetune", help="fine-tune a model on a task",
-        description="Fine-tune a pretrained model directory on a task with the BERT paper's recipe (AdamW, lr 3e-5, "
-                    "10% warm-up then linear decay, batch 32, 3 epochs, weight decay 0.01), evaluating after every "
-                    "epoch; the best checkpoint ends in OUT itself (a Hugging Face directory that "
-                    "BertFor<Task>.from_pretrained(OUT) loads), trainer checkpoints in OUT/checkpoints.",
-        epilog="examples:\n  bertforge finetune --task sst2 --data ../shared/data/glue/SST-2 --model MODEL --out runs/sst2\n"
-               "  bertforge finetune --task squad --data ../shared/data/squad --model MODEL --out runs/squad --epochs 2\n"
-               "  bertforge finetune --task conll --data ../shared/data/conll2003 --model MODEL --out runs/ner "
-               "--freeze --features concat_last4 --head bilstm",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    ft.add_argument("--model", metavar="DIR", help="pretrained model directory (config.json, weights, tokenizer)")
-    ft.add_argument("--out", required=True, metavar="DIR", help="output folder: the final model itself (config.json, model.safetensors, tokenizer, "
-                         "best_metrics.json), OUT/checkpoints, metrics.jsonl, results.json; with --runs OUT/run-K")
-    _data_args(ft, train=True)
-    length = ft.add_mutually_exclusive_group()
+        description="Fine-tune a pretrained model (a folder or a Hugging Face Hub id) on a task with the BERT "
+                    "paper's recipe (AdamW, lr 3e-5, 10% warm-up then linear decay, batch 32, 3 epochs, weight decay "
+                    "0.01), evaluating after every epoch; the best checkpoint ends in OUT itself (a Hugging Face "
+                    "directory that BertFor<Task>.from_pretrained(OUT) loads), trainer checkpoints in "
+                    "OUT/checkpoints.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = {key: ft.add_argument_group(title) for key, title in GROUPS.items()}
+    g["data"].add_argument("--model", metavar="MODEL",
+                           help="the pretrained model: a folder (config.json, weights, tokenizer) or a Hub id (e.g. "
+                                "sentence-transformers/all-MiniLM-L6-v2, at --revision)")
+    g["data"].add_argument("--out", required=True, metavar="DIR",
+                           help="output folder: the final model itself (config.json, model.safetensors, tokenizer, "
+                                "best_metrics.json), OUT/checkpoints, metrics.jsonl, results.json; with --runs "
+                                "OUT/run-K")
+    _data_args(ft, train=True, groups=g)
+    train = g["training"]
+    length = train.add_mutually_exclusive_group()
     length.add_argument("--epochs", type=EPOCHS, metavar="N",
                         help="epochs (default: 3, or more on small data: at least 200 optimizer steps, evaluated "
                              "about 10 times)")
     length.add_argument("--max-steps", type=STEPS, metavar="N", help="optimizer steps instead of epochs")
-    ft.add_argument("--lr", type=POSITIVE, help="peak learning rate (default: 3e-5, try 2e-5..5e-5; seq2seq with a T5 "
-                    "model: 1e-4)")
-    ft.add_argument("--batch-size", type=COUNT, default=32, metavar="N", help="training batch size (default: 32)")
-    ft.add_argument("--warmup-ratio", type=FRACTION, default=0.1, metavar="R", help="warm-up fraction (default: 0.1)")
-    ft.add_argument("--weight-decay", type=NONNEG, default=0.01, metavar="W", help="AdamW weight decay (default: 0.01)")
-    add_seed_arg(ft, 42, "random seed of the first run")
-    ft.add_argument("--runs", type=COUNT, default=1, metavar="N",
-                    help="repeat with seeds SEED..SEED+N-1 and report median and spread of the main metric; OUT gets "
-                         "the best run's model")
-    ft.add_argument("--train-limit", type=COUNT, metavar="N", help="use only the first N training examples")
-    ft.add_argument("--labels", type=lambda s: tuple(t for t in s.split(",") if t), default=(), metavar="TYPE,...",
-                    help="tagging: entity types the data may use besides conll's LOC, MISC, ORG, PER (with --task "
-                         "tag: the only ones; without: any)")
-    ft.add_argument("--method", default="finetune", choices=("finetune", "frozen-head"),
-                    help="finetune: train the whole model (default); frozen-head: a logistic regression on the frozen "
-                         "sentence embeddings (classification; for a few hundred labelled rows, in seconds)")
-    ft.add_argument("--freeze", action="store_true",
-                    help="feature-based mode: frozen encoder, only the head trains (classify/regress/tag)")
-    ft.add_argument("--features", default="concat_last4",
-                    choices=("last", "second_last", "sum_last4", "concat_last4", "weighted"),
-                    help="with --freeze: which hidden states feed the head (default: concat_last4; weighted = learned "
-                         "softmax mix of all layers)")
-    ft.add_argument("--head", default="linear", choices=("linear", "bilstm"), help="with --freeze: head (default: linear)")
-    add_device_args(ft, TRAINING_PRECISIONS, None, "bf16 autocast or fp32", device=False)
-    ft.add_argument("--no-group-by-length", dest="group_by_length", action="store_false",
-                    help="random batches instead of length-grouped ones (more padding)")
-    ft.add_argument("--resume", action="store_true",
-                    help="continue an interrupted fine-tune in OUT (refused if an option it depends on changed; "
-                         "--epochs, --max-steps, --eval-batch-size and --device may change)")
-    add_overwrite_arg(ft, resume=True)
-    ft.add_argument("--doc-stride", type=COUNT, default=128, metavar="N", help="SQuAD window stride (default: 128)")
-    ft.add_argument("--max-query-length", type=COUNT, default=64, metavar="N",
-                    help="SQuAD: question tokens kept (default: 64)")
-    oq = ft.add_argument_group("open-qa (the reader over retrieved passages)")
+    train.add_argument("--lr", type=POSITIVE, help="peak learning rate (default: 3e-5, try 2e-5..5e-5; seq2seq with "
+                       "a T5 model: 1e-4)")
+    train.add_argument("--batch-size", type=COUNT, default=32, metavar="N", help="training batch size (default: 32)")
+    train.add_argument("--warmup-ratio", type=FRACTION, default=0.1, metavar="R",
+                       help="warm-up fraction (default: 0.1)")
+    train.add_argument("--weight-decay", type=NONNEG, default=0.01, metavar="W",
+                       help="AdamW weight decay (default: 0.01)")
+    add_seed_arg(train, 42, "random seed of the first run")
+    train.add_argument("--runs", type=COUNT, default=1, metavar="N",
+                       help="repeat with seeds SEED..SEED+N-1 and report median and spread of the main metric; OUT "
+                            "gets the best run's model")
+    train.add_argument("--train-limit", type=COUNT, metavar="N", help="use only the first N training examples")
+    g["tag"].add_argument("--labels", type=lambda s: tuple(t for t in s.split(",") if t), default=(),
+                          metavar="TYPE,...",
+                          help="tagging: entity types the data may use besides conll's LOC, MISC, ORG, PER (with "
+                               "--task tag: the only ones; without: any)")
+    cls = g["classify"]
+    cls.add_argument("--method", default="finetune", choices=("finetune", "frozen-head"),
+                     help="finetune: train the whole model (default); frozen-head: a logistic regression on the "
+                          "frozen sentence embeddings (classification; for a few hundred labelled rows, in seconds)")
+    cls.add_argument("--freeze", action="store_true",
+                     help="feature-based mode: frozen encoder, only the head trains (classify/regress/tag)")
+    cls.add_argument("--features", default="concat_last4",
+                     choices=("last", "second_last", "sum_last4", "concat_last4", "weighted"),
+                     help="with --freeze: which hidden states feed the head (default: concat_last4; weighted = "
+                          "learned softmax mix of all layers)")
+    cls.add_argument("--head", default="linear", choices=("linear", "bilstm"),
+                     help="with --freeze: head (default: linear)")
+    add_device_args(g["device"], TRAINING_PRECISIONS, None, "bf16 autocast or fp32", device=False)
+    train.add_argument("--no-group-by-length", dest="group_by_length", action="store_false",
+                       help="random batches instead of length-grouped ones (more padding)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue an interrupted fine-tune in OUT (refused if an option it depends on changed; "
+                            "--epochs, --max-steps, --eval-batch-size and --device may change)")
+    add_overwrite_arg(train, resume=True)
+    g["qa"].add_argument("--doc-stride", type=COUNT, default=128, metavar="N",
+                         help="SQuAD window stride (default: 128)")
+    g["qa"].add_argument("--max-query-length", type=COUNT, default=64, metavar="N",
+                         help="SQuAD: question tokens kept (default: 64)")
+    oq = g["open-qa"]
     oq.add_argument("--index", metavar="DIR", help="open-qa: the index the passages are retrieved from (frozen)")
     oq.add_argument("--retriever", metavar="R", help="open-qa: the question encoder of a dense index (default: the "
                     "one the index records), or bm25 for a sparse index")
@@ -118,8 +162,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="open-qa: passages read per question (default: 8; rag, fid: 5)")
     oq.add_argument("--max-answer-len", type=COUNT, default=30, metavar="N",
                     help="open-qa: tokens an answer span may have (default: 30)")
-    add_generative_args(ft)
-    add_tracking_args(ft)
+    add_generative_args(ft, g["generative"])
+    add_tracking_args(g["tracking"])
     add_config_arg(ft)
     ft.set_defaults(func=run_finetune, needs=_finetune_needs)
 
@@ -238,15 +282,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 def run_predict(args: argparse.Namespace) -> int:
     from bertforge.api import predict
-    from bertforge.io.write import prepare_output_file
-    from bertforge.tasks.predict import write_jsonl
+    from bertforge.io.write import prepare_output_file, write_errors
 
     if args.out:
         prepare_output_file(args.out, what="--out")  # before the model is loaded and every input predicted
     records = predict(args.model, args.input, batch_size=args.batch_size, device=args.device, progress=args.progress,
                       precision=args.precision, compile=args.compile, text_col=args.text_col,
-                      text_pair_col=args.text_pair_col, data_split=args.data_split, data_config=args.data_config)
-    write_jsonl(records, args.out)
+                      text_pair_col=args.text_pair_col, data_split=args.data_split, data_config=args.data_config,
+                      out=args.out or None)
     if args.out:
         print(f"{len(records)} predictions -> {args.out}")
+        return 0
+    with write_errors("<stdout>"):  # flushed here, so a full disk is reported now, not lost at exit
+        sys.stdout.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        sys.stdout.flush()
     return 0

@@ -6,8 +6,12 @@ import argparse
 TASKS = ("rag", "fid")
 
 
-def add_generative_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("rag / fid (generative QA over retrieved passages: --index, --retriever, -k as open-qa)")
+TITLE = "rag / fid (generative QA over retrieved passages: --index, --retriever, -k as open-qa)"
+
+
+def add_generative_args(p: argparse.ArgumentParser, group=None) -> None:
+    """rag / fid's flags, in `group` (default: a help section of their own on `p`)."""
+    g = p.add_argument_group(TITLE) if group is None else group
     g.add_argument("--generator", metavar="DIR", help="rag / fid: the generator, a BART or T5 folder (instead of "
                                                        "--model)")
     g.add_argument("--marginalise", "--rag-kind", dest="marginalise", choices=("token", "sequence"), default="token",

@@ -6,7 +6,7 @@ the command line is parsed, before any work: a missing optional library is one l
 Every verb declares `needs` with its parser: a tuple of `Need`s, or a function of the parsed arguments returning
 them (an option can add needs: `--task mrpc` scikit-learn, `analyze attention --out F.png` matplotlib). `EXTRAS` is
 pyproject.toml's [project.optional-dependencies] as bertforge imports them (tests/test_cli_needs.py keeps the two
-the same). The trackers of `--report-to` are checked by `training.reporting.parse_report_to` (`tracker_needs`);
+the same). The trackers of `--report-to` are checked once, by `api.choices.report_to` (`tracker_needs`, `options.tracking`);
 a YAML `--config` file by `commands.options.read_config_file`, which reads it before the command line is parsed.
 """
 from __future__ import annotations
@@ -82,13 +82,13 @@ _KIND_NEEDS = {"classify": (("tasks", "sklearn"),), "regress": (("tasks", "scipy
 
 def task_needs(task: str | None) -> tuple[Need, ...]:
     """What scoring `--task TASK` imports (nothing for a task name the verb will refuse itself)."""
-    from bertforge.tasks.config import TASK_KINDS
-    from bertforge.tasks.registry import TASKS
+    from bertforge.api.choices import TASK_KINDS, task_metrics
 
     name = (task or "").lower().replace("-", "").replace("_", "")
     what = f"--task {task}"
-    if name in TASKS:
-        modules = dict.fromkeys(_METRIC_MODULES[m] for m in TASKS[name].metrics if m in _METRIC_MODULES)
+    metrics = task_metrics(name)
+    if metrics is not None:
+        modules = dict.fromkeys(_METRIC_MODULES[m] for m in metrics if m in _METRIC_MODULES)
         return tuple(Need("tasks", module, what) for module in modules)
     return tuple(Need(extra, module, what) for extra, module in _KIND_NEEDS.get(TASK_KINDS.get(name, ""), ()))
 
@@ -120,9 +120,9 @@ def index_needs(index: str | Path | None, what: str, method: str | None = None) 
 def tracker_needs(args: argparse.Namespace) -> tuple[Need, ...]:
     """`--report-to`'s trackers: `training.reporting` imports each now and names its extra in one line."""
     if getattr(args, "report_to", None):
-        from bertforge.training.reporting import parse_report_to
+        from bertforge.api.choices import report_to
 
-        parse_report_to(args.report_to)
+        report_to(args.report_to)
     return ()
 
 
@@ -170,12 +170,8 @@ def model_needs(args: argparse.Namespace) -> tuple[Need, ...]:
         for spec in value if isinstance(value, list) else [value]:
             path = Path(str(spec).rpartition("=")[2]).expanduser() if isinstance(spec, str) else None
             if path is not None and (path.suffix == ".onnx" or (path / "model.onnx").is_file()):
-                from bertforge.model.folder import onnx_file  # (torch: only for a model folder that may be one)
+                from bertforge.api.choices import is_exported  # (torch: only for a folder that may be one)
 
-                try:
-                    exported = onnx_file(path) is not None
-                except BertforgeError:
-                    exported = False  # said when the folder is opened
-                if exported:
+                if is_exported(path):  # a folder that cannot be read: said when it is opened
                     needs.append(Need("export", "onnxruntime", f"--{dest.replace('_', '-')} {spec}"))
     return tuple(needs)

@@ -123,9 +123,9 @@ def add_tracking_args(p: argparse.ArgumentParser) -> None:
 def tracking(args: argparse.Namespace) -> dict[str, Any]:
     """{report_to, logging_dir} from the flags; a tracker whose library is missing is one line, now (before any
     data is read or model built)."""
-    from bertforge.training.reporting import parse_report_to
+    from bertforge.api.choices import report_to
 
-    return {"report_to": parse_report_to(getattr(args, "report_to", None)),
+    return {"report_to": report_to(getattr(args, "report_to", None)),
             "logging_dir": Path(args.logging_dir) if getattr(args, "logging_dir", None) else None}
 
 

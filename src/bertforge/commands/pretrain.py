@@ -33,7 +33,7 @@ RECIPE_HELP = ("bert = MLM+NSP, segment pairs, static masks (WordPiece); roberta
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from bertforge.pretrain.recipes import INPUT_FORMATS, MASKINGS, OBJECTIVES, RECIPES, SCHEDULES, SIZE_NAMES
+    from bertforge.api.choices import INPUT_FORMATS, MASKINGS, OBJECTIVES, RECIPES, SCHEDULES, SIZE_NAMES
 
     prep = subparsers.add_parser(
         "prepare", help="tokenise a corpus into memory-mapped shards",
@@ -170,8 +170,7 @@ def _ablate_needs(args: argparse.Namespace) -> tuple[Need, ...]:
 
 
 def _add_model_args(p, recipes, sizes, objectives, maskings, formats, schedules) -> None:
-    from bertforge.families import FAMILIES, MODEL_TYPES
-    from bertforge.pretrain.recipes import DEFAULT, EMBEDDING_SHARING
+    from bertforge.api.choices import DEFAULT_RECIPE as DEFAULT, EMBEDDING_SHARING, FAMILIES, MODEL_TYPES
 
     rtd = ", ".join(name for name, fam in FAMILIES.items() if "rtd" in fam.head_classes)
     pooled = ", ".join(name for name, fam in FAMILIES.items() if "pretraining" in fam.head_classes)
@@ -253,10 +252,10 @@ def run_pretrain(args: argparse.Namespace) -> int:
 
 
 def run_ablate(args: argparse.Namespace) -> int:
-    from bertforge.pretrain.ablation import run_ablation
+    from bertforge.api.choices import ablation_listing
+
     if args.list:
-        from bertforge.lab.tables import listing
-        print(listing())
+        print(ablation_listing())
         return 0
     report_to = tracking(args)["report_to"]
     device_of(args)  # a device that is not there: one line before the arms' tokenizer and data are made
@@ -265,22 +264,19 @@ def run_ablate(args: argparse.Namespace) -> int:
             raise BertforgeError("--report-to: with --arms (or no --table) only; a --table run reports in TABLE.md")
         if args.arms:
             raise BertforgeError("--arms and --table: a table fixes its arms; give one of them")
-        from bertforge.lab.run import LabOptions, run_lab
-        out = Path(args.out) if args.out != ABLATE_OUT else Path("runs") / "ablation-tables"
-        reports = run_lab(LabOptions(
-            tables=args.table, out=out, data_root=Path(args.downstream), corpus=args.corpus, budget=args.budget,
-            steps=args.steps, seeds=args.seeds, size=args.size, seq_len=args.seq_len, batch_size=args.batch_size,
-            vocab_size=args.vocab_size, precision=args.precision, device=args.device, threads=args.threads,
-            tasks=args.tasks,
-            finetune_epochs=args.finetune_epochs, train_limit=args.train_limit, overwrite=args.overwrite))
-        for name, rep in reports.items():
-            for c in rep["claims"]:
-                why = f" ({c['why']})" if c.get("why") else ""
-                print(f"{name}: {c['claim']}: {c['verdict']}{why}")
-            print(f"wrote {out / (name + '.md')}, {name}.json" + (f", {name}.png" if (out / f"{name}.png").is_file()
-                                                                  else ""))
-        return 0
-    run_ablation(corpus=args.corpus, out=Path(args.out), arms=args.arms, size=args.size, seq_len=args.seq_len,
-                 batch_size=args.batch_size, budget=args.budget, vocab_size=args.vocab_size,
-                 precision=args.precision, seed=args.seed, report_to=report_to, device=args.device)
+    from bertforge.api import ablate
+
+    result = ablate(args.corpus, out=None if args.out == ABLATE_OUT else args.out, table=args.table, arms=args.arms,
+                    size=args.size, seq_len=args.seq_len, batch_size=args.batch_size, budget=args.budget,
+                    vocab_size=args.vocab_size, steps=args.steps, seeds=args.seeds, downstream=args.downstream,
+                    tasks=args.tasks, finetune_epochs=args.finetune_epochs, train_limit=args.train_limit,
+                    threads=args.threads, precision=args.precision, device=args.device, seed=args.seed,
+                    report_to=report_to, overwrite=args.overwrite)
+    out = result["out"]
+    for name, rep in result.get("tables", {}).items():
+        for c in rep["claims"]:
+            why = f" ({c['why']})" if c.get("why") else ""
+            print(f"{name}: {c['claim']}: {c['verdict']}{why}")
+        print(f"wrote {out / (name + '.md')}, {name}.json" + (f", {name}.png" if (out / f"{name}.png").is_file()
+                                                              else ""))
     return 0

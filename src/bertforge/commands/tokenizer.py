@@ -7,7 +7,7 @@ import time
 from bertforge.commands.bounds import COUNT, COUNT0
 from bertforge.commands.options import add_overwrite_arg, add_progress_arg
 from bertforge.commands.data_options import add_corpus_column_arg
-from bertforge.tokenization.pipelines import LAYOUTS, PLAIN_LAYOUTS, TOKENIZER_KINDS
+from bertforge.api.choices import LAYOUTS, PLAIN_LAYOUTS, TOKENIZER_KINDS
 
 KINDS_HELP = ("kinds: wordpiece = BERT (## continuation, [CLS]/[SEP]/[MASK]); bpe = RoBERTa byte-level BPE "
               "(<s>/</s>/<mask>, always cased); unigram = ALBERT (▁ word starts); gpt2 = GPT-2 byte-level BPE "
@@ -65,10 +65,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     """Train, save and print a one-line summary."""
     from bertforge.api import train_tokenizer
-    from bertforge.data.corpus import find_files
+    from bertforge.api.choices import corpus_file_list
 
     start = time.perf_counter()
-    files = find_files(args.corpus)  # a missing file or a pattern matching nothing is named here
+    files = corpus_file_list(args.corpus)  # a missing file or a pattern matching nothing is named here
     tok = train_tokenizer(args.corpus, out=args.out, kind=args.kind, vocab_size=args.vocab_size,
                           lowercase=args.lowercase, min_frequency=args.min_frequency,
                           model_max_length=args.model_max_length, workers=args.workers, text_col=args.text_col,

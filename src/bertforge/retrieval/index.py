@@ -267,6 +267,35 @@ class RetrievalIndex:
         return [[(i, s) for i, s in zip(irow, srow) if s > 0] for irow, srow in zip(rows.tolist(), scores.tolist())]
 
 
+def save_locked(index: RetrievalIndex, what: str = "--index") -> None:
+    """Save `index` into its own folder under the folder's lock (`io.rundir.lock_and_record`): one writer at a
+    time."""
+    from bertforge.io.rundir import lock_and_record
+
+    lock = lock_and_record(index.path, what=what)
+    try:
+        index.save()
+    finally:
+        lock.release()
+
+
+def add_locked(index: RetrievalIndex, model: SentenceEncoder | None, passages: Passages, batch_size: int = 32,
+               progress: bool = True, what: str = "--index") -> tuple[RetrievalIndex, int]:
+    """Add `passages` to the index in a folder and save it, under the folder's lock, as one step: when another
+    process committed a newer generation since `index` was read, that generation is reloaded first, so its
+    passages are kept (no lost update). Returns (the index added to, the number of passages added)."""
+    from bertforge.io.rundir import lock_and_record
+
+    lock = lock_and_record(index.path, what=what)
+    try:
+        committed = read_json(index.path / "meta.json").get("generation", 0)
+        if committed != index.meta.get("generation", 0):
+            index = RetrievalIndex.load(index.path)
+        return index, index.add(model, passages, batch_size=batch_size, progress=progress)
+    finally:
+        lock.release()
+
+
 def _dot_vectors(model: SentenceEncoder, ids: list[str], texts: list[str], kind: str, batch_size: int,
                  precision: str, progress: bool) -> VectorIndex:
     """A retriever's passage vectors as it scores them: raw dot products (no normalisation), flat or hnsw."""

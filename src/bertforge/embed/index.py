@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from bertforge.embed.modules import SentenceEncoder
 from bertforge.errors import BertforgeError
 from bertforge.io.manifest import sha256_file
 from bertforge.io.read import read_json
-from bertforge.io.write import atomic_write, atomic_write_text, fsync_dir, remove_stale_temps, write_errors
+from bertforge.io import generations
 from bertforge.io.rundir import is_locked
 
 INDEX_TYPES = ("flat", "hnsw", "ivf", "ivf-pq")
@@ -290,13 +289,12 @@ def doc_line(pid: str, text: str) -> bytes:
 
 
 def commit_generation(path: Path, meta: dict[str, Any], index, write_docs) -> dict[str, Any]:
-    """Save one generation after `meta`'s: the FAISS `index`, then docs.jsonl, whose rows `write_docs(fh)` writes
-    to a binary file (streamed, so a corpus is never held twice), then meta.json naming the new generation (the
-    commit); the other generations' files go. Returns the committed meta."""
+    """Save one generation after `meta`'s (io.generations.commit): the FAISS `index`, then docs.jsonl, whose rows
+    `write_docs(fh)` writes to a binary file (streamed, so a corpus is never held twice). Returns the committed
+    meta."""
     faiss = _faiss()
     generation = _generation(meta) + 1
     names = _names(generation)
-    checksums: dict[str, str] = {}
     count = [0]
 
     class _Hashing:  # the docs' sha256 and rows as they are written (no second read of a large file)
@@ -308,24 +306,19 @@ def commit_generation(path: Path, meta: dict[str, Any], index, write_docs) -> di
             self.h.update(data)
             count[0] += data.count(b"\n")
 
-    def write_index(tmp: str) -> None:
-        faiss.write_index(index, tmp)
-        checksums[names["index.faiss"]] = sha256_file(tmp)  # of the bytes that are renamed into place
-
-    def docs(tmp: str) -> None:
+    def docs(tmp: str) -> str:
         with open(tmp, "wb") as fh:
             hashing = _Hashing(fh)
             write_docs(hashing)
-        checksums[names["docs.jsonl"]] = hashing.h.hexdigest()
+        return hashing.h.hexdigest()
 
-    atomic_write(path / names["index.faiss"], write_index)
-    atomic_write(path / names["docs.jsonl"], docs)
-    if count[0] != index.ntotal:
-        raise BertforgeError(f"{path}: {index.ntotal} vectors but {count[0]} documents (nothing committed)")
-    meta = {**meta, "count": count[0], "generation": generation, "checksums": checksums}
-    atomic_write_text(path / "meta.json", json.dumps(meta, indent=2) + "\n")  # the commit
-    remove_other_generations(path, set(names.values()))
-    return meta
+    def same_count() -> None:
+        if count[0] != index.ntotal:
+            raise BertforgeError(f"{path}: {index.ntotal} vectors but {count[0]} documents (nothing committed)")
+
+    return generations.commit(path, {**meta, "count": index.ntotal, "generation": generation},
+                              {names["index.faiss"]: lambda tmp: faiss.write_index(index, tmp),
+                               names["docs.jsonl"]: docs}, _INDEX_FILE, check=same_count)
 
 
 def _names(generation: int) -> dict[str, str]:
@@ -382,20 +375,6 @@ def _damaged(path: Path, file: Path) -> BertforgeError:
         return BertforgeError(f"{path}: another bertforge run is writing this index (index add); "
                               "try again when it has finished")
     return BertforgeError(f"{file}: checksum mismatch, the file is damaged; rebuild with bertforge index build")
-
-
-def remove_other_generations(path: Path, keep: set[str], pattern: re.Pattern = _INDEX_FILE) -> None:
-    """After the commit: the files (named like `pattern`) of earlier generations, the older layout's and any an
-    interrupted save left (its temporaries too, once their writer is gone)."""
-    for name in sorted(os.listdir(path)):
-        if name not in keep and pattern.match(name):
-            with write_errors(path / name, "cannot remove"):
-                try:
-                    os.unlink(path / name)
-                except FileNotFoundError:
-                    pass
-    remove_stale_temps(path)
-    fsync_dir(path)
 
 
 def _check_ids(ids: list[str], existing: set[str]) -> None:

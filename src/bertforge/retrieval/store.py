@@ -14,19 +14,17 @@ of the older one-generation layout too, is a dense index here).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bertforge.embed.index import remove_other_generations
 from bertforge.errors import BertforgeError
+from bertforge.io import generations
 from bertforge.io.manifest import sha256_file
 from bertforge.io.read import read_json
 from bertforge.io.rundir import is_locked
-from bertforge.io.write import atomic_write, atomic_write_text
 
 METHODS = ("dense", "bm25", "hybrid")
 # role -> (stem, extension): a generation's file is STEM.G.EXT
@@ -124,24 +122,12 @@ def docs_bytes(ids: list[str], titles: list[str], texts: list[str]) -> bytes:
 
 def commit(path: Path, meta: dict[str, Any], writers: dict[str, bytes | Callable[[str], None]]) -> dict[str, Any]:
     """Write the next generation (`writers`: role -> its bytes, or a function writing the file it is given), commit
-    it by replacing meta.json, remove the other generations' files; returns the committed meta."""
+    it by replacing meta.json, remove the other generations' files (io.generations.commit); returns the committed
+    meta."""
     method = method_of(meta)
     generation = generation_of(meta) + 1
     new = names(method, generation)
     if set(writers) != set(new):
         raise AssertionError(f"a {method} index writes {sorted(new)}, got {sorted(writers)}")
-    checksums = {}
-    for role, write in writers.items():
-        target = path / new[role]
-        if isinstance(write, bytes):
-            atomic_write(target, lambda tmp, data=write: Path(tmp).write_bytes(data))
-            checksums[new[role]] = hashlib.sha256(write).hexdigest()
-        else:
-            def write_and_sum(tmp: str, write=write, name=new[role]) -> None:
-                write(tmp)
-                checksums[name] = sha256_file(tmp)  # of the bytes that are renamed into place
-            atomic_write(target, write_and_sum)
-    meta = {**meta, "generation": generation, "checksums": checksums}
-    atomic_write_text(path / "meta.json", json.dumps(meta, indent=2) + "\n")  # the commit
-    remove_other_generations(path, set(new.values()), _INDEX_FILE)
-    return meta
+    return generations.commit(path, {**meta, "generation": generation},
+                              {new[role]: write for role, write in writers.items()}, _INDEX_FILE)

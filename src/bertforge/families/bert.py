@@ -28,5 +28,5 @@ RECIPES = (
 FAMILY = Family("bert", "Bert", "bert",
                 head_classes={"mlm": "BertForMaskedLM", "pretraining": "BertForPreTraining",
                               "ltr": "BertLMHeadModel"},
-                every_size_preset=True, causal_encoder=True, distils_to="distilbert", long_variant="longformer",
+                causal_encoder=True, distils_to="distilbert", long_variant="longformer",
                 recipes=RECIPES)

@@ -4,7 +4,8 @@ folder, the generator's MLM head (`generator_predictions` + `generator_lm_head`,
 sequence-classification and multiple-choice heads differ from bertforge's (those are saved as bertforge's)."""
 from bertforge.families.family import Family
 
-# The pretraining objective (`--objective`) of replaced-token detection, named after the paper.
+# The pretraining objective (`--objective`) of replaced-token detection, named after the paper; `families.RTD_HOST`
+# says ELECTRA's layout holds it for the encoders without one of their own.
 RTD_OBJECTIVE = "electra"
 
 RECIPES = (
@@ -28,4 +29,4 @@ FAMILY = Family(
     presets={"electra-small": ("mini", dict(num_hidden_layers=12, embedding_size=128)),  # Clark et al., Table 6
              "electra-base": ("base", {})},
     use_pooler=False, factorised=True, causal_encoder=True, mlm_head_act="gelu", hf_task_heads=("tag", "qa"),
-    hosts_rtd=True, recipes=RECIPES)
+    recipes=RECIPES)

@@ -183,6 +183,8 @@ class Family:
     fused_weights: tuple[str, int, tuple[str, ...]] | None = None
     transposed_weights: str | None = None  # a pattern of weights stored [in, out] (GPT-2's Conv1D)
     shared_layers_as_one: bool = False   # all-shared layers are stored once, as layer 0 (ALBERT's one group)
+    # the modules a bare encoder of this layout holds (how a saved body is told from a wrapper holding it)
+    bare_parts: tuple[str, ...] = ("embeddings", "encoder")
     # ---- checkpoints that wrap another family's network under names of their own (DPR's question and context
     # encoders hold a BertModel): `wraps` is that family (a model read from them trains and saves as it);
     # `architecture` the bare model's class when it is not f"{hf_prefix}Model"; `alternative_architecture` the class
@@ -195,10 +197,9 @@ class Family:
     # the canonical `PROJECTION` tensors (0 or absent: none; DPR's [CLS] vector and `projection_dim`)
     sentence_pooling: str | None = None
     projection_field: str | None = None
-    # ---- published shapes: name -> (a size of config/sizes.py, overrides); `every_size_preset`: also
-    # f"{model_type}-{size}" for every size (BERT's sizes are its presets)
+    # ---- published shapes: name -> (a size of config/sizes.py, overrides); `families.SIZES_FAMILY`'s are also
+    # the sizes themselves, f"{model_type}-{size}"
     presets: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict, compare=False)
-    every_size_preset: bool = False
     # ---- settings (transformers' defaults for the family)
     vocab_size: int = 30522
     type_vocab_size: int = 2
@@ -249,10 +250,9 @@ class Family:
     pooler_act: str = "tanh"             # the pooler's activation (DeBERTa's ContextPooler: GELU)
     hf_task_heads: tuple[str, ...] = TASK_HEADS  # task heads whose transformers class has bertforge's layout
     single_segment: bool = False         # a pair is one segment: type id 0 throughout, the separator between them
-    # replaced-token detection: "rtd" in `head_classes` trains it in the family's own layout; `rtd_generator` is the
-    # generator's shape; `hosts_rtd`: the layout other families' encoders train it in (ELECTRA's)
+    # replaced-token detection: "rtd" in `head_classes` trains it in the family's own layout (else in
+    # `families.RTD_HOST`'s); `rtd_generator` is the generator's shape
     rtd_generator: str = NARROW_GENERATOR
-    hosts_rtd: bool = False
     # ---- the encoder-decoders' output and generation
     init: str = NORMAL_INIT              # NORMAL_INIT or FAN_IN_INIT
     rescales_output: bool = False        # hidden * d_model**-0.5 before the tied projection (T5)

@@ -50,4 +50,5 @@ FAMILY = Family("xlnet", "XLNet", "transformer", write_config=write_config, read
                 weight_rules=((r"^bert\.", "transformer."),),
                 presets={"xlnet-base": ("base", {}), "xlnet-large": ("large", {})},
                 vocab_size=32000, pad_token_id=5, use_pooler=False, relative_positions=True, two_stream=True,
+                bare_parts=("word_embedding", "layer"),
                 recipes=RECIPES)

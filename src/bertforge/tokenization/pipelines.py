@@ -67,7 +67,7 @@ def family_kind(tokenizer_class: Any, model_kind: str | None) -> str | None:
 
 # ----------------------------------------------------------------------------------------------- pipelines
 
-def _bert_pipeline(backend: Backend, lowercase: bool, strip_accents: bool | None = None,
+def _wordpiece_pipeline(backend: Backend, lowercase: bool, strip_accents: bool | None = None,
                    chinese: bool = True) -> None:
     # strip_accents=None: accents are stripped exactly when lower-casing, as in the original BERT.
     backend.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=chinese,
@@ -76,13 +76,13 @@ def _bert_pipeline(backend: Backend, lowercase: bool, strip_accents: bool | None
     backend.decoder = decoders.WordPiece(prefix="##")
 
 
-def _roberta_pipeline(backend: Backend) -> None:
+def _byte_level_pipeline(backend: Backend) -> None:
     backend.normalizer = None
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
 
 
-def _albert_pipeline(backend: Backend, lowercase: bool) -> None:
+def _sentencepiece_pipeline(backend: Backend, lowercase: bool) -> None:
     # The normaliser and pre-tokenizer transformers' AlbertTokenizerFast rebuilds on load (keep_accents=not lowercase).
     steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
     if lowercase:

@@ -41,7 +41,7 @@ from bertforge.families import (ACTIVATIONS, DECODER, DEFAULT_FAMILY, ENCODER, F
                                 of_stack)
 from bertforge.families.big_bird import BLOCK as BIGBIRD_BLOCK
 from bertforge.families.big_bird import RANDOM_BLOCKS as BIGBIRD_RANDOM
-from bertforge.families.family import TOKEN_IDS
+from bertforge.families.family import GATED_MLP, TOKEN_IDS
 from bertforge.families.modernbert import layer_types
 
 SHARE_MODES = ("none", "all", "attention", "ffn")
@@ -80,7 +80,7 @@ class ModelConfig(HFConfig):
     use_pooler: bool = True
     norm_position: str = _DEFAULT.norm_position
     position_embedding_type: str = _DEFAULT.position_embedding_type
-    gated_mlp: bool = _DEFAULT.gated_mlp
+    gated_mlp: bool = _DEFAULT.mlp == GATED_MLP
     attention_bias: bool = _DEFAULT.bias
     mlp_bias: bool = _DEFAULT.bias
     norm_bias: bool = _DEFAULT.bias
@@ -170,15 +170,15 @@ class ModelConfig(HFConfig):
         # cannot express stay at the family's value (ModernBERT's layout has its bias and window settings).
         fam = self.family
         fixed = {"norm_position": fam.norm_position, "position_embedding_type": fam.position_embedding_type,
-                 "gated_mlp": fam.gated_mlp}
-        if not fam.bias_switches:
-            fixed.update(attention_bias=fam.bias, mlp_bias=fam.bias, norm_bias=fam.bias, head_bias=fam.bias,
-                         decoder_bias=True, local_attention=fam.local_attention)
+                 "gated_mlp": fam.mlp == GATED_MLP}
+        switchable = dict(attention_bias=fam.bias, mlp_bias=fam.bias, norm_bias=fam.bias, head_bias=fam.bias,
+                          decoder_bias=True, local_attention=fam.local_attention)
+        fixed.update({name: value for name, value in switchable.items() if name not in fam.switches})
         for name, value in fixed.items():
             if getattr(self, name) != value:
                 raise BertforgeError(f"a {self.model_type} model cannot have {name}={getattr(self, name)!r} (its "
                                      f"checkpoint layout has {value!r}); the modern switches are model_type "
-                                     f"{' or '.join(repr(n) for n, f in FAMILIES.items() if f.bias_switches)}")
+                                     f"{' or '.join(repr(n) for n, f in FAMILIES.items() if f.switches)}")
 
     @property
     def head_dim(self) -> int:

@@ -106,7 +106,7 @@ class Recipe:
             with_pooler = [name for name, f in FAMILIES.items() if "pretraining" in f.head_classes]
             raise BertforgeError(f"--objective {self.objective}: a {self.model_type} model has no pooler for "
                                  f"the sentence head; use a {' or '.join(with_pooler)} recipe")
-        if (self.objective == PLM) != fam.two_stream:
+        if (self.objective == PLM) != (fam.streams == 2):
             raise BertforgeError(f"--objective {self.objective} with a {self.model_type} model: permutation LM "
                                  f"({PLM}) is what an XLNet model trains, and all it trains; use --recipe "
                                  f"{', '.join(name for name, r in RECIPES.items() if r.objective == PLM)}")

@@ -34,8 +34,9 @@ from bertforge.io.hub import HUB_PREFIX, looks_like_hub_id, resolve_model_path
 from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write_text
 from bertforge.tokenization.pipelines import (LAYOUTS, N_SENTINELS, ROLES, SPECIAL_TOKENS, TOKENIZER_KINDS,
-                                              _collapsed_whitespace_pipeline, _sentencepiece_pipeline, _wordpiece_pipeline,
-                                              _json_lowercases, _MODEL_KIND, _byte_level_pipeline, _sentinel_tokens,
+                                              _collapsed_whitespace_pipeline, _sentencepiece_pipeline,
+                                              _wordpiece_pipeline, _json_lowercases, _MODEL_KIND,
+                                              _byte_level_pipeline, _sentinel_tokens,
                                               _set_post_processor, _special_added_tokens, _token_str,
                                               _unnormalised_metaspace_pipeline, family_kind, sentinel)
 from bertforge.tokenization.train import canonical_unigram, checked_texts, train_wordpiece

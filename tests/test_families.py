@@ -22,8 +22,9 @@ CAMEMBERT = '''
 """CamemBERT (Martin et al. 2020): RoBERTa's layout and training for French, under its own names: a SentencePiece
 (Unigram) tokenizer with RoBERTa's special tokens and framing, the masked-LM head's erf GELU whatever hidden_act
 says, RoBERTa's classification head on <s>."""
-from bertforge.families.family import FIRST_TOKEN, Family, TokenizerLayout
-from bertforge.families.roberta import LM_HEAD_RULES, write_config
+from bertforge.families.family import (FIRST_TOKEN, CheckpointLayout, Defaults, Family, Heads, StackTraits,
+                                       TokenizerLayout)
+from bertforge.families.roberta import FAMILY as ROBERTA, LM_HEAD_RULES
 
 # transformers' CamembertTokenizer: no normaliser, WhitespaceSplit + Metaspace, "<s> A </s></s> B </s>"
 TOKENIZER = TokenizerLayout(
@@ -40,12 +41,15 @@ RECIPES = (
          tokenizer_kind="camembert"),
 )
 
-FAMILY = Family("camembert", "Camembert", "roberta", write_config=write_config,
-                head_classes={"mlm": "CamembertForMaskedLM"},
-                weight_rules=(*LM_HEAD_RULES, (r"^bert\\.", "roberta.")), presets={"camembert-base": ("base", {})},
-                vocab_size=32005, pad_token_id=1, max_position_embeddings=514, type_vocab_size=1,
-                layer_norm_eps=1e-5, positions_after_padding=True, mlm_head_act="gelu", sequence_head=FIRST_TOKEN,
-                single_segment=True, recipes=RECIPES, tokenizer=TOKENIZER)
+FAMILY = Family("camembert", "Camembert", "roberta",
+                head_classes={"mlm": "CamembertForMaskedLM"}, presets={"camembert-base": ("base", {})},
+                recipes=RECIPES, tokenizer=TOKENIZER,
+                checkpoint=CheckpointLayout(weight_rules=(*LM_HEAD_RULES, (r"^bert\\.", "roberta."))),
+                schema=ROBERTA.schema,
+                defaults=Defaults(vocab_size=32005, pad_token_id=1, max_position_embeddings=514, type_vocab_size=1,
+                                  layer_norm_eps=1e-5),
+                structure=StackTraits(positions_after_padding=True),
+                heads=Heads(mlm_head_act="gelu", sequence_head=FIRST_TOKEN, single_segment=True))
 '''
 
 CHECK = '''
@@ -114,6 +118,7 @@ print("ok")
 
 def test_every_family_file_is_registered():
     files = {p.stem for p in (SRC / "bertforge" / "families").glob("*.py")} - {"__init__", "family"}
+    # the record's parts live in families/record/, which defines no family
     # a model_type's file is named for it, with "_" for "-" (deberta-v2: deberta_v2.py)
     assert files == {name.replace("-", "_") for name in FAMILIES}
     assert all(isinstance(f, Family) for f in FAMILIES.values())
@@ -128,3 +133,35 @@ def test_a_new_family_is_one_file(tmp_path):
     code = f"OUT = {str(tmp_path / 'out')!r}\n" + CHECK
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+def test_the_record_is_split_by_concern_into_small_parts():
+    """Each part of a family's record reads at once, and a field's name says which part holds it (so
+    `fam.sequence_head` is unambiguous)."""
+    import dataclasses
+
+    from bertforge.families.family import PARTS, part_fields
+
+    sizes = {part: len(dataclasses.fields(Family.__dataclass_fields__[part].default)) for part in PARTS}
+    assert max(sizes.values()) <= 16, sizes
+    names = [f.name for part in PARTS for f in dataclasses.fields(Family.__dataclass_fields__[part].default)]
+    assert len(names) == len(set(names)) == len(part_fields())
+    assert not {f.name for f in dataclasses.fields(Family)} & set(names)
+    bert = FAMILIES["bert"]
+    assert bert.sequence_head is bert.heads.sequence_head and bert.vocab_size == bert.defaults.vocab_size == 30522
+    with pytest.raises(AttributeError):
+        bert.no_such_field
+
+
+def test_a_familys_config_checks_live_in_its_file():
+    """config.checks' table is the families' checks merged: a field of one family's schema is checked as its file
+    says (Longformer's attention_window), a shared name the same way everywhere."""
+    from bertforge.config.checks import FIELDS, check_fields
+    from bertforge.errors import BertforgeError
+
+    assert FIELDS["attention_window"] == FAMILIES["longformer"].schema.checks["attention_window"]
+    assert "attention_window" not in FAMILIES["bert"].schema.checks
+    for fam in FAMILIES.values():
+        assert all(FIELDS[name] == spec for name, spec in fam.schema.checks.items())
+    with pytest.raises(BertforgeError, match="config.json: attention_window must be in 2..1048576"):
+        check_fields({"attention_window": [4, 1]}, "config.json")

@@ -62,7 +62,7 @@ def _blocks(cfg) -> str:
 
     if cfg.stack == DECODER:
         return f"pre-norm causal decoder, learned positions, {cfg.hidden_act} MLP"
-    if cfg.family.two_stream:
+    if cfg.family.streams == 2:
         return f"post-norm, relative positions (Transformer-XL, two streams), {cfg.hidden_act} MLP"
     return (f"{cfg.norm_position}-norm, {cfg.position_embedding_type} positions, "
             f"{'GeGLU' if cfg.gated_mlp else cfg.hidden_act} MLP"

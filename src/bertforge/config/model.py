@@ -37,10 +37,11 @@ from bertforge.config import long as config_long
 from bertforge.config.hf import HFConfig, layer_counts
 from bertforge.config.sizes import SIZES
 from bertforge.errors import BertforgeError
-from bertforge.families import ACTIVATIONS, DECODER, DEFAULT_FAMILY, ENCODER, FAMILIES, of_stack
+from bertforge.families import (ACTIVATIONS, DECODER, DEFAULT_FAMILY, ENCODER, FAMILIES, SIZE_PREFIX, SIZES_FAMILY,
+                                of_stack)
 from bertforge.families.big_bird import BLOCK as BIGBIRD_BLOCK
 from bertforge.families.big_bird import RANDOM_BLOCKS as BIGBIRD_RANDOM
-from bertforge.families.family import TOKEN_IDS
+from bertforge.families.family import GATED_MLP, TOKEN_IDS
 from bertforge.families.modernbert import layer_types
 
 SHARE_MODES = ("none", "all", "attention", "ffn")
@@ -79,7 +80,7 @@ class ModelConfig(HFConfig):
     use_pooler: bool = True
     norm_position: str = _DEFAULT.norm_position
     position_embedding_type: str = _DEFAULT.position_embedding_type
-    gated_mlp: bool = _DEFAULT.gated_mlp
+    gated_mlp: bool = _DEFAULT.mlp == GATED_MLP
     attention_bias: bool = _DEFAULT.bias
     mlp_bias: bool = _DEFAULT.bias
     norm_bias: bool = _DEFAULT.bias
@@ -137,7 +138,8 @@ class ModelConfig(HFConfig):
             raise BertforgeError(f"heads_per_layer {self.heads_per_layer} needs {self.num_hidden_layers} counts "
                                  f"between 1 and {self.num_attention_heads}")
         if not self.family.factorised and self.embedding_size != self.hidden_size:
-            raise BertforgeError(f"{self.model_type} cannot have embedding_size != hidden_size; use albert or electra")
+            raise BertforgeError(f"{self.model_type} cannot have embedding_size != hidden_size; use "
+                                 f"{' or '.join(n for n, f in FAMILIES.items() if f.factorised)}")
         if self.norm_position not in NORM_POSITIONS:
             raise BertforgeError(f"unknown norm_position {self.norm_position!r} (expected {', '.join(NORM_POSITIONS)})")
         if self.position_embedding_type not in POSITION_TYPES:
@@ -150,7 +152,7 @@ class ModelConfig(HFConfig):
         if self.global_attn_every_n_layers < 1:
             raise BertforgeError(f"global_attn_every_n_layers must be >= 1, got {self.global_attn_every_n_layers}")
         if self.norm_position == "pre" and self.share_layers != "none":
-            raise BertforgeError("cross-layer sharing is for post-norm (ALBERT) encoders; use share_layers='none'")
+            raise BertforgeError("cross-layer sharing is for post-norm encoders; use share_layers='none'")
         if self.causal and self.model_type not in CAUSAL_ENCODERS:
             raise BertforgeError(f"causal (left-to-right) attention is for {', '.join(CAUSAL_ENCODERS)} encoders "
                                  f"(transformers' is_decoder), not {self.model_type}")
@@ -168,15 +170,15 @@ class ModelConfig(HFConfig):
         # cannot express stay at the family's value (ModernBERT's layout has its bias and window settings).
         fam = self.family
         fixed = {"norm_position": fam.norm_position, "position_embedding_type": fam.position_embedding_type,
-                 "gated_mlp": fam.gated_mlp}
-        if not fam.bias_switches:
-            fixed.update(attention_bias=fam.bias, mlp_bias=fam.bias, norm_bias=fam.bias, head_bias=fam.bias,
-                         decoder_bias=True, local_attention=fam.local_attention)
+                 "gated_mlp": fam.mlp == GATED_MLP}
+        switchable = dict(attention_bias=fam.bias, mlp_bias=fam.bias, norm_bias=fam.bias, head_bias=fam.bias,
+                          decoder_bias=True, local_attention=fam.local_attention)
+        fixed.update({name: value for name, value in switchable.items() if name not in fam.switches})
         for name, value in fixed.items():
             if getattr(self, name) != value:
                 raise BertforgeError(f"a {self.model_type} model cannot have {name}={getattr(self, name)!r} (its "
                                      f"checkpoint layout has {value!r}); the modern switches are model_type "
-                                     f"{' or '.join(repr(n) for n, f in FAMILIES.items() if f.bias_switches)}")
+                                     f"{' or '.join(repr(n) for n, f in FAMILIES.items() if f.switches)}")
 
     @property
     def head_dim(self) -> int:
@@ -261,8 +263,7 @@ _LAYER_INDEX = re.compile(r"^(.*?(?:^|\.)(?:layer|layers|h))\.(\d+)\.")
 # no BERT size).
 _FAMILIES = of_stack(ENCODER, DECODER)
 PRESETS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    **{f"{name}-{size}": (name, size, {}) for name, fam in _FAMILIES.items() if fam.every_size_preset
-       for size in SIZES},
+    **{f"{SIZE_PREFIX}{size}": (SIZES_FAMILY, size, {}) for size in SIZES},
     **{name: (fam.model_type, size, overrides) for fam in _FAMILIES.values()
        for name, (size, overrides) in fam.presets.items()},
 }

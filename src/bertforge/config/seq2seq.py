@@ -31,6 +31,7 @@ from typing import Any, Callable, ClassVar
 from bertforge.config.hf import HFConfig, layer_counts
 from bertforge.config.sizes import SIZES
 from bertforge.families import ACTIVATIONS, DEFAULT_ENCODER_DECODER, ENCODER_DECODER, of_stack
+from bertforge.families.family import PLAIN_MLP
 from bertforge.errors import BertforgeError
 
 _FAMILIES = of_stack(ENCODER_DECODER)
@@ -94,7 +95,7 @@ class Seq2SeqConfig(HFConfig):
             if getattr(self, a) != getattr(self, b):
                 raise BertforgeError(f"a {self.model_type} model has one {a} and {b} ({getattr(self, a)} != "
                                      f"{getattr(self, b)}): its config.json cannot store two")
-        if self.gated_ffn and not fam.gated_mlp_switch:
+        if self.gated_ffn and fam.mlp == PLAIN_MLP:
             raise BertforgeError(f"a {self.model_type} model cannot have gated_ffn=True (its config.json has no "
                                  "gated FFN)")
 

@@ -22,6 +22,14 @@ MODEL_TYPES = tuple(FAMILIES)
 DEFAULT_FAMILY = "bert"
 DEFAULT_ENCODER_DECODER = "t5"
 DEFAULT_RECIPE = "bert"
+# The family whose published shapes are the sizes themselves ("bert-tiny" ... "bert-large", `config.sizes.SIZES`):
+# `--size` names a shape by it, and its presets are those names.
+SIZES_FAMILY = "bert"
+SIZE_PREFIX = f"{SIZES_FAMILY}-"
+# Replaced-token detection for an encoder family without a layout of its own trains in ELECTRA's (it names the
+# generator's tensors `generator_*`); the objective is named after ELECTRA's paper.
+RTD_HOST: Family = FAMILIES["electra"]
+from bertforge.families.electra import RTD_OBJECTIVE  # noqa: E402  (after the registry, which imports it first)
 
 
 def of_stack(*stacks: str) -> dict[str, Family]:
@@ -30,4 +38,5 @@ def of_stack(*stacks: str) -> dict[str, Family]:
 
 
 __all__ = ["ACTIVATIONS", "DECODER", "DEFAULT_ENCODER_DECODER", "DEFAULT_FAMILY", "DEFAULT_RECIPE", "ENCODER",
-           "ENCODER_DECODER", "FAMILIES", "MODEL_TYPES", "Family", "TokenizerLayout", "of_stack"]
+           "ENCODER_DECODER", "FAMILIES", "MODEL_TYPES", "RTD_HOST", "RTD_OBJECTIVE", "SIZES_FAMILY", "SIZE_PREFIX",
+           "Family", "TokenizerLayout", "of_stack"]

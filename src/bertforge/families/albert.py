@@ -3,7 +3,10 @@ SentencePiece. transformers stores the shared layer once, as group 0 (`albert_la
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.families.family import LAYER, Family, bert_write_config, bert_read_config
+from bertforge.families.family import (LAYER, CheckpointLayout, ConfigSchema, Defaults, Family, StackTraits,
+                                       bert_read_config, bert_write_config)
+from bertforge.families.record.tokenizer import BOS_EOS, ROLE_ENTRIES, TokenizerLayout
+from bertforge.families.record.schema import BERT_CHECKS, SOME_LAYERS, checks
 
 _GROUP = r"albert.encoder.albert_layer_groups.\1.albert_layers.0."
 
@@ -30,24 +33,45 @@ RECIPES = (
          tokenizer_kind="unigram", dupe_factor=5),
 )
 
+# ALBERT's SentencePiece Unigram ("unigram"): <pad> <unk> [CLS] [SEP] [MASK], "▁" word starts, [CLS] A [SEP] B [SEP]
+PLAIN_TOKENIZERS = {"unigram": TokenizerLayout(
+    model="unigram", specials={"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+    frame="cls-sep", hf_class="AlbertTokenizerFast", special_map=ROLE_ENTRIES + BOS_EOS,
+    config={"add_prefix_space": True, "trim_offsets": True,
+            "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}, keep_accents=True)}
+
 FAMILY = Family(
-    "albert", "Albert", "albert", write_config=write_config, read_config=read_config,
+    "albert", "Albert", "albert",
     head_classes={"mlm": "AlbertForMaskedLM", "pretraining": "AlbertForPreTraining"},
-    weight_rules=(
-        (r"^bert\.embeddings_project\.", "albert.encoder.embedding_hidden_mapping_in."),
-        (LAYER + r"attention\.self\.(query|key|value)\.", _GROUP + r"attention.\2."),
-        (LAYER + r"attention\.output\.dense\.", _GROUP + "attention.dense."),
-        (LAYER + r"attention\.output\.LayerNorm\.", _GROUP + "attention.LayerNorm."),
-        (LAYER + r"intermediate\.dense\.", _GROUP + "ffn."),
-        (LAYER + r"output\.dense\.", _GROUP + "ffn_output."),
-        (LAYER + r"output\.LayerNorm\.", _GROUP + "full_layer_layer_norm."),
-        (r"^bert\.pooler\.dense\.", "albert.pooler."),
-        (r"^cls\.predictions\.transform\.dense\.", "predictions.dense."),
-        (r"^cls\.predictions\.transform\.LayerNorm\.", "predictions.LayerNorm."),
-        (r"^cls\.predictions\.", "predictions."),
-        (r"^cls\.seq_relationship\.", "sop_classifier.classifier."),
-        (r"^bert\.", "albert."),
-    ),
     presets={"albert-base": ("base", {}), "albert-large": ("large", {})},
-    vocab_size=30000, hidden_act="gelu_new", dropout=0.0, embedding_size=128, share_layers="all", factorised=True,
-    shared_layers_as_one=True, recipes=RECIPES)
+    recipes=RECIPES,
+    plain_tokenizers=PLAIN_TOKENIZERS,
+    checkpoint=CheckpointLayout(
+        weight_rules=(
+            (r"^bert\.embeddings_project\.", "albert.encoder.embedding_hidden_mapping_in."),
+            (LAYER + r"attention\.self\.(query|key|value)\.", _GROUP + r"attention.\2."),
+            (LAYER + r"attention\.output\.dense\.", _GROUP + "attention.dense."),
+            (LAYER + r"attention\.output\.LayerNorm\.", _GROUP + "attention.LayerNorm."),
+            (LAYER + r"intermediate\.dense\.", _GROUP + "ffn."),
+            (LAYER + r"output\.dense\.", _GROUP + "ffn_output."),
+            (LAYER + r"output\.LayerNorm\.", _GROUP + "full_layer_layer_norm."),
+            (r"^bert\.pooler\.dense\.", "albert.pooler."),
+            (r"^cls\.predictions\.transform\.dense\.", "predictions.dense."),
+            (r"^cls\.predictions\.transform\.LayerNorm\.", "predictions.LayerNorm."),
+            (r"^cls\.predictions\.", "predictions."),
+            (r"^cls\.seq_relationship\.", "sop_classifier.classifier."),
+            (r"^bert\.", "albert."),
+        ),
+        shared_layers_as_one=True),
+    schema=ConfigSchema(
+        checks=checks((("num_hidden_groups", "inner_group_num"), SOME_LAYERS), base=BERT_CHECKS),
+        write_config=write_config,
+        read_config=read_config),
+    defaults=Defaults(
+        vocab_size=30000,
+        hidden_act="gelu_new",
+        dropout=0.0,
+        embedding_size=128,
+        share_layers="all"),
+    structure=StackTraits(
+        factorised=True))

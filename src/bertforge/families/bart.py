@@ -4,7 +4,9 @@ biases everywhere, scaled attention scores. Its config.json is `BartConfig`'s; i
 every rule in turn (`q` -> `q_proj`, `cross_attn` -> `encoder_attn`, ...)."""
 from typing import Any
 
-from bertforge.families.family import ENCODER_DECODER, Family, token_id
+from bertforge.families.family import (ENCODER_DECODER, CheckpointLayout, ConfigSchema, Defaults, Family, Seq2SeqTraits,
+                                       token_id)
+from bertforge.families.record.schema import BERT_CHECKS, FFN, HEADS, INIT, LAYERS, RATE, SWITCH, TEXT, WIDTH, checks
 
 
 def write_config(cfg: Any) -> dict[str, Any]:
@@ -48,37 +50,61 @@ RECIPES = (
 
 
 FAMILY = Family(
-    "bart", "Bart", "model", stack=ENCODER_DECODER, head_classes={"lm": "BartForConditionalGeneration"},
-    position_offset=2, vocab_size=50265, pad_token_id=1, eos_token_id=2, bos_token_id=0, decoder_starts_with="eos",
-    prompt_starts_with_bos=True, forces_eos=True, final_logits_bias=True, embedding_padding_idx=True,
-    hidden_act="gelu", layer_norm_eps=1e-5, sublayer_dropout=0.0, max_position_embeddings=1024,
-    recipes=RECIPES, write_config=write_config, read_config=read_config,
-    config_fields=frozenset({
-        "model_type", "vocab_size", "d_model", "max_position_embeddings", "encoder_layers", "decoder_layers",
-        "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
-        "activation_function", "dropout", "attention_dropout", "activation_dropout", "init_std", "scale_embedding",
-        "encoder_layerdrop", "decoder_layerdrop", "bos_token_id", "eos_token_id", "pad_token_id",
-        "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "classifier_dropout",
-        "tie_word_embeddings", "num_hidden_layers",
-        # fairseq-era fields of the published BART configs, accepted at BART's values (fixed_fields)
-        "normalize_before", "add_final_layer_norm", "normalize_embedding", "static_position_embeddings",
-        "add_bias_logits", "extra_pos_embeddings"}),
-    fixed_fields={"encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "tie_word_embeddings": True,
-                  "normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": True,
-                  "static_position_embeddings": False, "add_bias_logits": False, "extra_pos_embeddings": 2},
-    weight_rules=(  # every rule in turn
-        (r"^shared\.", "model.shared."),
-        (r"\.(self_attn|cross_attn)\.([qkv])\.", r".\1.\2_proj."),
-        (r"\.(self_attn|cross_attn)\.o\.", r".\1.out_proj."),
-        (r"\.cross_attn", ".encoder_attn"),
-        (r"\.self_attn_norm\.", ".self_attn_layer_norm."),
-        (r"\.encoder_attn_norm\.", ".encoder_attn_layer_norm."),
-        (r"\.ffn\.wi\.", ".fc1."),
-        (r"\.ffn\.wo\.", ".fc2."),
-        (r"\.ffn_norm\.", ".final_layer_norm."),
-        (r"^(encoder|decoder)\.", r"model.\1."),
-    ),
-    first_rule_only=False,
+    "bart", "Bart", "model",
+    stack=ENCODER_DECODER,
+    head_classes={"lm": "BartForConditionalGeneration"},
+    recipes=RECIPES,
     # Lewis et al. 2020: bart-base 6 + 6 x 768 (12 heads, FFN 3072), bart-large 12 + 12 x 1024 (16, 4096)
     presets={"bart-base": ("base", dict(encoder_layers=6, decoder_layers=6)),
-             "bart-large": ("large", dict(encoder_layers=12, decoder_layers=12))})
+             "bart-large": ("large", dict(encoder_layers=12, decoder_layers=12))},
+    checkpoint=CheckpointLayout(
+        weight_rules=(  # every rule in turn
+            (r"^shared\.", "model.shared."),
+            (r"\.(self_attn|cross_attn)\.([qkv])\.", r".\1.\2_proj."),
+            (r"\.(self_attn|cross_attn)\.o\.", r".\1.out_proj."),
+            (r"\.cross_attn", ".encoder_attn"),
+            (r"\.self_attn_norm\.", ".self_attn_layer_norm."),
+            (r"\.encoder_attn_norm\.", ".encoder_attn_layer_norm."),
+            (r"\.ffn\.wi\.", ".fc1."),
+            (r"\.ffn\.wo\.", ".fc2."),
+            (r"\.ffn_norm\.", ".final_layer_norm."),
+            (r"^(encoder|decoder)\.", r"model.\1."),
+        ),
+        first_rule_only=False),
+    schema=ConfigSchema(
+        checks=checks((("encoder_layers", "decoder_layers"), LAYERS),
+                       (("encoder_attention_heads", "decoder_attention_heads"), HEADS), (("d_model",), WIDTH),
+                       (("encoder_ffn_dim", "decoder_ffn_dim"), FFN),
+                       (("dropout", "attention_dropout", "activation_dropout"), RATE), (("init_std",), INIT),
+                       (("scale_embedding",), SWITCH), (("activation_function",), TEXT), base=BERT_CHECKS),
+        write_config=write_config,
+        read_config=read_config,
+        config_fields=frozenset({
+            "model_type", "vocab_size", "d_model", "max_position_embeddings", "encoder_layers", "decoder_layers",
+            "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
+            "activation_function", "dropout", "attention_dropout", "activation_dropout", "init_std", "scale_embedding",
+            "encoder_layerdrop", "decoder_layerdrop", "bos_token_id", "eos_token_id", "pad_token_id",
+            "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "classifier_dropout",
+            "tie_word_embeddings", "num_hidden_layers",
+            # fairseq-era fields of the published BART configs, accepted at BART's values (fixed_fields)
+            "normalize_before", "add_final_layer_norm", "normalize_embedding", "static_position_embeddings",
+            "add_bias_logits", "extra_pos_embeddings"}),
+        fixed_fields={"encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "tie_word_embeddings": True,
+                      "normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": True,
+                      "static_position_embeddings": False, "add_bias_logits": False, "extra_pos_embeddings": 2}),
+    defaults=Defaults(
+        vocab_size=50265,
+        pad_token_id=1,
+        hidden_act="gelu",
+        layer_norm_eps=1e-5,
+        max_position_embeddings=1024),
+    seq2seq=Seq2SeqTraits(
+        position_offset=2,
+        eos_token_id=2,
+        bos_token_id=0,
+        decoder_starts_with="eos",
+        prompt_starts_with_bos=True,
+        forces_eos=True,
+        final_logits_bias=True,
+        embedding_padding_idx=True,
+        sublayer_dropout=0.0))

@@ -2,7 +2,8 @@
 names are BERT's (`bert.embeddings...`, `bert.encoder.layer.N...`, `cls.predictions...`), so it needs no rules;
 its presets are the sizes themselves (`bert-tiny` ... `bert-large`, `config.sizes.SIZES`). SpanBERT and StructBERT
 are recipes of the same encoder."""
-from bertforge.families.family import Family
+from bertforge.families.family import Family, StackTraits, VerbDefaults
+from bertforge.families.record.tokenizer import ROLE_ENTRIES, TokenizerLayout
 
 RECIPES = (
     # Devlin et al. 2019: MLM + NSP on segment pairs, masks fixed at preparation time (dupe_factor copies).
@@ -25,8 +26,20 @@ RECIPES = (
          tokenizer_kind="wordpiece"),
 )
 
-FAMILY = Family("bert", "Bert", "bert",
-                head_classes={"mlm": "BertForMaskedLM", "pretraining": "BertForPreTraining",
-                              "ltr": "BertLMHeadModel"},
-                every_size_preset=True, causal_encoder=True, distils_to="distilbert", long_variant="longformer",
-                recipes=RECIPES)
+# BERT's WordPiece ("wordpiece"): [PAD] [UNK] [CLS] [SEP] [MASK] at 0-4, "##" continuations, [CLS] A [SEP] B [SEP]
+PLAIN_TOKENIZERS = {"wordpiece": TokenizerLayout(
+    model="wordpiece", specials={"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+    frame="cls-sep", hf_class="BertTokenizerFast", special_map=ROLE_ENTRIES,
+    config={"tokenize_chinese_chars": True, "strip_accents": None})}
+
+FAMILY = Family(
+    "bert", "Bert", "bert",
+    head_classes={"mlm": "BertForMaskedLM", "pretraining": "BertForPreTraining",
+                  "ltr": "BertLMHeadModel"},
+    recipes=RECIPES,
+    plain_tokenizers=PLAIN_TOKENIZERS,
+    structure=StackTraits(
+        causal_encoder=True),
+    verbs=VerbDefaults(
+        distils_to="distilbert",
+        long_variant="longformer"))

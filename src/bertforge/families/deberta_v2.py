@@ -29,8 +29,9 @@ from typing import Any
 
 from bertforge.errors import BertforgeError
 from bertforge.families.electra import RTD_OBJECTIVE
-from bertforge.families.family import (LAYER, OWN_POOLER, SHALLOW_GENERATOR, Family, TokenizerLayout,
-                                       bert_read_config, bert_write_config)
+from bertforge.families.family import (LAYER, OWN_POOLER, SHALLOW_GENERATOR, CheckpointLayout, ConfigSchema, Defaults,
+                                       Family, Heads, StackTraits, TokenizerLayout, bert_read_config, bert_write_config)
+from bertforge.families.record.schema import BERT_CHECKS, MAX_POSITIONS, RATE, SOME_WIDTH, SWITCH, TEXT, Field, checks
 
 MODEL_TYPE = "deberta-v2"
 SELF = LAYER + r"attention\.self\."
@@ -122,13 +123,35 @@ RECIPES = (
 )
 
 FAMILY = Family(
-    MODEL_TYPE, "DebertaV2", "deberta", write_config=write_config, read_config=read_config,
+    MODEL_TYPE, "DebertaV2", "deberta",
     head_classes={"mlm": "DebertaV2ForMaskedLM", "rtd": "DebertaV2Model"},
-    weight_rules=(*BODY_RULES, *LM_PREDICTIONS_RULES, (r"^bert\.", "deberta.")),
-    alternative_weight_rules=(*BODY_RULES, (r"^bert\.", "deberta.")),  # the legacy MLM head: cls.predictions.*
     presets={"deberta-v3-xsmall": ("l6-h384", dict(num_hidden_layers=12)),
              "deberta-v3-small": ("base", dict(num_hidden_layers=6)),
              "deberta-v3-base": ("base", {}), "deberta-v3-large": ("large", {})},
-    vocab_size=128100, type_vocab_size=0, layer_norm_eps=1e-7, use_pooler=False,
-    position_embedding_type="disentangled", sequence_head=OWN_POOLER, pooler_act="gelu", single_segment=True,
-    rtd_generator=SHALLOW_GENERATOR, recipes=RECIPES, tokenizer=TOKENIZER)
+    recipes=RECIPES,
+    tokenizer=TOKENIZER,
+    checkpoint=CheckpointLayout(
+        weight_rules=(*BODY_RULES, *LM_PREDICTIONS_RULES, (r"^bert\.", "deberta.")),
+        alternative_weight_rules=(*BODY_RULES, (r"^bert\.", "deberta."))),  # the legacy MLM head: cls.predictions.*
+    schema=ConfigSchema(
+        checks=checks((("attention_head_size", "pooler_hidden_size"), SOME_WIDTH), (("pooler_dropout",), RATE),
+                       # disentangled attention: log buckets and the longest distance told apart (<= 0: none / the
+                       # positions), its terms ("c2p|p2c" or a list), the relative table's norm ("layer_norm" or "none")
+                       (("position_buckets", "max_relative_positions"), Field("int", -1, MAX_POSITIONS)),
+                       (("pos_att_type",), Field("texts")), (("conv_kernel_size",), Field("int", 0, MAX_POSITIONS)),
+                       (("relative_attention", "position_biased_input", "share_att_key", "legacy"), SWITCH),
+                       (("pooler_hidden_act", "norm_rel_ebd", "conv_act"), TEXT), base=BERT_CHECKS),
+        write_config=write_config,
+        read_config=read_config),
+    defaults=Defaults(
+        vocab_size=128100,
+        type_vocab_size=0,
+        layer_norm_eps=1e-7,
+        use_pooler=False),
+    structure=StackTraits(
+        position_embedding_type="disentangled"),
+    heads=Heads(
+        sequence_head=OWN_POOLER,
+        pooler_act="gelu",
+        single_segment=True,
+        rtd_generator=SHALLOW_GENERATOR))

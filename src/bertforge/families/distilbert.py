@@ -4,7 +4,8 @@ transformers' DistilBERT sequence-classification and multiple-choice heads diffe
 as bertforge's)."""
 from typing import Any
 
-from bertforge.families.family import LAYER, Family, common_fields
+from bertforge.families.family import LAYER, CheckpointLayout, ConfigSchema, Defaults, Family, Heads, common_fields
+from bertforge.families.record.schema import BERT_CHECKS, FFN, HEADS, LAYERS, RATE, WIDTH, checks
 
 _LAYER_OUT = r"distilbert.transformer.layer.\1."
 
@@ -28,22 +29,32 @@ def read_config(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any
 
 
 FAMILY = Family(
-    "distilbert", "DistilBert", "distilbert", write_config=write_config, read_config=read_config,
+    "distilbert", "DistilBert", "distilbert",
     head_classes={"mlm": "DistilBertForMaskedLM"},
-    weight_rules=(
-        (LAYER + r"attention\.self\.query\.", _LAYER_OUT + "attention.q_lin."),
-        (LAYER + r"attention\.self\.key\.", _LAYER_OUT + "attention.k_lin."),
-        (LAYER + r"attention\.self\.value\.", _LAYER_OUT + "attention.v_lin."),
-        (LAYER + r"attention\.output\.dense\.", _LAYER_OUT + "attention.out_lin."),
-        (LAYER + r"attention\.output\.LayerNorm\.", _LAYER_OUT + "sa_layer_norm."),
-        (LAYER + r"intermediate\.dense\.", _LAYER_OUT + "ffn.lin1."),
-        (LAYER + r"output\.dense\.", _LAYER_OUT + "ffn.lin2."),
-        (LAYER + r"output\.LayerNorm\.", _LAYER_OUT + "output_layer_norm."),
-        (r"^cls\.predictions\.transform\.dense\.", "vocab_transform."),
-        (r"^cls\.predictions\.transform\.LayerNorm\.", "vocab_layer_norm."),
-        (r"^cls\.predictions\.bias$", "vocab_projector.bias"),
-        (r"^cls\.predictions\.decoder\.weight$", "vocab_projector.weight"),
-        (r"^bert\.", "distilbert."),
-    ),
     presets={"distilbert-base": ("base", dict(num_hidden_layers=6))},  # half of BERT-base's layers
-    type_vocab_size=0, use_pooler=False, hf_task_heads=("tag", "qa"))
+    checkpoint=CheckpointLayout(
+        weight_rules=(
+            (LAYER + r"attention\.self\.query\.", _LAYER_OUT + "attention.q_lin."),
+            (LAYER + r"attention\.self\.key\.", _LAYER_OUT + "attention.k_lin."),
+            (LAYER + r"attention\.self\.value\.", _LAYER_OUT + "attention.v_lin."),
+            (LAYER + r"attention\.output\.dense\.", _LAYER_OUT + "attention.out_lin."),
+            (LAYER + r"attention\.output\.LayerNorm\.", _LAYER_OUT + "sa_layer_norm."),
+            (LAYER + r"intermediate\.dense\.", _LAYER_OUT + "ffn.lin1."),
+            (LAYER + r"output\.dense\.", _LAYER_OUT + "ffn.lin2."),
+            (LAYER + r"output\.LayerNorm\.", _LAYER_OUT + "output_layer_norm."),
+            (r"^cls\.predictions\.transform\.dense\.", "vocab_transform."),
+            (r"^cls\.predictions\.transform\.LayerNorm\.", "vocab_layer_norm."),
+            (r"^cls\.predictions\.bias$", "vocab_projector.bias"),
+            (r"^cls\.predictions\.decoder\.weight$", "vocab_projector.weight"),
+            (r"^bert\.", "distilbert."),
+        )),
+    schema=ConfigSchema(
+        checks=checks((("n_layers",), LAYERS), (("n_heads",), HEADS), (("dim",), WIDTH), (("hidden_dim",), FFN),
+                       (("dropout", "attention_dropout", "qa_dropout", "seq_classif_dropout"), RATE), base=BERT_CHECKS),
+        write_config=write_config,
+        read_config=read_config),
+    defaults=Defaults(
+        type_vocab_size=0,
+        use_pooler=False),
+    heads=Heads(
+        hf_task_heads=("tag", "qa")))

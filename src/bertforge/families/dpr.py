@@ -6,7 +6,9 @@ above 0 (`encode_proj`). Both classes read as one family: the question layout is
 as BERT (`wraps`): a sentence-transformers folder holds a BertModel, not a DPR class."""
 from typing import Any
 
-from bertforge.families.family import PROJECTION, Family, bert_read_config, bert_write_config
+from bertforge.families.family import (PROJECTION, CheckpointLayout, ConfigSchema, Defaults, Family, Heads,
+                                       bert_read_config, bert_write_config)
+from bertforge.families.record.schema import BERT_CHECKS, MAX_WIDTH, Field, checks
 
 QUESTION, CONTEXT = "question_encoder", "ctx_encoder"
 
@@ -26,8 +28,20 @@ def _rules(tower: str) -> tuple[tuple[str, str], ...]:
 FAMILY = Family(
     "dpr", "DPR",
     "",  # no bare layout: a tower's own tensors carry the prefix (a bare encoder saves as DPRQuestionEncoder)
-    write_config=write_config, read_config=read_config, kept_fields=("projection_dim",),
-    weight_rules=_rules(QUESTION), alternative_weight_rules=_rules(CONTEXT),
-    wraps="bert", architecture="DPRQuestionEncoder", alternative_architecture="DPRContextEncoder",
-    sentence_pooling="cls", projection_field="projection_dim",
-    use_pooler=False, hf_task_heads=())
+    checkpoint=CheckpointLayout(
+        weight_rules=_rules(QUESTION),
+        alternative_weight_rules=_rules(CONTEXT),
+        wraps="bert",
+        architecture="DPRQuestionEncoder",
+        alternative_architecture="DPRContextEncoder",
+        sentence_pooling="cls",
+        projection_field="projection_dim"),
+    schema=ConfigSchema(
+        checks=checks((("projection_dim",), Field("int", 0, MAX_WIDTH)), base=BERT_CHECKS),
+        write_config=write_config,
+        read_config=read_config,
+        kept_fields=("projection_dim",)),
+    defaults=Defaults(
+        use_pooler=False),
+    heads=Heads(
+        hf_task_heads=()))

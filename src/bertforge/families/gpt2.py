@@ -4,7 +4,10 @@ decoder (`bertforge.model.decoder`) has GPT2LMHeadModel's tensor names; GPT-2's 
 as [in, out] (bertforge's nn.Linear: [out, in]). Its config.json is `GPT2Config`'s."""
 from typing import Any
 
-from bertforge.families.family import DECODER, Family, TokenizerLayout, refuse_unsupported
+from bertforge.families.family import (DECODER, CheckpointLayout, ConfigSchema, Defaults, Family, Heads,
+                                       TokenizerLayout, refuse_unsupported)
+from bertforge.families.record.schema import (BERT_CHECKS, EPS, HEADS, LAYERS, MAX_FFN, POSITIONS, RATE, TEXT, WIDTH,
+                                              Field, checks)
 
 ENDOFTEXT = "<|endoftext|>"
 
@@ -55,12 +58,31 @@ RECIPES = (
          tokenizer_kind="gpt2"),
 )
 
-FAMILY = Family("gpt2", "GPT2", "transformer", stack=DECODER, head_classes={"lm": "GPT2LMHeadModel"},
-                write_config=write_config, read_config=read_config,
-                transposed_weights=r"\.(c_attn|c_proj|c_fc)\.weight$",
-                presets={"gpt2": ("base", dict(bos_token_id=50256, eos_token_id=50256))},  # GPT-2 small (124M)
-                vocab_size=50257, type_vocab_size=0, pad_token_id=50256, max_position_embeddings=1024,
-                layer_norm_eps=1e-5, hidden_act="gelu_new", use_pooler=False, hf_task_heads=(),
-                # generation starts after (and stops at) the separator the documents were packed with
-                token_ids_from_tokenizer={"bos_token_id": "cls", "eos_token_id": "sep"},
-                recipes=RECIPES, tokenizer=TOKENIZER)
+FAMILY = Family(
+    "gpt2", "GPT2", "transformer",
+    stack=DECODER,
+    head_classes={"lm": "GPT2LMHeadModel"},
+    presets={"gpt2": ("base", dict(bos_token_id=50256, eos_token_id=50256))},  # GPT-2 small (124M)
+    recipes=RECIPES,
+    tokenizer=TOKENIZER,
+    checkpoint=CheckpointLayout(
+        transposed_weights=r"\.(c_attn|c_proj|c_fc)\.weight$"),
+    schema=ConfigSchema(
+        checks=checks((("n_layer",), LAYERS), (("n_head",), HEADS), (("n_embd",), WIDTH),
+                       (("n_inner",), Field("int", 1, MAX_FFN)), (("n_positions",), POSITIONS),
+                       (("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"), RATE),
+                       (("layer_norm_epsilon",), EPS), (("activation_function",), TEXT), base=BERT_CHECKS),
+        write_config=write_config,
+        read_config=read_config,
+        # generation starts after (and stops at) the separator the documents were packed with
+        token_ids_from_tokenizer={"bos_token_id": "cls", "eos_token_id": "sep"}),
+    defaults=Defaults(
+        vocab_size=50257,
+        type_vocab_size=0,
+        pad_token_id=50256,
+        max_position_embeddings=1024,
+        layer_norm_eps=1e-5,
+        hidden_act="gelu_new",
+        use_pooler=False),
+    heads=Heads(
+        hf_task_heads=()))

@@ -4,7 +4,9 @@ caller's choice with their own Q/K/V (`query_global`, ..., which keep their name
 `longformer.`."""
 from typing import Any
 
-from bertforge.families.family import FIRST_TOKEN, SLIDING_WINDOW, Family, bert_write_config, bert_read_config
+from bertforge.families.family import (FIRST_TOKEN, SLIDING_WINDOW, CheckpointLayout, ConfigSchema, Defaults, Family,
+                                       Heads, StackTraits, VerbDefaults, bert_read_config, bert_write_config)
+from bertforge.families.record.schema import BERT_CHECKS, MAX_POSITIONS, Field, checks
 from bertforge.families.roberta import LM_HEAD_RULES
 
 WINDOW = 512  # allenai/longformer-base-4096
@@ -19,10 +21,29 @@ def read_config(fam: Family, d: dict[str, Any], source: str, ours: dict[str, Any
     return {**bert_read_config(fam, d, source, ours), "attention_window": d.get("attention_window", WINDOW)}
 
 
-FAMILY = Family("longformer", "Longformer", "longformer", write_config=write_config,
-                read_config=read_config, head_classes={"mlm": "LongformerForMaskedLM"},
-                weight_rules=(*LM_HEAD_RULES, (r"^bert\.", "longformer.")),
-                vocab_size=50265, pad_token_id=1, max_position_embeddings=4098, type_vocab_size=1, layer_norm_eps=1e-5,
-                positions_after_padding=True, keeps_token_ids=True, sparse_attention=SLIDING_WINDOW,
-                mlm_head_act="gelu", sequence_head=FIRST_TOKEN, single_segment=True, long_variant="longformer",
-                token_ids_from_tokenizer={"bos_token_id": "cls", "eos_token_id": "sep", "sep_token_id": "sep"})
+FAMILY = Family(
+    "longformer", "Longformer", "longformer",
+    head_classes={"mlm": "LongformerForMaskedLM"},
+    checkpoint=CheckpointLayout(
+        weight_rules=(*LM_HEAD_RULES, (r"^bert\.", "longformer."))),
+    schema=ConfigSchema(
+        checks=checks((("attention_window",), Field("window", 2, MAX_POSITIONS)), base=BERT_CHECKS),
+        write_config=write_config,
+        read_config=read_config,
+        keeps_token_ids=True,
+        token_ids_from_tokenizer={"bos_token_id": "cls", "eos_token_id": "sep", "sep_token_id": "sep"}),
+    defaults=Defaults(
+        vocab_size=50265,
+        pad_token_id=1,
+        max_position_embeddings=4098,
+        type_vocab_size=1,
+        layer_norm_eps=1e-5),
+    structure=StackTraits(
+        positions_after_padding=True,
+        sparse_attention=SLIDING_WINDOW),
+    heads=Heads(
+        mlm_head_act="gelu",
+        sequence_head=FIRST_TOKEN,
+        single_segment=True),
+    verbs=VerbDefaults(
+        long_variant="longformer"))

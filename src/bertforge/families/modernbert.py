@@ -11,9 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.families.family import LAYER, TOKEN_IDS, Family, common_fields
+from bertforge.families.family import (GATED_MLP, LAYER, TOKEN_IDS, CheckpointLayout, ConfigSchema, Defaults, Family,
+                                       Heads, StackTraits, common_fields)
+from bertforge.families.record.schema import (BERT_CHECKS, EPS, MAX_POSITIONS, RATE, SOME_LAYERS, SWITCH, TEXT, THETA,
+                                              Field, checks)
 
 FULL, SLIDING = "full_attention", "sliding_attention"  # layer types, as Hugging Face names them
+# the ModelConfig switches ModernBertConfig can set per model (every other family's stay at its values)
+MODERN_SWITCHES = frozenset({"attention_bias", "mlp_bias", "norm_bias", "head_bias", "decoder_bias",
+                             "local_attention"})
 
 
 def layer_types(num_layers: int, every: int, window: int | None) -> list[str]:
@@ -86,34 +92,63 @@ RECIPES = (
 )
 
 FAMILY = Family(
-    "modernbert", "ModernBert", "model", write_config=write_config, read_config=read_config,
+    "modernbert", "ModernBert", "model",
     head_classes={"mlm": "ModernBertForMaskedLM"},
-    weight_rules=(
-        (r"^bert\.embeddings\.word_embeddings\.", "model.embeddings.tok_embeddings."),
-        (r"^bert\.embeddings\.LayerNorm\.", "model.embeddings.norm."),
-        (LAYER + r"attn_norm\.", r"model.layers.\1.attn_norm."),
-        (LAYER + r"attention\.self\.(?:query|key|value)\.", r"model.layers.\1.attn.Wqkv."),  # see fused_weights
-        (LAYER + r"attention\.output\.dense\.", r"model.layers.\1.attn.Wo."),
-        (LAYER + r"mlp_norm\.", r"model.layers.\1.mlp_norm."),
-        (LAYER + r"intermediate\.dense\.", r"model.layers.\1.mlp.Wi."),  # GeGLU [W_a; W_g] in both layouts
-        (LAYER + r"output\.dense\.", r"model.layers.\1.mlp.Wo."),
-        (r"^bert\.final_norm\.", "model.final_norm."),
-        (r"^cls\.predictions\.transform\.dense\.", "head.dense."),
-        (r"^cls\.predictions\.transform\.LayerNorm\.", "head.norm."),
-        (r"^cls\.predictions\.bias$", "decoder.bias"),
-        (r"^bert\.", "model."),
-    ),
-    fused_weights=(LAYER + r"attention\.self\.(query|key|value)\.", 2, ("query", "key", "value")),
     # Deeper and narrower than BERT's sizes (GLU expansion 2,304 / 5,248 = 2 x intermediate)
     presets={"modernbert-base": ("base", dict(num_hidden_layers=22, intermediate_size=1152)),
              "modernbert-large": ("large", dict(num_hidden_layers=28, intermediate_size=2624))},
-    vocab_size=50368, pad_token_id=50283, type_vocab_size=0, max_position_embeddings=8192, layer_norm_eps=1e-5,
-    dropout=0.0, use_pooler=False, norm_position="pre", position_embedding_type="rotary", gated_mlp=True, bias=False,
-    bias_switches=True, keeps_token_ids=True, local_attention=128, global_attn_every_n_layers=3,
-    rope_theta=160000.0, initializer_cutoff_factor=2.0, intermediate_scale=2 / 3,
-    # every ModernBertFor<Task> puts a dense-act-norm block before its classifier: bertforge's heads are its own
-    hf_task_heads=(), single_segment=True,
-    # its config.json names its special tokens (the tokenizer's), unlike BERT's
-    token_ids_from_tokenizer={"cls_token_id": "cls", "sep_token_id": "sep", "bos_token_id": "cls",
-                              "eos_token_id": "sep"},
-    recipes=RECIPES)
+    recipes=RECIPES,
+    checkpoint=CheckpointLayout(
+        weight_rules=(
+            (r"^bert\.embeddings\.word_embeddings\.", "model.embeddings.tok_embeddings."),
+            (r"^bert\.embeddings\.LayerNorm\.", "model.embeddings.norm."),
+            (LAYER + r"attn_norm\.", r"model.layers.\1.attn_norm."),
+            (LAYER + r"attention\.self\.(?:query|key|value)\.", r"model.layers.\1.attn.Wqkv."),  # see fused_weights
+            (LAYER + r"attention\.output\.dense\.", r"model.layers.\1.attn.Wo."),
+            (LAYER + r"mlp_norm\.", r"model.layers.\1.mlp_norm."),
+            (LAYER + r"intermediate\.dense\.", r"model.layers.\1.mlp.Wi."),  # GeGLU [W_a; W_g] in both layouts
+            (LAYER + r"output\.dense\.", r"model.layers.\1.mlp.Wo."),
+            (r"^bert\.final_norm\.", "model.final_norm."),
+            (r"^cls\.predictions\.transform\.dense\.", "head.dense."),
+            (r"^cls\.predictions\.transform\.LayerNorm\.", "head.norm."),
+            (r"^cls\.predictions\.bias$", "decoder.bias"),
+            (r"^bert\.", "model."),
+        ),
+        fused_weights=(LAYER + r"attention\.self\.(query|key|value)\.", 2, ("query", "key", "value"))),
+    schema=ConfigSchema(
+        checks=checks((("mlp_dropout", "embedding_dropout", "attention_dropout"), RATE), (("norm_eps",), EPS),
+                       (("initializer_cutoff_factor",), Field("number", 0, 100, open_low=True)),
+                       (("rope_theta", "global_rope_theta", "local_rope_theta"), THETA),
+                       (("local_attention",), Field("int", 2, MAX_POSITIONS)),
+                       (("global_attn_every_n_layers",), SOME_LAYERS),
+                       (("norm_bias", "mlp_bias", "attention_bias", "decoder_bias", "classifier_bias"), SWITCH),
+                       (("hidden_activation", "classifier_activation"), TEXT), base=BERT_CHECKS),
+        write_config=write_config,
+        read_config=read_config,
+        switches=MODERN_SWITCHES,
+        keeps_token_ids=True,
+        # its config.json names its special tokens (the tokenizer's), unlike BERT's
+        token_ids_from_tokenizer={"cls_token_id": "cls", "sep_token_id": "sep", "bos_token_id": "cls",
+                                  "eos_token_id": "sep"}),
+    defaults=Defaults(
+        vocab_size=50368,
+        pad_token_id=50283,
+        type_vocab_size=0,
+        max_position_embeddings=8192,
+        layer_norm_eps=1e-5,
+        dropout=0.0,
+        use_pooler=False,
+        local_attention=128,
+        global_attn_every_n_layers=3,
+        rope_theta=160000.0,
+        initializer_cutoff_factor=2.0,
+        intermediate_scale=2 / 3),
+    structure=StackTraits(
+        norm_position="pre",
+        position_embedding_type="rotary",
+        mlp=GATED_MLP,
+        bias=False),
+    heads=Heads(
+        # every ModernBertFor<Task> puts a dense-act-norm block before its classifier: bertforge's heads are its own
+        hf_task_heads=(),
+        single_segment=True))

@@ -5,7 +5,12 @@ names number a block's sub-layers 0, 1 (, 2)."""
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.families.family import ENCODER_DECODER, FAN_IN_INIT, Family, TokenizerLayout, token_id
+from bertforge.families.family import (EITHER_MLP, ENCODER_DECODER, FAN_IN_INIT, CheckpointLayout, ConfigSchema,
+                                       Defaults, Family, Seq2SeqTraits, StackTraits, TokenizerLayout, VerbDefaults,
+                                       token_id)
+from bertforge.families.record.schema import (BERT_CHECKS, EPS, FFN, HEADS, INIT, LAYERS, MAX_HEADS, MAX_POSITIONS,
+                                              POSITIONS, RATE, SOME_LAYERS, SOME_WIDTH, SWITCH, TEXT, WIDTH, Field,
+                                              checks)
 
 _STACK = r"^(encoder|decoder)\."
 
@@ -64,34 +69,11 @@ RECIPES = (
 )
 
 FAMILY = Family(
-    "t5", "T5", "", stack=ENCODER_DECODER, head_classes={"lm": "T5ForConditionalGeneration"},
-    norm_position="pre", rms_norm=True, relative_positions=True, bias=False, scaled_attention=False,
-    own_head_width=True, gated_mlp_switch=True, init=FAN_IN_INIT, rescales_output=True, finetune_lr=1e-4,
-    # T5Config has one head count, one FFN width and one dropout rate for both stacks
-    one_value_for=(("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim"),
-                   ("dropout", "attention_dropout"), ("dropout", "activation_dropout")),
-    vocab_size=32128, pad_token_id=0, eos_token_id=1, hidden_act="relu", layer_norm_eps=1e-6, recipes=RECIPES,
+    "t5", "T5", "",
+    stack=ENCODER_DECODER,
+    head_classes={"lm": "T5ForConditionalGeneration"},
+    recipes=RECIPES,
     tokenizer=TOKENIZER,
-    write_config=write_config, read_config=read_config,
-    config_fields=frozenset({
-        "model_type", "vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
-        "relative_attention_num_buckets", "relative_attention_max_distance", "dropout_rate", "layer_norm_epsilon",
-        "initializer_factor", "feed_forward_proj", "dense_act_fn", "is_gated_act", "scale_decoder_outputs",
-        "tie_word_embeddings", "n_positions", "pad_token_id", "eos_token_id", "bos_token_id",
-        "decoder_start_token_id", "classifier_dropout"}),
-    fixed_fields={},  # T5's output is always tied; tie_word_embeddings only says whether to rescale
-    weight_rules=(  # the first match wins
-        (_STACK + r"position_bias\.", r"\1.block.0.layer.0.SelfAttention."),
-        (_STACK + r"layers\.(\d+)\.self_attn\.", r"\1.block.\2.layer.0.SelfAttention."),
-        (_STACK + r"layers\.(\d+)\.self_attn_norm\.", r"\1.block.\2.layer.0.layer_norm."),
-        (r"^decoder\.layers\.(\d+)\.cross_attn\.", r"decoder.block.\1.layer.1.EncDecAttention."),
-        (r"^decoder\.layers\.(\d+)\.cross_attn_norm\.", r"decoder.block.\1.layer.1.layer_norm."),
-        (r"^encoder\.layers\.(\d+)\.ffn\.", r"encoder.block.\1.layer.1.DenseReluDense."),
-        (r"^encoder\.layers\.(\d+)\.ffn_norm\.", r"encoder.block.\1.layer.1.layer_norm."),
-        (r"^decoder\.layers\.(\d+)\.ffn\.", r"decoder.block.\1.layer.2.DenseReluDense."),
-        (r"^decoder\.layers\.(\d+)\.ffn_norm\.", r"decoder.block.\1.layer.2.layer_norm."),
-        (_STACK + r"final_norm\.", r"\1.final_layer_norm."),
-    ),
     presets={
         # Raffel et al. 2020, Table 14 (t5-small: 6 + 6 layers of 512, 8 heads of 64, d_ff 2048)
         "t5-small": ("small", dict(encoder_layers=6, decoder_layers=6)),
@@ -101,4 +83,55 @@ FAMILY = Family(
         "t5-v1_1-base": ("base", dict(gated_ffn=True, activation="gelu_new", encoder_ffn_dim=2048,
                                       decoder_ffn_dim=2048, scale_decoder_outputs=False, dropout=0.0,
                                       attention_dropout=0.0, activation_dropout=0.0)),
-    })
+    },
+    checkpoint=CheckpointLayout(
+        weight_rules=(  # the first match wins
+            (_STACK + r"position_bias\.", r"\1.block.0.layer.0.SelfAttention."),
+            (_STACK + r"layers\.(\d+)\.self_attn\.", r"\1.block.\2.layer.0.SelfAttention."),
+            (_STACK + r"layers\.(\d+)\.self_attn_norm\.", r"\1.block.\2.layer.0.layer_norm."),
+            (r"^decoder\.layers\.(\d+)\.cross_attn\.", r"decoder.block.\1.layer.1.EncDecAttention."),
+            (r"^decoder\.layers\.(\d+)\.cross_attn_norm\.", r"decoder.block.\1.layer.1.layer_norm."),
+            (r"^encoder\.layers\.(\d+)\.ffn\.", r"encoder.block.\1.layer.1.DenseReluDense."),
+            (r"^encoder\.layers\.(\d+)\.ffn_norm\.", r"encoder.block.\1.layer.1.layer_norm."),
+            (r"^decoder\.layers\.(\d+)\.ffn\.", r"decoder.block.\1.layer.2.DenseReluDense."),
+            (r"^decoder\.layers\.(\d+)\.ffn_norm\.", r"decoder.block.\1.layer.2.layer_norm."),
+            (_STACK + r"final_norm\.", r"\1.final_layer_norm."),
+        )),
+    schema=ConfigSchema(
+        checks=checks((("num_layers",), LAYERS), (("num_decoder_layers",), SOME_LAYERS), (("num_heads",), HEADS),
+                       (("d_model",), WIDTH), (("d_kv",), SOME_WIDTH), (("d_ff",), FFN), (("dropout_rate",), RATE),
+                       (("layer_norm_epsilon",), EPS), (("initializer_factor",), INIT), (("n_positions",), POSITIONS),
+                       (("relative_attention_num_buckets",), Field("int", 1, MAX_HEADS)),
+                       (("relative_attention_max_distance",), Field("int", 1, MAX_POSITIONS)),
+                       (("scale_decoder_outputs",), SWITCH), (("feed_forward_proj",), TEXT), base=BERT_CHECKS),
+        # T5Config has one head count, one FFN width and one dropout rate for both stacks
+        one_value_for=(("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim"),
+                       ("dropout", "attention_dropout"), ("dropout", "activation_dropout")),
+        write_config=write_config,
+        read_config=read_config,
+        config_fields=frozenset({
+            "model_type", "vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
+            "relative_attention_num_buckets", "relative_attention_max_distance", "dropout_rate", "layer_norm_epsilon",
+            "initializer_factor", "feed_forward_proj", "dense_act_fn", "is_gated_act", "scale_decoder_outputs",
+            "tie_word_embeddings", "n_positions", "pad_token_id", "eos_token_id", "bos_token_id",
+            "decoder_start_token_id", "classifier_dropout"}),
+        fixed_fields={}),  # T5's output is always tied; tie_word_embeddings only says whether to rescale
+    defaults=Defaults(
+        vocab_size=32128,
+        pad_token_id=0,
+        hidden_act="relu",
+        layer_norm_eps=1e-6),
+    structure=StackTraits(
+        norm_position="pre",
+        rms_norm=True,
+        relative_positions=True,
+        bias=False,
+        scaled_attention=False,
+        mlp=EITHER_MLP),
+    seq2seq=Seq2SeqTraits(
+        own_head_width=True,
+        init=FAN_IN_INIT,
+        rescales_output=True,
+        eos_token_id=1),
+    verbs=VerbDefaults(
+        finetune_lr=1e-4))

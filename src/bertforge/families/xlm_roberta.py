@@ -27,8 +27,10 @@ RECIPES = (
 )
 
 FAMILY = dataclasses.replace(
-    ROBERTA, model_type=MODEL_TYPE, hf_prefix="XLMRoberta", vocab_size=250002,
+    ROBERTA, model_type=MODEL_TYPE, hf_prefix="XLMRoberta",
     head_classes={"mlm": "XLMRobertaForMaskedLM", "ltr": "XLMRobertaForCausalLM"},
     presets={"xlm-roberta-base": ("base", {}), "xlm-roberta-large": ("large", {})},
-    long_variant=None,  # Longformer's checkpoints are RoBERTa's byte-level BPE models
-    recipes=RECIPES, tokenizer=TOKENIZER)
+    recipes=RECIPES, tokenizer=TOKENIZER, plain_tokenizers={},
+    defaults=dataclasses.replace(ROBERTA.defaults, vocab_size=250002),
+    # Longformer's checkpoints are RoBERTa's byte-level BPE models
+    verbs=dataclasses.replace(ROBERTA.verbs, long_variant=None))

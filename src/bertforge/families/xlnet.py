@@ -4,7 +4,9 @@ transformers' names (`bertforge.model.xlnet`); the LM head is `lm_loss`. Its con
 from typing import Any
 
 from bertforge.errors import BertforgeError
-from bertforge.families.family import Family
+from bertforge.families.family import CheckpointLayout, ConfigSchema, Defaults, Family, StackTraits
+from bertforge.families.record.schema import (BERT_CHECKS, FFN, HEADS, LAYERS, MAX_POSITIONS, RATE, SOME_WIDTH, TEXT,
+                                              WIDTH, Field, checks)
 
 
 def write_config(cfg: Any) -> dict[str, Any]:
@@ -45,9 +47,25 @@ RECIPES = (
          tokenizer_kind="unigram"),
 )
 
-FAMILY = Family("xlnet", "XLNet", "transformer", write_config=write_config, read_config=read_config,
-                head_classes={"lm": "XLNetLMHeadModel"},
-                weight_rules=((r"^bert\.", "transformer."),),
-                presets={"xlnet-base": ("base", {}), "xlnet-large": ("large", {})},
-                vocab_size=32000, pad_token_id=5, use_pooler=False, relative_positions=True, two_stream=True,
-                recipes=RECIPES)
+FAMILY = Family(
+    "xlnet", "XLNet", "transformer",
+    head_classes={"lm": "XLNetLMHeadModel"},
+    presets={"xlnet-base": ("base", {}), "xlnet-large": ("large", {})},
+    recipes=RECIPES,
+    checkpoint=CheckpointLayout(
+        weight_rules=((r"^bert\.", "transformer."),),
+        bare_parts=("word_embedding", "layer")),
+    schema=ConfigSchema(
+        checks=checks((("n_layer",), LAYERS), (("n_head",), HEADS), (("d_model",), WIDTH), (("d_head",), SOME_WIDTH),
+                       (("d_inner",), FFN), (("dropout",), RATE), (("clamp_len",), Field("int", -1, MAX_POSITIONS)),
+                       (("mem_len",), Field("int", 0, MAX_POSITIONS)), (("ff_activation", "attn_type"), TEXT),
+                       base=BERT_CHECKS),
+        write_config=write_config,
+        read_config=read_config),
+    defaults=Defaults(
+        vocab_size=32000,
+        pad_token_id=5,
+        use_pooler=False),
+    structure=StackTraits(
+        relative_positions=True,
+        streams=2))

@@ -89,15 +89,16 @@ def hf_part(canonical: str, cfg: Config) -> tuple[int, int] | None:
     return (parts.index(m.group(group)), len(parts)) if m else None
 
 
+# The modules a bare encoder of each layout holds (`Family.bare_parts`): `embeddings` + `encoder` for
+# `bertforge.model.Encoder`, `word_embedding` + `layer` for XLNet's two-stream one.
+_BARE_ENCODER_PARTS = tuple(dict.fromkeys(fam.bare_parts for fam in FAMILIES.values() if fam.stack == ENCODER))
+
+
 def is_bare_encoder(model: nn.Module) -> bool:
-    """A `bertforge.model.Encoder` itself (parameters `embeddings.*`, `encoder.*`) or an `XLNetEncoder`
-    (`word_embedding`, `layer.*`), not a wrapper holding one as `.bert`. Decided by its parts, not by isinstance:
-    checkpoint must not import model (model imports checkpoint)."""
-    bert = isinstance(getattr(model, "embeddings", None), nn.Module) and \
-        isinstance(getattr(model, "encoder", None), nn.Module)
-    xlnet = isinstance(getattr(model, "word_embedding", None), nn.Embedding) and \
-        isinstance(getattr(model, "layer", None), nn.ModuleList)
-    return bert or xlnet
+    """An encoder itself (one of the families' `bare_parts`), not a wrapper holding one as `.bert`. Decided by its
+    parts, not by isinstance: checkpoint must not import model (model imports checkpoint)."""
+    return any(all(isinstance(getattr(model, part, None), nn.Module) for part in parts)
+               for parts in _BARE_ENCODER_PARTS)
 
 
 def is_bare_decoder(model: nn.Module) -> bool:

@@ -275,7 +275,7 @@ class Encoder(nn.Module):
             raise BertforgeError(f"model_type {cfg.model_type} is a decoder (GPT-2 layout), not an encoder: load it "
                                  "with bertforge.model.DecoderLM, or use `bertforge generate`")
         super().__init__()
-        if cfg.family.two_stream:
+        if cfg.family.streams == 2:
             raise BertforgeError(f"a {cfg.model_type} model is built by bertforge.model.XLNetEncoder (two-stream "
                                  "relative attention), not by the BERT encoder: bertforge pretrains XLNet and "
                                  "exchanges it with transformers, but does not fine-tune, embed or fill-mask with it")

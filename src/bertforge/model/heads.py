@@ -240,7 +240,7 @@ class MaskedLM(nn.Module):
             raise BertforgeError(f"{folder.path}: a {cfg.family.hf_prefix} checkpoint (model_type {cfg.model_type}) "
                                  f"has no masked LM head, so it is not a masked LM"
                                  + (": it predicts a position from its query stream, never a [MASK] token"
-                                    if cfg.family.two_stream else "")
+                                    if cfg.family.streams == 2 else "")
                                  + f"; fill-mask needs a {', '.join(with_mlm)} MLM")
         model = cls(cfg)
         load_pretrained(model, folder.path, require=("cls.predictions.",))

@@ -146,7 +146,7 @@ class XLNetEncoder(nn.Module):
 
     def __init__(self, cfg: ModelConfig, attn_implementation: str = "sdpa"):
         super().__init__()
-        if not cfg.family.two_stream:
+        if cfg.family.streams != 2:
             raise BertforgeError(f"XLNetEncoder needs a two-stream (XLNet) config, got model_type "
                                  f"{cfg.model_type!r}")
         self.config = cfg

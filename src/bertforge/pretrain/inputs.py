@@ -81,7 +81,7 @@ def single_segment(cfg: ModelConfig, recipe: Recipe) -> bool:
 
 def check_model_fits_recipe(cfg: ModelConfig, recipe: Recipe, source: str) -> None:
     """One clear line, before any training, for a model that cannot take the recipe's batches."""
-    if (recipe.objective == PLM) != cfg.family.two_stream:
+    if (recipe.objective == PLM) != (cfg.family.streams == 2):
         raise BertforgeError(f"{source}: a {cfg.model_type} model cannot train --objective {recipe.objective} "
                              f"(XLNet models train the permutation LM, {PLM}, and only they do)")
     if (recipe.objective == "clm") != (cfg.stack == DECODER):

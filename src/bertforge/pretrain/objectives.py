@@ -29,9 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.config import ModelConfig
-from bertforge.errors import BertforgeError
-from bertforge.families import FAMILIES
-from bertforge.families.electra import RTD_OBJECTIVE
+from bertforge.families import RTD_HOST, RTD_OBJECTIVE
 from bertforge.families.family import NARROW_GENERATOR, SLIDING_WINDOW
 from bertforge.model.heads import (MaskedLM, PreTrainingModel, ReplacedTokenDetector, SentenceRelationHead, XLNetLM,
                                    masked_lm_loss, vocab_loss)
@@ -167,14 +165,11 @@ GDES_DELTA = "gdes_delta.safetensors"  # the discriminator's own embedding table
 
 def rtd_config(cfg: ModelConfig) -> ModelConfig:
     """`cfg` in a family whose checkpoints hold a replaced-token detector: its own (ELECTRA's, DeBERTa's), or else
-    the family that holds other families' (`Family.hosts_rtd`: ELECTRA's layout, which names the generator's
+    the family that holds other families' (`families.RTD_HOST`: ELECTRA's layout, which names the generator's
     tensors `generator_*`), without a pooler."""
     if "rtd" in cfg.family.head_classes:
         return cfg
-    host = next((name for name, fam in FAMILIES.items() if fam.hosts_rtd), None)
-    if host is None:
-        raise BertforgeError(f"--objective {RTD_OBJECTIVE}: no family has a replaced-token detection layout")
-    return cfg.replace(model_type=host, use_pooler=False)
+    return cfg.replace(model_type=RTD_HOST.model_type, use_pooler=False)
 
 
 class GradientDisentangledEmbedding(nn.Module):

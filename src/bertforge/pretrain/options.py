@@ -13,6 +13,7 @@ from bertforge.config.sizes import SIZES
 from bertforge.config import ModelConfig
 from bertforge.data.corpus import find_files
 from bertforge.errors import BertforgeError
+from bertforge.families import SIZE_PREFIX
 from bertforge.pretrain.recipes import Recipe, shape_name, size_of
 
 DEFAULT_VOCAB_EMBEDDED = 8192   # the small stdlib-docs corpus: a small vocabulary trains fast and fits it
@@ -29,7 +30,7 @@ class PretrainOptions:
     data: Path | None = None               # shards from `bertforge prepare` (skips tokenising)
     tokenizer: Path | None = None
     vocab_size: int | None = None
-    size: str = "bert-mini"
+    size: str = f"{SIZE_PREFIX}mini"
     seq_len: int = 128
     batch_size: int = 32
     max_steps: int | None = None

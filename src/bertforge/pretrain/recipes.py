@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 from bertforge.config.sizes import SIZES
 from bertforge.config import CAUSAL_ENCODERS, ModelConfig, compose
-from bertforge.families import DECODER, DEFAULT_RECIPE, ENCODER_DECODER, FAMILIES
+from bertforge.families import DECODER, DEFAULT_RECIPE, ENCODER_DECODER, FAMILIES, RTD_OBJECTIVE, SIZE_PREFIX
 from bertforge.errors import BertforgeError
-from bertforge.families.electra import RTD_OBJECTIVE
 from bertforge.training.config import SCHEDULES
 
 # objectives.build_objective builds each of these; pretrain.seq2seq trains the encoder-decoders' own
@@ -37,7 +36,7 @@ SEQ2SEQ_OBJECTIVES = ("span-corruption", "denoising")
 EMBEDDING_SHARING = ("none", "shared", "gdes")
 MASKINGS = ("token", "whole_word", "span")
 INPUT_FORMATS = ("segment-pair", "sentence-pair", "full-sentences", "doc-sentences")
-SIZE_NAMES = tuple(f"bert-{size}" for size in SIZES)  # --size names the BERT shape: bert-tiny ... bert-large
+SIZE_NAMES = tuple(f"{SIZE_PREFIX}{size}" for size in SIZES)  # --size names the shape: bert-tiny ... bert-large
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,7 @@ class Recipe:
             with_pooler = [name for name, f in FAMILIES.items() if "pretraining" in f.head_classes]
             raise BertforgeError(f"--objective {self.objective}: a {self.model_type} model has no pooler for "
                                  f"the sentence head; use a {' or '.join(with_pooler)} recipe")
-        if (self.objective == PLM) != fam.two_stream:
+        if (self.objective == PLM) != (fam.streams == 2):
             raise BertforgeError(f"--objective {self.objective} with a {self.model_type} model: permutation LM "
                                  f"({PLM}) is what an XLNet model trains, and all it trains; use --recipe "
                                  f"{', '.join(name for name, r in RECIPES.items() if r.objective == PLM)}")
@@ -155,7 +154,7 @@ def shape_name(size: str) -> str:
     """"bert-base" (a --size choice) -> "base" (a key of config.SIZES)."""
     if size not in SIZE_NAMES:
         raise BertforgeError(f"--size: unknown {size!r} (choose from {', '.join(SIZE_NAMES)})")
-    return size.removeprefix("bert-")
+    return size.removeprefix(SIZE_PREFIX)
 
 
 def size_of(cfg: ModelConfig) -> str:
@@ -165,8 +164,8 @@ def size_of(cfg: ModelConfig) -> str:
     for name, shape in by_cost:
         layers = getattr(cfg, "num_hidden_layers", None) or max(cfg.encoder_layers, cfg.decoder_layers)  # (T5 / BART)
         if shape.hidden >= cfg.hidden_size and shape.layers >= layers:
-            return f"bert-{name}"
-    return f"bert-{by_cost[-1][0]}"
+            return f"{SIZE_PREFIX}{name}"
+    return f"{SIZE_PREFIX}{by_cost[-1][0]}"
 
 
 # Every family file's recipes (its papers' settings, `Family.recipes`), by name; the family is the file's.

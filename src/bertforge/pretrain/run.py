@@ -28,8 +28,7 @@ from bertforge.model.checkpoint import load_pretrained
 from bertforge.config.positions import check_length
 from bertforge.data import ShardedCorpus
 from bertforge.errors import BertforgeError
-from bertforge.families import DECODER, ENCODER
-from bertforge.families.electra import RTD_OBJECTIVE
+from bertforge.families import DECODER, ENCODER, RTD_OBJECTIVE
 from bertforge.model.folder import ModelFolder
 from bertforge.io.write import atomic_write_text
 from bertforge.pretrain.inputs import check_model_fits_recipe

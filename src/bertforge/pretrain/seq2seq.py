@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertforge.families import FAMILIES
+from bertforge.families import FAMILIES, SIZE_PREFIX
 from bertforge.config.positions import check_length
 from bertforge.config.seq2seq import Seq2SeqConfig, compose_seq2seq
 from bertforge.data.masking import IGNORE_INDEX
@@ -72,7 +72,7 @@ def model_config(recipe, size: str, tok, seq_len: int) -> Seq2SeqConfig:
         ids.update(bos_token_id=tok.cls_token_id)
     if fam.forces_eos:
         ids.update(forced_eos_token_id=tok.sep_token_id)
-    return compose_seq2seq(recipe.model_type, size.removeprefix("bert-"),  # --size names the BERT shape
+    return compose_seq2seq(recipe.model_type, size.removeprefix(SIZE_PREFIX),  # --size names the BERT shape
                            max_position_embeddings=max(fam.max_position_embeddings, seq_len), **ids)
 
 

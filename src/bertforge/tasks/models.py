@@ -11,8 +11,9 @@
 The pooled output is BERT's tanh([CLS]) pooler. A model without one (DistilBERT, ELECTRA, a checkpoint whose file has
 no pooler weights, or a sentence-transformers folder, whose pooler its training never touched) pools by the mean of
 the last layer over real tokens instead. A family whose sequence classifier
-reads the first token (`Family.sequence_head`: RoBERTa's) has no pooler but HF's `RobertaClassificationHead`
-(`classifier.dense` -> tanh -> `classifier.out_proj` on <s>), so it loads in `RobertaForSequenceClassification`.
+reads the first token (`Family.sequence_head`: RoBERTa's) has no pooler but `FirstTokenClassificationHead`, HF's
+`RobertaClassificationHead` (`classifier.dense` -> tanh -> `classifier.out_proj` on <s>), so it loads in
+`RobertaForSequenceClassification`.
 One whose head owns its pooler (`OWN_POOLER`: DeBERTa's ContextPooler, dense -> GELU on [CLS], stored as `pooler.`)
 builds the encoder with that pooler for sequence classification and multiple choice, pretrained or not.
 The task heads whose transformers class has another layout (`Family.hf_task_heads` leaves them out: DistilBERT's and
@@ -33,11 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.model.checkpoint import load_pretrained, read_state_dict, save_pretrained
+from bertforge.model.checkpoint import hf_name, load_pretrained, read_state_dict, save_pretrained
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
 from bertforge.families import ENCODER
-from bertforge.families.family import FIRST_TOKEN, OWN_POOLER, POOLER, SLIDING_WINDOW, TASK_HEADS
+from bertforge.families.family import CANONICAL_ENCODER, FIRST_TOKEN, OWN_POOLER, POOLER, SLIDING_WINDOW, TASK_HEADS
 from bertforge.model.heads import mean_pool, task_output
 from bertforge.model import Encoder, load_weights
 from bertforge.model.dropout import Dropout
@@ -110,8 +111,9 @@ class _TaskModel(nn.Module):
             self.bert._init_weights(m)
 
 
-class RobertaClassificationHead(nn.Module):
-    """HF's RoBERTa head on the <s> vector: dropout, dense, tanh, dropout, out_proj (BERT's pooler maths, moved)."""
+class FirstTokenClassificationHead(nn.Module):
+    """The first-token sequence head (transformers' `RobertaClassificationHead`) on the <s> vector: dropout, dense,
+    tanh, dropout, out_proj (BERT's pooler maths, moved)."""
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: nn.Dropout):
         super().__init__()
@@ -127,8 +129,8 @@ class RobertaClassificationHead(nn.Module):
 class SequenceClassifier(_TaskModel):
     """Sentence (pair) classification, or regression with `num_labels=1` and MSE loss.
 
-    A first-token family (RoBERTa's) uses HF's `RobertaClassificationHead` (its encoder is built without a pooler,
-    as HF builds it).
+    A first-token family (RoBERTa's) uses `FirstTokenClassificationHead`, HF's `RobertaClassificationHead` (its
+    encoder is built without a pooler, as HF builds it).
     """
 
     kind = "classify"
@@ -139,9 +141,9 @@ class SequenceClassifier(_TaskModel):
             raise BertforgeError(f"regression needs num_labels=1, got {num_labels}")
         self.kind = "regress" if regression else "classify"
         self.num_labels = num_labels
-        self.roberta_head = cfg.family.sequence_head == FIRST_TOKEN
-        if self.roberta_head:
-            self.classifier: nn.Module = RobertaClassificationHead(cfg.hidden_size, num_labels, self.dropout)
+        self.first_token_head = cfg.family.sequence_head == FIRST_TOKEN
+        if self.first_token_head:
+            self.classifier: nn.Module = FirstTokenClassificationHead(cfg.hidden_size, num_labels, self.dropout)
             self._init_head(self.classifier.dense, self.classifier.out_proj)
         else:
             self.classifier = nn.Linear(cfg.hidden_size, num_labels)
@@ -149,7 +151,7 @@ class SequenceClassifier(_TaskModel):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> dict[str, Any]:
         out = self.encode(input_ids, attention_mask, token_type_ids)
-        if self.roberta_head:
+        if self.first_token_head:
             logits = self.classifier(out.last_hidden_state[:, 0])
         else:
             logits = self.classifier(self.dropout(self.pooled(out, attention_mask)))
@@ -355,16 +357,17 @@ def init_from_pretrained(path: "str | Path | ModelFolder", kind: str, num_labels
     cfg = folder.config_for(ENCODER, verb="an encoder to fine-tune")
     tensors = read_state_dict(folder.path)
     state = tensors[0]
+    pooler = hf_name(f"{CANONICAL_ENCODER}.pooler.dense.weight", cfg)  # the family's name for it (ALBERT's differs)
     if cfg.use_pooler and kind in ("classify", "regress", "choice") and not freeze:
         # a sentence-transformers folder (modules.json) carries a pooler its training never touched (only the
         # mean-pooled sentence embedding was trained: all-MiniLM-L6-v2's is near zero), so it pools by the mean
         if folder.holds == "sentence-encoder" or not any(
-                k.endswith("pooler.dense.weight") or k.endswith("albert.pooler.weight") for k in state):
+                k.endswith("pooler.dense.weight") or k.endswith(pooler) for k in state):
             cfg = cfg.replace(use_pooler=False)
     cfg = cfg.replace(extra=dict(cfg.extra))
     model = build_model(cfg, kind, num_labels, freeze)
     missing = load_pretrained(model, folder.path, tensors=tensors)
-    if isinstance(model, SequenceClassifier) and model.roberta_head and "classifier.dense.weight" in missing:
+    if isinstance(model, SequenceClassifier) and model.first_token_head and "classifier.dense.weight" in missing:
         # start the head's dense layer from the pretrained pooler when there is one: the same maths as BERT's
         for end in ("weight", "bias"):
             key = next((k for k in state if k.endswith(f"pooler.dense.{end}")), None)

@@ -1,11 +1,11 @@
 """The tokenizer pipelines of the reference models (normaliser, pre-tokenizer, post-processor, decoder) and their
 special tokens, per kind; `bertforge.tokenization.Tokenizer` trains, loads and saves with them.
 
-A kind is a `TokenizerLayout` (`bertforge.families.family`): the plain kinds are "wordpiece" (BERT), "bpe"
-(RoBERTa's byte-level BPE; BART's is the same) and "unigram" (ALBERT); a family whose tokenizer is a layout of its
-own declares it in its file, and the kind is named after the family: GPT-2's byte-level BPE with its one special
-token, T5's Unigram with its sentinels, DeBERTa-v2's and XLM-RoBERTa's Unigram with the mask token after the pieces
-(`families/gpt2.py`, `families/t5.py`, `families/deberta_v2.py`, `families/xlm_roberta.py` say what each holds).
+A kind is a `TokenizerLayout` (`bertforge.families.family`), each declared in a family's file: the plain kinds are
+"wordpiece" (BERT), "bpe" (RoBERTa's byte-level BPE; BART's is the same) and "unigram" (ALBERT); a family whose
+tokenizer is a layout of its own declares it, and the kind is named after the family: GPT-2's byte-level BPE with its
+one special token, T5's Unigram with its sentinels, DeBERTa-v2's and XLM-RoBERTa's Unigram with the mask token after
+the pieces (`families/gpt2.py`, `families/t5.py`, `families/deberta_v2.py`, `families/xlm_roberta.py` say what each holds).
 A saved family layout is recognised on load by its tokenizer_config.json class (`family_kind`).
 """
 from __future__ import annotations
@@ -16,30 +16,15 @@ from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers,
 from tokenizers import Tokenizer as Backend
 
 from bertforge.families import FAMILIES, TokenizerLayout
+from bertforge.families.record.tokenizer import ROLES
 
 _MODEL_KIND = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
-ROLES = ("pad", "unk", "cls", "sep", "mask")
-# special_tokens_map.json: every role's token, and (not BERT's) bos / eos as cls / sep
-_ROLE_ENTRIES = tuple((f"{role}_token", role) for role in ROLES)
-_BOS_EOS = (("bos_token", "cls"), ("eos_token", "sep"))
-
-# The plain kinds; special tokens in id order (they get ids 0..4 when training).
-PLAIN_LAYOUTS: dict[str, TokenizerLayout] = {
-    "wordpiece": TokenizerLayout(
-        model="wordpiece", specials={"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
-        frame="cls-sep", hf_class="BertTokenizerFast", special_map=_ROLE_ENTRIES,
-        config={"tokenize_chinese_chars": True, "strip_accents": None}),
-    "bpe": TokenizerLayout(
-        model="bpe", specials={"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
-        frame="double-sep", hf_class="RobertaTokenizerFast", special_map=_ROLE_ENTRIES + _BOS_EOS,
-        config={"add_prefix_space": False, "trim_offsets": True, "errors": "replace"}, cased=True,
-        mask_lstrip=True),
-    "unigram": TokenizerLayout(
-        model="unigram", specials={"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
-        frame="cls-sep", hf_class="AlbertTokenizerFast", special_map=_ROLE_ENTRIES + _BOS_EOS,
-        config={"add_prefix_space": True, "trim_offsets": True,
-                "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}, keep_accents=True),
-}
+# The plain kinds, each defined by the family file of the paper that introduced it (`Family.plain_tokenizers`:
+# BERT's WordPiece, RoBERTa's byte-level BPE, ALBERT's Unigram), in this order; special tokens in id order (they get
+# ids 0..4 when training).
+PLAIN_KINDS = ("wordpiece", "bpe", "unigram")
+_DEFINED = {kind: layout for fam in FAMILIES.values() for kind, layout in fam.plain_tokenizers.items()}
+PLAIN_LAYOUTS: dict[str, TokenizerLayout] = {kind: _DEFINED[kind] for kind in PLAIN_KINDS}
 # Every kind: the plain ones, then the families' own (named after the family).
 LAYOUTS: dict[str, TokenizerLayout] = {
     **PLAIN_LAYOUTS, **{name: fam.tokenizer for name, fam in FAMILIES.items() if fam.tokenizer is not None}}
@@ -67,7 +52,7 @@ def family_kind(tokenizer_class: Any, model_kind: str | None) -> str | None:
 
 # ----------------------------------------------------------------------------------------------- pipelines
 
-def _bert_pipeline(backend: Backend, lowercase: bool, strip_accents: bool | None = None,
+def _wordpiece_pipeline(backend: Backend, lowercase: bool, strip_accents: bool | None = None,
                    chinese: bool = True) -> None:
     # strip_accents=None: accents are stripped exactly when lower-casing, as in the original BERT.
     backend.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=chinese,
@@ -76,13 +61,13 @@ def _bert_pipeline(backend: Backend, lowercase: bool, strip_accents: bool | None
     backend.decoder = decoders.WordPiece(prefix="##")
 
 
-def _roberta_pipeline(backend: Backend) -> None:
+def _byte_level_pipeline(backend: Backend) -> None:
     backend.normalizer = None
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
 
 
-def _albert_pipeline(backend: Backend, lowercase: bool) -> None:
+def _sentencepiece_pipeline(backend: Backend, lowercase: bool) -> None:
     # The normaliser and pre-tokenizer transformers' AlbertTokenizerFast rebuilds on load (keep_accents=not lowercase).
     steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
     if lowercase:

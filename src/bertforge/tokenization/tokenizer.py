@@ -34,8 +34,9 @@ from bertforge.io.hub import HUB_PREFIX, looks_like_hub_id, resolve_model_path
 from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write_text
 from bertforge.tokenization.pipelines import (LAYOUTS, N_SENTINELS, ROLES, SPECIAL_TOKENS, TOKENIZER_KINDS,
-                                              _albert_pipeline, _bert_pipeline, _collapsed_whitespace_pipeline,
-                                              _json_lowercases, _MODEL_KIND, _roberta_pipeline, _sentinel_tokens,
+                                              _collapsed_whitespace_pipeline, _sentencepiece_pipeline,
+                                              _wordpiece_pipeline, _json_lowercases, _MODEL_KIND,
+                                              _byte_level_pipeline, _sentinel_tokens,
                                               _set_post_processor, _special_added_tokens, _token_str,
                                               _unnormalised_metaspace_pipeline, family_kind, sentinel)
 from bertforge.tokenization.train import canonical_unigram, checked_texts, train_wordpiece
@@ -131,13 +132,13 @@ class Tokenizer:
         unk = layout.specials["unk"]
         if layout.model == "wordpiece":
             backend = Backend(WordPiece(unk_token=unk, max_input_chars_per_word=100))
-            _bert_pipeline(backend, lowercase)
+            _wordpiece_pipeline(backend, lowercase)
             # limit_alphabet=1000: as tokenizers' BertWordPieceTokenizer; rare characters become [UNK].
             train_wordpiece(backend, texts, vocab_size, min_frequency, first, limit_alphabet=1000,
                             show_progress=show_progress, workers=workers)
         elif layout.model == "bpe":  # the tokenizers trainer is deterministic here (see tokenization/train.py)
             backend = Backend(BPE())
-            _roberta_pipeline(backend)
+            _byte_level_pipeline(backend)
             trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                           special_tokens=first, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                           show_progress=show_progress)
@@ -147,7 +148,7 @@ class Tokenizer:
             if layout.collapses_whitespace:
                 _collapsed_whitespace_pipeline(backend, lowercase)
             elif layout.normalise:
-                _albert_pipeline(backend, lowercase)
+                _sentencepiece_pipeline(backend, lowercase)
             else:
                 _unnormalised_metaspace_pipeline(backend)
             trainer = trainers.UnigramTrainer(vocab_size=vocab_size - layout.sentinels, special_tokens=first,
@@ -239,7 +240,7 @@ class Tokenizer:
                 raise BertforgeError(f"{vocab_txt}: {role} token {tok!r} is not in the vocabulary")
         lower = config.get("do_lower_case", True)
         backend = Backend(WordPiece(vocab, unk_token=specials["unk"], max_input_chars_per_word=100))
-        _bert_pipeline(backend, lowercase=bool(lower), strip_accents=config.get("strip_accents"),
+        _wordpiece_pipeline(backend, lowercase=bool(lower), strip_accents=config.get("strip_accents"),
                        chinese=config.get("tokenize_chinese_chars", True))
         backend.add_special_tokens([AddedToken(specials[r], special=True, normalized=False) for r in ROLES])
         _set_post_processor(backend, LAYOUTS["wordpiece"], specials)

@@ -4,8 +4,10 @@ behaviour unchanged: short fixed-seed runs (fp32, CPU, one thread), then the sha
 Values that measure time are left out of the fingerprint: `written` of run_options.json and the modification
 times in its input fingerprints, `seconds` of eval_results.json / manifest.json (and the manifest's
 tokens_per_second), `elapsed_seconds` / `train_examples_per_s` of a fine-tune's results, the trainer state's
-`elapsed_s` / `step_time` / `tokens_per_s` / its log window's `time`, and speed.jsonl. Everything else, weights,
-configs, tokenizers, metrics and plots included, must match byte for byte.
+`elapsed_s` / `step_time` / `tokens_per_s` / its log window's `time`, and speed.jsonl. The list of what bertforge
+wrote (.bertforge-written.json) counts by the files it names, since the sums it keeps of files that hold timings
+differ run to run. Everything else, weights, configs, tokenizers, metrics and plots included, must match byte for
+byte.
 
     python benchmarks/behaviour_snapshot.py --save /tmp/before.txt             # on the old code
     python benchmarks/behaviour_snapshot.py --compare /tmp/before.txt          # on the new code: differences, exit 1
@@ -27,10 +29,12 @@ from pathlib import Path
 RECIPES = ("bert", "roberta", "albert", "spanbert", "electra", "structbert", "xlnet", "gpt", "modern", "t5", "bart")
 CLASSIFY_FROM = ("bert", "roberta", "electra", "modern")   # sst2 fine-tunes of these pretrained models
 SEQ2SEQ_FROM = ("t5", "bart")                               # seq2seq fine-tunes (sentence -> label word)
-SST2 = Path(os.environ.get("BERTFORGE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "glue" / "SST-2"
+SST2 = Path(os.environ.get("BERTFORGE_DATA", next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "data",
+            Path("/work/shared/data")) if p.is_dir()), Path("../shared/data")))) / "glue" / "SST-2"
 TIMING_KEYS = {"seconds", "tokens_per_second", "elapsed_s", "step_time", "tokens_per_s", "time", "elapsed_seconds",
                "train_examples_per_s"}
 SKIPPED_FILES = {"speed.jsonl"}
+MANIFEST = ".bertforge-written.json"  # what bertforge wrote in an output folder, with sizes and sums
 
 
 def bertforge(*args: str) -> None:
@@ -83,7 +87,10 @@ def canonical_torch(value, out: "hashlib._Hash") -> None:
 
 def fingerprint(path: Path) -> str:
     h = hashlib.sha256()
-    if path.suffix == ".json":
+    if path.name == MANIFEST:  # the sums of files that hold timings differ run to run: compare what was written
+        manifest = json.loads(path.read_text())
+        h.update(json.dumps({**manifest, "files": sorted(manifest.get("files", {}))}, sort_keys=True).encode())
+    elif path.suffix == ".json":
         h.update(json.dumps(without_timings(json.loads(path.read_text()), path.name == "run_options.json"),
                             sort_keys=True).encode())
     elif path.suffix == ".jsonl":

@@ -117,7 +117,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.set_defaults(func=run_pretrain, needs=tracker_needs)
 
     abl = subparsers.add_parser(
-        "ablate", help="re-run the BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT and DeBERTa-v3 papers' ablation tables "
+        "ablate", help="re-run the BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT, DeBERTa-v3 and REALM/RAG papers' tables "
                        "at equal compute (--table), or compare pretraining arms by held-out MLM (--arms)",
         description="--table bert|roberta|albert|electra|spanbert|deberta-v3|all: re-run an ablation table of the "
                     "BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT or DeBERTa-v3 paper: pretrain every arm of the "
@@ -126,11 +126,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "downstream suite (SST-2, MRPC, RTE, STS-B, CoNLL; SQuAD for spanbert) from --downstream, "
                     "repeat over --seeds, and write TABLE.md / .json / .png with the seed spread and a verdict per "
                     "claim (reproduced / not reproduced / inconclusive). The same command again continues a "
-                    "stopped table. Without --table: train each of --arms (NSP vs SOP vs SSO vs none; static vs "
+                    "stopped table. --table realm: REALM and RAG against the same encoder and generator without "
+                    "retrieval, on SQuAD dev paragraphs and questions (held-out MLM accuracy, EM). Without --table: train each of --arms (NSP vs SOP vs SSO vs none; static vs "
                     "dynamic; MLM vs ELECTRA vs XLNet; token vs span masking; ...) for the same budget and compare "
                     "held-out MLM accuracy (ablation.md, .json, .png). --list shows the tables and arms.")
     abl.add_argument("--table", nargs="+", metavar="NAME",
-                     help="bert, roberta, albert, electra, spanbert, deberta-v3 or all (several allowed)")
+                     help="bert, roberta, albert, electra, spanbert, deberta-v3, realm or all (several allowed)")
     abl.add_argument("--steps", type=STEPS, metavar="N",
                      help="--table: the same number of pretraining steps per arm instead of the same --budget")
     abl.add_argument("--seeds", type=COUNT, default=2, metavar="N", help="--table: seeds per arm (default: 2)")
@@ -143,6 +144,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     abl.add_argument("--train-limit", type=COUNT, metavar="N",
                      help="--table: training examples per task (default: the suite's slice, 2,000 for most)")
     abl.add_argument("--threads", type=COUNT, metavar="N", help="torch threads (default: all cores)")
+    abl.add_argument("--retriever", metavar="DIR",
+                     help="--table realm: the encoder that indexes the knowledge corpus and embeds the RAG arms' "
+                          "questions (default: each seed's REALM towers)")
     add_overwrite_arg(abl, without="without it, --table continues the table in --out")
     abl.add_argument("--corpus", nargs="+", metavar="PATH", help="corpus (default: stdlib docs)")
     abl.add_argument("--arms", nargs="+", metavar="ARM",
@@ -272,7 +276,8 @@ def run_ablate(args: argparse.Namespace) -> int:
             steps=args.steps, seeds=args.seeds, size=args.size, seq_len=args.seq_len, batch_size=args.batch_size,
             vocab_size=args.vocab_size, precision=args.precision, device=args.device, threads=args.threads,
             tasks=args.tasks,
-            finetune_epochs=args.finetune_epochs, train_limit=args.train_limit, overwrite=args.overwrite))
+            finetune_epochs=args.finetune_epochs, train_limit=args.train_limit, overwrite=args.overwrite,
+            retriever=args.retriever))
         for name, rep in reports.items():
             for c in rep["claims"]:
                 why = f" ({c['why']})" if c.get("why") else ""

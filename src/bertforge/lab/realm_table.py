@@ -40,13 +40,12 @@ from bertforge.lab.tables import Table
 SQUAD_FILE = Path("squad") / "dev-v1.1.json"
 KNOWLEDGE_ARTICLES = 8     # ~400 paragraphs: a corpus a bert-tiny tower re-embeds in seconds
 HELDOUT_EVERY = 5          # paragraphs 4, 9, 14, ... of each article are held out
-EVAL_SENTENCES = 300       # held-out sentences with a salient span, scored by every REALM arm
+EVAL_SENTENCES = 200       # held-out sentences with a salient span, scored by every REALM arm
 EVAL_QUESTIONS = 200       # held-out questions (cloze EM and open-QA EM)
-TRAIN_QUESTIONS = 500      # QA training questions (--train-limit overrides)
-REALM_K, REFRESH_EVERY, PROJECTION_DIM = 4, 100, 64
-RAG_K, RAG_SOURCE_LEN, CLOSED_SOURCE_LEN, TARGET_LEN = 3, 192, 64, 24
+TRAIN_QUESTIONS = 300      # QA training questions (--train-limit overrides)
+REALM_K, REFRESH_EVERY, PROJECTION_DIM = 3, 100, 64
+RAG_K, RAG_SOURCE_LEN, CLOSED_SOURCE_LEN, TARGET_LEN = 3, 160, 64, 24
 GENERATOR_LR, GENERATOR_BATCH = 5e-4, 8  # a generator from random initialisation needs more than RAG's 3e-5
-DEFAULT_STEPS = 300        # REALM steps per arm when neither --steps nor a --budget fits
 
 
 def world(data_root: Path, out: Path, train_limit: int | None) -> dict[str, Any]:

@@ -34,7 +34,6 @@ import torch
 from bertforge.errors import BertforgeError
 from bertforge.io.read import read_json
 from bertforge.io.write import atomic_write_text
-from bertforge.lab.report import INCONCLUSIVE, PENDING, REPRODUCED, NOT_REPRODUCED  # noqa: F401 (re-exported)
 from bertforge.lab.tables import Table
 
 SQUAD_FILE = Path("squad") / "dev-v1.1.json"
@@ -332,7 +331,7 @@ def markdown(rep: dict[str, Any]) -> str:
         lines.append(f"| {arm} | {a['label']} | {a['seeds']} | {steps} | {secs} | " + " | ".join(cells) + " |")
     lines += ["", "| claim | score | ours (a vs b) | verdict | paper |", "|---|---|---|---|---|"]
     for c in rep["claims"]:
-        ours = "-" if c["verdict"] == PENDING else (
+        ours = "-" if "a_mean" not in c else (  # pending: an arm has no score yet
             f"{c['a']} {c['a_mean']:.1f} ± {c['a_std']:.1f} vs {c['b']} {c['b_mean']:.1f} ± {c['b_std']:.1f}"
             + (f" (Welch p {c['welch_p']:.2f})" if "welch_p" in c else ""))
         why = f" ({c['why']})" if c.get("why") else ""

@@ -331,9 +331,10 @@ def markdown(rep: dict[str, Any]) -> str:
         lines.append(f"| {arm} | {a['label']} | {a['seeds']} | {steps} | {secs} | " + " | ".join(cells) + " |")
     lines += ["", "| claim | score | ours (a vs b) | verdict | paper |", "|---|---|---|---|---|"]
     for c in rep["claims"]:
+        p = c.get("welch_p")
+        welch = f" (Welch p {p:.2f})" if p is not None and p == p else ""  # no p when every seed ties (nan)
         ours = "-" if "a_mean" not in c else (  # pending: an arm has no score yet
-            f"{c['a']} {c['a_mean']:.1f} ± {c['a_std']:.1f} vs {c['b']} {c['b_mean']:.1f} ± {c['b_std']:.1f}"
-            + (f" (Welch p {c['welch_p']:.2f})" if "welch_p" in c else ""))
+            f"{c['a']} {c['a_mean']:.1f} ± {c['a_std']:.1f} vs {c['b']} {c['b_mean']:.1f} ± {c['b_std']:.1f}{welch}")
         why = f" ({c['why']})" if c.get("why") else ""
         lines.append(f"| {c['claim']} | {', '.join(c['tasks'])} | {ours} | **{c['verdict']}**{why} | {c['paper']} |")
     if rep["paper"]:

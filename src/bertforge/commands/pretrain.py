@@ -117,7 +117,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pre.set_defaults(func=run_pretrain, needs=tracker_needs)
 
     abl = subparsers.add_parser(
-        "ablate", help="re-run the BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT, DeBERTa-v3 and REALM/RAG papers' tables "
+        "ablate", help="re-run the BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT and DeBERTa-v3 papers' ablation tables "
                        "at equal compute (--table), or compare pretraining arms by held-out MLM (--arms)",
         description="--table bert|roberta|albert|electra|spanbert|deberta-v3|all: re-run an ablation table of the "
                     "BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT or DeBERTa-v3 paper: pretrain every arm of the "

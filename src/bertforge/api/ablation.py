@@ -24,15 +24,17 @@ def ablate(corpus: Any = None, *, out: Any = None, table: Any = None, arms: Any 
            steps: int | None = None, seeds: int = 2, downstream: Any = None, tasks: Any = None,
            finetune_epochs: float = 3.0, train_limit: int | None = None, threads: int | None = None,
            precision: str | None = None, device: str = "auto", seed: int = 0, report_to: Any = None,
-           overwrite: bool = False) -> dict[str, Any]:
+           overwrite: bool = False, retriever: Any = None) -> dict[str, Any]:
     """Pretrain arms for the same `budget` (wall clock per arm, e.g. "2m") and compare them.
 
-    With `table` (a name or a list: bert, roberta, albert, electra, spanbert, deberta-v3, all): re-run those papers'
-    ablation tables: every arm of a table pretrained (`steps` per arm instead of the budget, if given), fine-tuned on
+    With `table` (a name or a list: bert, roberta, albert, electra, spanbert, deberta-v3, realm, all): re-run those
+    papers' ablation tables: every arm of a table pretrained (`steps` per arm instead of the budget, if given), fine-tuned on
     the table's suite (or `tasks`) read from `downstream` (a folder with glue/SST-2, glue/MRPC, glue/RTE,
     glue/STS-B, conll2003, squad) for `finetune_epochs` on `train_limit` examples, over `seeds` seeds; written to
     `out` (default: runs/ablation-tables) as TABLE.md / .json / .png, continued when called again (unless
-    `overwrite`). Returns {"out": the folder, "tables": {name: its report, with "claims" and their verdicts}}.
+    `overwrite`); `retriever`: the sentence encoder that indexes the realm table's knowledge corpus for its
+    RAG arms (default: each seed's REALM retriever). Returns {"out": the folder, "tables": {name: its report, with
+    "claims" and their verdicts}}.
 
     Without: each of `arms` (default: all) pretrained on `corpus` (files; None: the Python standard library's
     documentation) and compared by held-out MLM accuracy in `out` (default: runs/ablation; ablation.md, .json,
@@ -58,7 +60,8 @@ def ablate(corpus: Any = None, *, out: Any = None, table: Any = None, arms: Any 
             tables=tables, out=where, data_root=Path(downstream), corpus=corpus, budget=budget, steps=steps,
             seeds=seeds, size=size, seq_len=seq_len, batch_size=batch_size, vocab_size=vocab_size,
             precision=precision, device=device, threads=threads, tasks=_names(tasks),
-            finetune_epochs=finetune_epochs, train_limit=train_limit, overwrite=overwrite))
+            finetune_epochs=finetune_epochs, train_limit=train_limit, overwrite=overwrite,
+            retriever=None if retriever is None else str(retriever)))
         return {"out": where, "tables": reports}
     from bertforge.pretrain.ablation import run_ablation
 

@@ -126,11 +126,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "downstream suite (SST-2, MRPC, RTE, STS-B, CoNLL; SQuAD for spanbert) from --downstream, "
                     "repeat over --seeds, and write TABLE.md / .json / .png with the seed spread and a verdict per "
                     "claim (reproduced / not reproduced / inconclusive). The same command again continues a "
-                    "stopped table. Without --table: train each of --arms (NSP vs SOP vs SSO vs none; static vs "
+                    "stopped table. --table realm: REALM and RAG against the same encoder and generator without "
+                    "retrieval, on SQuAD dev paragraphs and questions (held-out MLM accuracy, EM). Without --table: train each of --arms (NSP vs SOP vs SSO vs none; static vs "
                     "dynamic; MLM vs ELECTRA vs XLNet; token vs span masking; ...) for the same budget and compare "
                     "held-out MLM accuracy (ablation.md, .json, .png). --list shows the tables and arms.")
     abl.add_argument("--table", nargs="+", metavar="NAME",
-                     help="bert, roberta, albert, electra, spanbert, deberta-v3 or all (several allowed)")
+                     help="bert, roberta, albert, electra, spanbert, deberta-v3, realm or all (several allowed)")
     abl.add_argument("--steps", type=STEPS, metavar="N",
                      help="--table: the same number of pretraining steps per arm instead of the same --budget")
     abl.add_argument("--seeds", type=COUNT, default=2, metavar="N", help="--table: seeds per arm (default: 2)")
@@ -143,6 +144,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     abl.add_argument("--train-limit", type=COUNT, metavar="N",
                      help="--table: training examples per task (default: the suite's slice, 2,000 for most)")
     abl.add_argument("--threads", type=COUNT, metavar="N", help="torch threads (default: all cores)")
+    abl.add_argument("--retriever", metavar="DIR",
+                     help="--table realm: the encoder that indexes the knowledge corpus and embeds the RAG arms' "
+                          "questions (default: each seed's REALM towers)")
     add_overwrite_arg(abl, without="without it, --table continues the table in --out")
     abl.add_argument("--corpus", nargs="+", metavar="PATH", help="corpus (default: stdlib docs)")
     abl.add_argument("--arms", nargs="+", metavar="ARM",
@@ -271,7 +275,7 @@ def run_ablate(args: argparse.Namespace) -> int:
                     vocab_size=args.vocab_size, steps=args.steps, seeds=args.seeds, downstream=args.downstream,
                     tasks=args.tasks, finetune_epochs=args.finetune_epochs, train_limit=args.train_limit,
                     threads=args.threads, precision=args.precision, device=args.device, seed=args.seed,
-                    report_to=report_to, overwrite=args.overwrite)
+                    report_to=report_to, overwrite=args.overwrite, retriever=args.retriever)
     out = result["out"]
     for name, rep in result.get("tables", {}).items():
         for c in rep["claims"]:

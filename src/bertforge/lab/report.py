@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.io.write import atomic_write, atomic_write_text
-from bertforge.lab.tables import CONTROL, Claim, Table, tasks_of
+from bertforge.lab.tables import CONTROL, RETRIEVAL, Claim, Table, tasks_of
 from bertforge.pretrain.ablation import OWN_TASKS, table_cell
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, PENDING = "reproduced", "not reproduced", "inconclusive", "pending"
@@ -137,7 +137,11 @@ def write_reports(out: Path, tables: list[Table], opts, records: dict[tuple[str,
     for table in tables:
         rep = table_report(table, tasks_of(table, opts.tasks), records, opts.setup())
         atomic_write_text(out / f"{table.name}.json", json.dumps(rep, indent=2) + "\n")
-        atomic_write_text(out / f"{table.name}.md", markdown(rep))
+        if table.kind == RETRIEVAL:
+            from bertforge.lab.realm_table import markdown as retrieval_markdown
+            atomic_write_text(out / f"{table.name}.md", retrieval_markdown(rep))
+        else:
+            atomic_write_text(out / f"{table.name}.md", markdown(rep))
         figure(rep, out / f"{table.name}.png")
         reports[table.name] = rep
     return reports

@@ -26,7 +26,7 @@ from bertforge.io.write import atomic_write_text
 from bertforge.io.read import read_json
 from bertforge.lab.flops import training_flops_per_token
 from bertforge.lab.report import write_reports
-from bertforge.lab.tables import CONTROL, CONTROL_DESCRIBE, SUITE, Table, tables_named, tasks_of
+from bertforge.lab.tables import CONTROL, CONTROL_DESCRIBE, RETRIEVAL, SUITE, Table, tables_named, tasks_of
 from bertforge.io.rundir import claim_output_dir
 from bertforge.training.config import parse_duration
 
@@ -57,6 +57,7 @@ class LabOptions:
     tasks: list[str] | None = None  # None: each table's suite
     finetune_epochs: float = 3.0
     train_limit: int | None = None  # None: the suite's slice per task
+    retriever: str | None = None    # realm table: the RAG arms' encoder (None: each seed's REALM document tower)
     overwrite: bool = False
     tables_: list[Table] = field(default_factory=list, repr=False)
 
@@ -68,7 +69,8 @@ class LabOptions:
                 "corpus": None if self.corpus is None else [str(Path(c).resolve()) for c in self.corpus],
                 "downstream": str(Path(self.data_root).resolve()), "finetune_epochs": self.finetune_epochs,
                 "finetune_lr": FINETUNE_LR[self.size], "train_limit": self.train_limit,
-                "tables": self.tables, "seeds": self.seeds, "tasks": self.tasks, "threads": self.threads}
+                "tables": self.tables, "seeds": self.seeds, "tasks": self.tasks, "threads": self.threads,
+                "retriever": None if self.retriever is None else str(Path(self.retriever).resolve())}
 
 
 def check_options(opts: LabOptions) -> list[Table]:
@@ -90,7 +92,13 @@ def check_options(opts: LabOptions) -> list[Table]:
     if not root.is_dir():
         raise BertforgeError(f"--downstream {root}: no such folder (the downstream data: glue/SST-2, glue/MRPC, "
                              "glue/RTE, glue/STS-B, conll2003, squad)")
-    for task in sorted({t for table in tables for t in tasks_of(table, opts.tasks)}):
+    for table in tables:
+        if table.kind == RETRIEVAL and not (root / "squad" / "dev-v1.1.json").is_file():
+            raise BertforgeError(f"--downstream {root}: no squad/dev-v1.1.json (the {table.name} table's knowledge "
+                                 "corpus and questions)")
+    if opts.retriever is not None and not Path(opts.retriever).is_dir():
+        raise BertforgeError(f"retriever {opts.retriever}: no such folder")
+    for task in sorted({t for table in tables if table.kind != RETRIEVAL for t in tasks_of(table, opts.tasks)}):
         folder = root / SUITE[task][0]
         if not folder.is_dir():
             raise BertforgeError(f"--downstream {root}: no {SUITE[task][0]} folder (the {task} data)")
@@ -109,11 +117,25 @@ def run_lab(opts: LabOptions) -> dict[str, Any]:
         return _run(opts, tables, out)
 
 
-def _run(opts: LabOptions, tables: list[Table], out: Path) -> dict[str, Any]:
-    from bertforge.pretrain.ablation import prepare_shared
+def _run(opts: LabOptions, all_tables: list[Table], out: Path) -> dict[str, Any]:
     from bertforge.device import default_precision
 
     opts.precision = opts.precision or default_precision(opts.device)
+    tables = [t for t in all_tables if t.kind != RETRIEVAL]
+    if tables:
+        _run_pretraining_tables(opts, tables, all_tables, out)
+    for table in all_tables:
+        if table.kind == RETRIEVAL:
+            from bertforge.lab.realm_table import run_realm_table
+
+            run_realm_table(opts, table, out)
+            write_reports(out, all_tables, opts, _records(out))
+    return write_reports(out, all_tables, opts, _records(out))
+
+
+def _run_pretraining_tables(opts: LabOptions, tables: list[Table], all_tables: list[Table], out: Path) -> None:
+    from bertforge.pretrain.ablation import prepare_shared
+
     work = _work_list(tables, opts)
     runs = {(a, s) for a, s, _ in work if a != CONTROL}
     done = {key for key, r in _records(out).items() if "pretrain" in r}
@@ -149,8 +171,7 @@ def _run(opts: LabOptions, tables: list[Table], out: Path) -> dict[str, Any]:
             record["error"] = f"{type(err).__name__}: {err}"
             atomic_write_text(record_path, json.dumps(record, indent=2) + "\n")
             print(f"{tag}: FAILED, the table goes on without it ({record['error']})", flush=True)
-        write_reports(out, tables, opts, _records(out))  # after every arm: a killed table still has a report
-    return write_reports(out, tables, opts, _records(out))
+        write_reports(out, all_tables, opts, _records(out))  # after every arm: a killed table still has a report
 
 
 def _work_list(tables: list[Table], opts: LabOptions) -> list[tuple[str, int, Table]]:

@@ -29,7 +29,14 @@ DEFAULT_TASKS = ("sst2", "mrpc", "rte", "stsb", "conll")
 CONTROL = "untrained"
 CONTROL_LABEL = "no pretraining (control)"
 CONTROL_DESCRIBE = "the bert encoder at random initialisation, fine-tuned like every arm"
-PAIR_TASKS = ("mrpc", "rte", "stsb")  # sentence-pair inputs: where a sentence-level objective could help
+PAIR_TASKS = ("mrpc", "rte", "stsb")
+RETRIEVAL = "retrieval"  # a table whose arms and scores are retrieval-augmented against closed-book (lab.realm_table)
+# its scores: held-out salient-span MLM accuracy, cloze EM (the answer masked after the question), generators' EM
+RETRIEVAL_TASKS = ("heldout_mlm", "cloze_em", "open_qa_em")
+RETRIEVAL_ARMS = {"realm": "REALM: salient-span MLM reading retrieved documents",
+                  "realm-closed": "the same reader, masks and steps, reading the null document only (closed book)",
+                  "rag": "RAG-Token: a generator reading the top k passages of a dense index",
+                  "rag-closed": "the same generator, pairs and steps, reading the question alone (closed book)"}  # sentence-pair inputs: where a sentence-level objective could help
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,7 @@ class Table:
     tasks: tuple[str, ...] = DEFAULT_TASKS
     cross_relation: bool = False    # also score every sentence head on NSP and on SOP (ALBERT's Table 5)
     flops_matched: dict[str, str] = field(default_factory=dict)  # arm -> the arm whose training FLOPs it gets
+    kind: str = "pretrain"          # "pretrain": arms pretrained then fine-tuned on SUITE; RETRIEVAL: lab.realm_table
 
 
 def transfers(arm: str) -> Claim:
@@ -133,6 +141,21 @@ TABLES: dict[str, Table] = {
          Claim("gradient-disentangled sharing beats no sharing", "rtd-gdes", "rtd-no-sharing",
                paper="GDES above NES on MNLI and SQuAD 2.0")),
         flops_matched={"rtd-shared": "rtd-no-sharing", "rtd-gdes": "rtd-no-sharing"}),
+    # Retrieval against closed book at equal steps and examples: REALM against the same encoder pretrained with the
+    # same salient-span masking without retrieval; RAG against the same generator fine-tuned without passages.
+    "realm": Table(
+        "realm", "Guu et al. 2020, Table 1 (REALM) and Lewis et al. 2020, Table 1 (RAG): retrieval vs closed book",
+        {"realm": "REALM", "realm-closed": "closed book (same encoder, no retrieval)",
+         "rag": "RAG-Token", "rag-closed": "closed book (same generator, no passages)"},
+        (Claim("REALM predicts held-out salient spans better than closed-book MLM", "realm", "realm-closed",
+               ("heldout_mlm",), paper="not reported (REALM's pretraining is judged by open QA)"),
+         Claim("REALM answers open questions better than closed-book MLM (cloze EM)", "realm", "realm-closed",
+               ("cloze_em",), paper="NQ EM 39.2 (REALM, Wikipedia) / 40.4 (CC-News) vs 34.5 (T5-11B closed book)"),
+         Claim("RAG answers open questions better than the closed-book generator (EM)", "rag", "rag-closed",
+               ("open_qa_em",), paper="NQ EM 44.1 (RAG-Token) / 44.5 (RAG-Seq) vs 26.5 (BART-large closed book)")),
+        paper={"realm": {"NQ EM": 40.4}, "rag": {"NQ EM": 44.1},
+               "T5-11B closed book": {"NQ EM": 34.5}, "BART-large closed book": {"NQ EM": 26.5}},
+        tasks=RETRIEVAL_TASKS, kind=RETRIEVAL),
 }
 
 
@@ -147,8 +170,8 @@ def tables_named(names: list[str]) -> list[Table]:
 
 
 def tasks_of(table: Table, override: list[str] | None) -> list[str]:
-    """The downstream tasks a table is scored on: its suite, or --tasks."""
-    return list(override) if override else list(table.tasks)
+    """The downstream tasks a table is scored on: its suite, or --tasks (a retrieval table has its own scores)."""
+    return list(override) if override and table.kind != RETRIEVAL else list(table.tasks)
 
 
 def listing() -> str:
@@ -158,7 +181,8 @@ def listing() -> str:
     for t in TABLES.values():
         lines.append(f"{t.name}: {t.source}; tasks {', '.join(t.tasks)}")
         for arm, label in t.arms.items():
-            describe = CONTROL_DESCRIBE if arm == CONTROL else ARMS[arm]["describe"]
+            describe = (CONTROL_DESCRIBE if arm == CONTROL else RETRIEVAL_ARMS[arm] if t.kind == RETRIEVAL
+                        else ARMS[arm]["describe"])
             lines.append(f"  {arm:<16} {label}  [{describe}]")
         for c in t.claims:
             lines.append(f"  claim: {c.text} ({c.a} vs {c.b})")

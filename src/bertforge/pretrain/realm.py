@@ -62,14 +62,29 @@ def check_realm_options(opts: PretrainOptions) -> None:
             raise BertforgeError(f"{flag} {path}: no such folder")
 
 
-def pretrain_realm(opts: PretrainOptions) -> dict[str, Any]:
-    """Run REALM pre-training as `opts` says; returns the run's record (also OUT/eval_results.json)."""
+class ClosedBookRealm(RealmModel):
+    """The same reader, masking and batches with retrieval taken away: every sentence reads the null document only
+    (`[CLS] x [SEP] [SEP]`), so the loss is plain salient-span MLM. The closed-book arm of the lab's `realm` table:
+    against REALM, only retrieval differs. The index is embedded once (checkpoints hold it) and never searched."""
+
+    def _maybe_refresh(self) -> None:
+        if self.knowledge.vectors is None:
+            self.refresh()
+
+    def candidates(self, query_vectors: torch.Tensor, exclude: list[list[int]]) -> list[list[int]]:
+        return [[-1] for _ in exclude]
+
+
+def pretrain_realm(opts: PretrainOptions, closed_book: bool = False) -> dict[str, Any]:
+    """Run REALM pre-training as `opts` says; returns the run's record (also OUT/eval_results.json).
+    `closed_book`: the same run without retrieval (`ClosedBookRealm`). `opts.extra_eval(model)`, when given, scores
+    the final model (eval mode); its numbers are the record's `heldout`."""
     t_start = time.perf_counter()
     check_realm_options(opts)
     opts.out = Path(opts.out)
     torch.set_num_threads(opts.threads or auto_threads(1))
     paths = [str(p) for p in (opts.corpus or [opts.knowledge])]
-    result = run_in_claimed_out(opts, paths, True, lambda: _run(opts, paths, t_start))
+    result = run_in_claimed_out(opts, paths, True, lambda: _run(opts, paths, t_start, closed_book))
     return result
 
 
@@ -86,7 +101,8 @@ def _reader(opts: PretrainOptions, tok):
     return build_objective(READER_OBJECTIVE, cfg)
 
 
-def build_realm(opts: PretrainOptions, paths: list[str]) -> tuple[RealmModel, RealmSentences, Any]:
+def build_realm(opts: PretrainOptions, paths: list[str],
+                closed_book: bool = False) -> tuple[RealmModel, RealmSentences, Any]:
     """The model (reader, towers, knowledge index not yet embedded) and the training sentences."""
     tok = prepare_tokenizer(opts, paths, True)
     torch.manual_seed(opts.seed)
@@ -103,13 +119,14 @@ def build_realm(opts: PretrainOptions, paths: list[str]) -> tuple[RealmModel, Re
     spans = (heuristic_spans if opts.ner_model is None
              else ner_spans(opts.ner_model, device=opts.device, progress=opts.progress))
     sentences = RealmSentences(documents, knowledge.sources_of, seed=opts.seed, spans=spans)
-    model = RealmModel(reader, query, document, knowledge, tok, k=opts.realm_k, refresh_every=opts.refresh_every,
-                       seq_len=opts.seq_len, out_dir=opts.out, progress=opts.progress)
+    model = (ClosedBookRealm if closed_book else RealmModel)(
+        reader, query, document, knowledge, tok, k=opts.realm_k, refresh_every=opts.refresh_every,
+        seq_len=opts.seq_len, out_dir=opts.out, progress=opts.progress)
     return model, sentences, tok
 
 
-def _run(opts: PretrainOptions, paths: list[str], t_start: float) -> dict[str, Any]:
-    model, sentences, tok = build_realm(opts, paths)
+def _run(opts: PretrainOptions, paths: list[str], t_start: float, closed_book: bool = False) -> dict[str, Any]:
+    model, sentences, tok = build_realm(opts, paths, closed_book)
     lr, warmup, size = schedule(opts, model.reader.config)
     collate = RealmCollator(tok, model.query.tokenizer.mask_token or tok.mask_token, max(opts.seq_len // 2, 16))
     loader = ResumableLoader(sentences, opts.batch_size, collate_fn=collate, shuffle=True, seed=opts.seed,
@@ -137,7 +154,8 @@ def _run(opts: PretrainOptions, paths: list[str], t_start: float) -> dict[str, A
               "steps": trainer.step, "sentences": len(sentences), "passages": len(model.knowledge),
               "k": opts.realm_k, "refresh_every": opts.refresh_every, "projection_dim": opts.projection_dim,
               "index_step": model.knowledge.built_at, "lr": lr, "warmup_ratio": warmup,
-              "precision": opts.precision, "heldout": {},
+              "precision": opts.precision, "closed_book": closed_book,
+              "heldout": opts.extra_eval(model) if opts.extra_eval is not None else {},
               "train": {key: train[-1].get(key) for key in ("loss", "accuracy", "retrieval_utility",
                                                             "top_beats_null")} if train else {},
               "seconds": {"total": round(time.perf_counter() - t_start, 2), "train": round(trainer.train_seconds, 2)}}

@@ -143,10 +143,13 @@ class RealmModel(nn.Module):
             pred = logits.view(B, K, M, -1).argmax(-1)[torch.arange(B), best]      # [B, M]
             correct = (pred.eq(labels) & valid).sum()
             accuracy = correct.float() / valid.sum().clamp(min=1)
+            has_span = valid.any(1)  # a sentence's span is right when every one of its tokens is
+            span_right = (pred.eq(labels) | ~valid).all(1) & has_span
+            span_exact = span_right.float().sum() / has_span.float().sum().clamp(min=1)
             seq_lp = token_lp.sum(-1)                                               # log p(y | z, x) [B, K]
             top = 1 + scores[:, 1:].argmax(1) if K > 1 else torch.zeros_like(best)
             utility = seq_lp[torch.arange(B), top] - seq_lp[:, 0]                   # top retrieved vs null document
-        return {"loss": loss, "accuracy": accuracy, "retrieval_utility": utility.mean(),
+        return {"loss": loss, "accuracy": accuracy, "span_exact": span_exact, "retrieval_utility": utility.mean(),
                 "top_beats_null": utility.gt(0).float().mean(), "null_chosen": best.eq(0).float().mean()}
 
     # ---- checkpoints -------------------------------------------------------------------------------------------

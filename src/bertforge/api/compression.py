@@ -36,12 +36,12 @@ def distill(teacher: Any, data: Any = None, *, out: Any, task: str | None = None
     from bertforge.distill.general import GeneralDistillConfig, distill_general
     from bertforge.distill.task import TaskDistillConfig, distill_task
 
-    given: dict[str, Any] = dict(teacher=model_name(teacher, revision, "--teacher"), out=out, max_steps=max_steps,
+    given: dict[str, Any] = dict(teacher=model_name(teacher, revision, "teacher="), out=out, max_steps=max_steps,
                                  batch_size=batch_size, device=device, precision=precision, progress=progress,
                                  resume=resume, overwrite=overwrite, **trackers(report_to, logging_dir))
     given.update({k: v for k, v in (("lr", lr), ("seed", seed)) if v is not None})  # else the mode's default
     if options.get("student_init") is not None:
-        options["student_init"] = model_name(options["student_init"], revision, "--student-init")
+        options["student_init"] = model_name(options["student_init"], revision, "student_init=")
     if task is not None:
         if texts is not None or data is None:
             raise BertforgeError("task distillation reads examples: give data (a folder of splits, a file, a table)")

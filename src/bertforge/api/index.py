@@ -333,7 +333,7 @@ def _cross_encoder(model: Any, device: str | None, revision: str | None):
     if isinstance(model, CrossEncoder):
         model.check_relevance()
         return placed(model, device)
-    name = model_name(model, revision, "--rerank")
+    name = model_name(model, revision, "rerank=")
     cross = CrossEncoder.from_pretrained(name)
     cross.source = f"--rerank {name}"
     cross.check_relevance()  # before any query runs

@@ -76,7 +76,7 @@ def _tokenizer(tokenizer: Any, revision: str | None):
 
     if isinstance(tokenizer, Tokenizer):
         return tokenizer
-    return Tokenizer.from_pretrained(model_name(tokenizer, revision, "--tokenizer"))
+    return Tokenizer.from_pretrained(model_name(tokenizer, revision, "tokenizer="))
 
 
 def prepare(corpus: Any = None, *, texts: Any = None, tokenizer: Any, out: Any, text_col: str | None = None,
@@ -139,11 +139,11 @@ def pretrain(corpus: Any = None, *, texts: Any = None, out: Any = None, recipe: 
     opts = make_config(PretrainOptions, "pretrain", dict(
         recipe=chosen, out=Path(out or f"runs/pretrain-{chosen.name}"), corpus=files, text_col=column,
         data=Path(data) if data is not None else None,
-        tokenizer=Path(model_name(tokenizer, revision, "--tokenizer")) if tokenizer is not None else None,
+        tokenizer=Path(model_name(tokenizer, revision, "tokenizer=")) if tokenizer is not None else None,
         vocab_size=vocab_size, size=size or ("bert-tiny" if embedded else "bert-mini"),
         seq_len=seq_len or (64 if embedded else 128), batch_size=batch_size, max_steps=max_steps,
         time_budget=time_budget, lr=lr, precision=precision or default_precision(device), seed=seed, resume=resume,
-        overwrite=overwrite, init_from=Path(model_name(init_from, revision, "--init-from")) if init_from else None,
+        overwrite=overwrite, init_from=Path(model_name(init_from, revision, "init_from=")) if init_from else None,
         progress=progress, device=device, compile=compile, heldout_sets=named_heldout_sets(heldout or []),
         **tracked), options)
     record = run(opts)

@@ -27,7 +27,7 @@ class LoadedReader:
         from bertforge.retrieval.reader import load_reader
 
         run_on = device_for(device)
-        self.reader, self.tokenizer, self.task = load_reader(model_name(reader, revision, "--reader"))
+        self.reader, self.tokenizer, self.task = load_reader(model_name(reader, revision, "reader="))
         self.reader = move_model(self.reader, run_on, "--reader")
         self.max_len = int(self.task.get("max_seq_len") or 256)
         self.max_answer_len = int(max_answer_len or self.task.get("max_answer_len") or 30)

@@ -47,7 +47,7 @@ def train_retriever(model: Any, train: Any, *, out: Any, passages: Any = None, s
         raise BertforgeError(f"hard_negatives: must be >= 0, got {hard_negatives}")
     tracked = trackers(report_to, logging_dir)
     device_for(device, precision, ("fp32", "bf16"))
-    name = str(model) if is_retriever(model) else model_name(model, revision, "--model")
+    name = str(model) if is_retriever(model) else model_name(model, revision, "model=")
     options = {"model": name, "train": source_name(train),
                "passages": None if passages is None else source_name(passages),
                "separate_encoders": separate_encoders, "hard_negatives": hard_negatives, "pooling": pooling,

@@ -86,13 +86,13 @@ def test_embed_resolves_the_model_once_and_checks_the_device_once(tiny, counts, 
 
 def test_distill_task_resolves_each_model_once_and_checks_the_device_before_reading(tiny, counts, capsys, tmp_path):
     bertforge.distill(str(tiny["clf"]), str(tiny["sst"]), task="sst2", out=tmp_path / "api", student="layers:1",
-                      max_steps=1, batch_size=8, progress=False)
+                      max_steps=1, batch_size=8, progress=False, precision="fp32")
     assert _summary(counts) == {"resolve_model_path": 1, "resolve_device": 1, "check_precision": 1}, counts
     assert counts["read"] and counts["read"][0] == 2, "the device was checked after the data was read"
     for k in counts:
         counts[k].clear()
     assert cli.main(["distill", "task", "--teacher", str(tiny["clf"]), "--task", "sst2", "--data", str(tiny["sst"]),
                      "--out", str(tmp_path / "cli"), "--student", "layers:1", "--max-steps", "1",
-                     "--batch-size", "8"]) == 0
+                     "--batch-size", "8", "--precision", "fp32"]) == 0
     assert _summary(counts) == {"resolve_model_path": 1, "resolve_device": 1, "check_precision": 1}, counts
     assert counts["read"] and counts["read"][0] == 2

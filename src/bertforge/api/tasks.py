@@ -17,7 +17,9 @@ from typing import Any
 
 from bertforge.api.inputs import make_config, model_name, read_history, trackers
 from bertforge.api.results import FinetuneResult
-from bertforge.errors import BertforgeError
+from bertforge.config.arguments import (BOOL, COUNT, DATA, DEVICE, EPOCHS, MODEL, PATH, POSITIVE, SEED, STEPS, TEXT,
+                                        check_args, maybe)
+from bertforge.errors import ArgumentError
 
 def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = None, eval: Any = None,
              data_config: str | None = None, text_col: Any = None, text_pair_col: Any = None, label_col: Any = None,
@@ -39,6 +41,11 @@ def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = 
     refused unless `resume` or `overwrite`."""
     from bertforge.tasks.finetune import FinetuneConfig, finetune as run
 
+    check_args(locals(), model=MODEL, data=maybe(DATA), task=TEXT, out=PATH, train=maybe(DATA), eval=maybe(DATA),
+               data_config=maybe(TEXT), text_col=maybe(TEXT), text_pair_col=maybe(TEXT), label_col=maybe(TEXT),
+               epochs=maybe(EPOCHS), max_steps=maybe(STEPS), lr=maybe(POSITIVE), batch_size=COUNT, seed=SEED,
+               runs=COUNT, device=DEVICE, precision=maybe(TEXT), progress=BOOL, resume=BOOL, overwrite=BOOL,
+               revision=maybe(TEXT))
     tracked = trackers(report_to, logging_dir)  # a missing tracker library: one line before any work
     if task.lower().replace("-", "").replace("_", "") == "openqa":  # the reader over retrieved passages
         return _finetune_open_qa(model, data, out, train, eval, epochs, max_steps, lr, batch_size, seed, device,
@@ -54,7 +61,7 @@ def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = 
         return FinetuneResult(Path(out), metrics, read_history(out), run, task=run["task"], main_metric="loss",
                               summary={}, runs=[run], precision=run["config"]["precision"])
     if data is None and train is None:
-        raise BertforgeError("give --data DIR (or --train FILE [--eval FILE])")
+        raise ArgumentError("data=None, train=None: give data (a folder of splits, a file, data in memory) or train")
     cfg = make_config(FinetuneConfig, "finetune", dict(
         task=task, model=model_name(model, revision), out=out, data=data, train=train, eval=eval,
         data_config=data_config, text_col=text_col, text_pair_col=text_pair_col, label_col=label_col, epochs=epochs,
@@ -101,8 +108,12 @@ def evaluate(model: Any, data: Any = None, *, task: str, eval: Any = None, split
     of `finetune`."""
     from bertforge.tasks.finetune import FinetuneConfig, evaluate_model
 
+    check_args(locals(), model=MODEL, data=maybe(DATA), task=TEXT, eval=maybe(DATA), split=TEXT,
+               data_config=maybe(TEXT), text_col=maybe(TEXT), text_pair_col=maybe(TEXT), label_col=maybe(TEXT),
+               batch_size=COUNT, limit=maybe(COUNT), device=DEVICE, precision=maybe(TEXT), progress=BOOL,
+               revision=maybe(TEXT))
     if data is None and eval is None:
-        raise BertforgeError("give --data DIR or --eval FILE")
+        raise ArgumentError("data=None, eval=None: give data (a folder of splits, a file, data in memory) or eval")
     name = model_name(model, revision)
     cfg = make_config(FinetuneConfig, "evaluate", dict(
         task=task, model=name, out=".", data=data, eval=eval, data_config=data_config, text_col=text_col,
@@ -124,8 +135,9 @@ def predict(model: Any, inputs: Any, *, text_col: Any = None, text_pair_col: Any
     `data_split` / `data_config`)."""
     from bertforge.tasks.predict import predict as run
 
-    if batch_size <= 0:
-        raise BertforgeError(f"--batch-size must be positive, got {batch_size}")
+    check_args(locals(), model=MODEL, inputs=DATA, text_col=maybe(TEXT), text_pair_col=maybe(TEXT),
+               data_split=maybe(TEXT), data_config=maybe(TEXT), batch_size=COUNT, device=DEVICE, precision=TEXT,
+               compile=BOOL, progress=BOOL, revision=maybe(TEXT))
     return run(model_name(model, revision), inputs, batch_size=batch_size, device=device, progress=progress,
                precision=precision, compile=compile, text_col=text_col, text_pair_col=text_pair_col,
                split=data_split, config=data_config)

@@ -7,5 +7,5 @@ verb uses one of these (tests/test_reliability_validation.py walks the parsers a
 cannot silently accept 0 steps, a negative size or a NaN learning rate. The bounds live in
 `bertforge.config.arguments`, where the public Python API checks its arguments against the same objects.
 """
-from bertforge.config.arguments import (COUNT, COUNT0, EPOCHS, FINITE, FRACTION, LENGTH, NONNEG, OPEN_FRACTION,  # noqa: F401
-                                        OPSET, PORT, POSITIVE, SEED, STEPS, Number, int_range)
+from bertforge.config.arguments import (COUNT, COUNT0, EPOCHS, FINITE, FRACTION, INNER_FRACTION, LENGTH,  # noqa: F401
+                                        NONNEG, OPEN_FRACTION, OPSET, PORT, POSITIVE, SEED, STEPS, Number, int_range)

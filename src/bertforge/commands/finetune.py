@@ -182,6 +182,8 @@ def run_finetune(args: argparse.Namespace) -> int:
         raise BertforgeError("finetune: give --model DIR")
     if args.task == OPEN_QA:
         return _run_open_qa(args)
+    if args.data is None and args.train is None:
+        raise BertforgeError("give --data DIR (or --train FILE [--eval FILE])")
     result = finetune(args.model, args.data, task=args.task, out=args.out, train=args.train, epochs=args.epochs,
                       max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size, seed=args.seed,
                       runs=args.runs, precision=args.precision, resume=args.resume, overwrite=args.overwrite,
@@ -229,6 +231,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return run_open_qa(args)
     if not args.model:
         raise BertforgeError(f"evaluate --task {args.task}: give --model")
+    if args.data is None and getattr(args, "eval", None) is None:
+        raise BertforgeError("give --data DIR or --eval FILE")
 
     metrics = evaluate(args.model, args.data, task=args.task, split=args.split, batch_size=args.eval_batch_size,
                        limit=args.limit, precision=args.precision, **_options(args))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.commands.bounds import SEED, Number
+from bertforge.config.arguments import built_student
 from bertforge.commands.needs import MODEL_DESTS, Need  # noqa: F401 (MODEL_DESTS: re-exported)
 from bertforge.errors import BertforgeError
 
@@ -104,7 +105,7 @@ def resolve_model_args(args: argparse.Namespace) -> None:
                 served = name or model.removeprefix("hf://")  # served under its Hub id
                 resolved.append(f"{served}={path}" if str(path) != model else spec)
             setattr(args, dest, resolved)
-        elif isinstance(value, str) and value:
+        elif isinstance(value, str) and value and not (dest == "student" and built_student(value)):
             path = resolve_once(value, revision, flag)
             used |= str(path) != value
             setattr(args, dest, path)

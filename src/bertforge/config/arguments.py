@@ -40,6 +40,7 @@ class Number:
     high: float | None = None
     open_low: bool = False
     what: str = "a finite number"  # completes "--FLAG must be ..."
+    open_high: bool = False
 
     @property
     def __name__(self) -> str:  # argparse names the type in some messages
@@ -65,7 +66,8 @@ class Number:
 
     def within(self, value: float) -> bool:
         too_low = self.low is not None and (value <= self.low if self.open_low else value < self.low)
-        return not too_low and not (self.high is not None and value > self.high)
+        too_high = self.high is not None and (value >= self.high if self.open_high else value > self.high)
+        return not too_low and not too_high
 
     def check(self, value: Any, param: str) -> Any:
         """`value` as given when it is a number of this kind within the bound; else one line naming `param`."""
@@ -87,13 +89,15 @@ class Number:
                 bad.append(str(int(self.low)) if self.integer else str(self.low))
         if self.high is not None:
             bad.append(str(int(self.high) + 1) if self.integer else str(self.high * 2 + 1))
+            if self.open_high:
+                bad.append(str(self.high))
         if self.integer:
             bad.append("1.5")
         return bad
 
     def good_value(self) -> str:
         """One value this bound accepts."""
-        if self.high is not None and self.low is not None and not self.integer:
+        if self.high is not None and self.low is not None and not self.integer:  # (an open bound: inside it)
             return str((self.low + self.high) / 2)
         if self.low is None:
             return "1"
@@ -108,6 +112,7 @@ POSITIVE = Number(False, 0, open_low=True, what="> 0")      # learning rates, te
 NONNEG = Number(False, 0, what=">= 0")                      # loss weights, decay, waits
 FRACTION = Number(False, 0, 1, what="in [0, 1]")            # probabilities, ratios, shares
 OPEN_FRACTION = Number(False, 0, 1, open_low=True, what="in (0, 1]")
+INNER_FRACTION = Number(False, 0, 1, open_low=True, what="in (0, 1)", open_high=True)  # a share of what a model has
 FINITE = Number(False, what="finite")                       # exponents that may be negative
 
 
@@ -191,6 +196,11 @@ TEXTS = Kind(_texts, "a string or a list of strings")
 DEVICE = Kind(lambda v: (isinstance(v, str) and bool(v.strip())) or type(v).__name__ in ("device", "Placement"),
               "a device name (auto, cpu, cuda, cuda:N, mps)")
 MAPPING = Kind(lambda v: isinstance(v, Mapping), "a dict")
+
+
+def built_student(spec: Any) -> bool:
+    """`distill task --student`'s layers:N or bilstm: a student built from the teacher, no model to load."""
+    return isinstance(spec, str) and (spec == "bilstm" or spec.startswith("layers:"))
 
 
 def choice(*names: str) -> Kind:

@@ -168,11 +168,11 @@ def _student(cfg: TaskDistillConfig, teacher: nn.Module, teacher_tok: Tokenizer,
     return student
 
 
-def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
-    """Distil the fine-tuned teacher in `cfg.teacher` into `cfg.student` on `cfg.task`; returns the run record."""
-    from bertforge.device import resolve_device
+def distill_task(cfg: TaskDistillConfig, run_on: Any = None) -> dict[str, Any]:
+    """Distil the fine-tuned teacher in `cfg.teacher` into `cfg.student` on `cfg.task`; returns the run record.
+    `run_on`: the torch.device the caller resolved, `cfg.precision` checked against it (the API's placement)."""
+    from bertforge.device import check_precision, default_precision, move_model, resolve_device
     from bertforge.training import ResumableLoader, Trainer, TrainConfig, set_seed
-    from bertforge.device import check_precision, default_precision
 
     if cfg.task not in TASK_KINDS:
         raise BertforgeError(f"--task {cfg.task}: unknown task (choose from {', '.join(sorted(TASK_KINDS))})")
@@ -180,6 +180,11 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
         raise BertforgeError(f"--alpha {cfg.alpha}: must be in [0, 1]")
     if cfg.temperature <= 0:
         raise BertforgeError(f"--temperature {cfg.temperature}: must be > 0")
+    device = run_on  # the device and precision: decided once, before any file is read
+    if device is None:
+        device = resolve_device(cfg.device)
+        if cfg.precision is not None:
+            check_precision(cfg.precision, device, allowed=("fp32", "bf16"))
     out = Path(cfg.out)
     if cfg.resume and (out / "results.json").is_file():  # before any long work
         raise BertforgeError(f"--out {out}: this run has finished (results.json); there is nothing to resume")
@@ -207,10 +212,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     train, evaluation = read_examples(fcfg, kind, files=files)  # every data problem before any model is loaded
     tokenizer = teacher_folder.tokenizer()
     teacher, _, _ = load_task_model(teacher_folder)
-    device = resolve_device(cfg.device)
-    if cfg.precision is not None:
-        check_precision(cfg.precision, device, allowed=("fp32", "bf16"))
-    teacher.to(device)
+    teacher = move_model(teacher, device, f"--teacher {teacher_dir}")  # out of GPU memory: one line
     if cfg.teacher_precision == "bf16":
         teacher.to(torch.bfloat16)
     set_seed(cfg.seed)
@@ -272,7 +274,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
                          best_metric=data.main_metric if evaluate else None, log_every=max(1, min(50, every)),
                          weight_decay=0.0 if bilstm else 0.01, extra={"task": cfg.task, "distill": True},
                          report_to=cfg.report_to, logging_dir=cfg.logging_dir)
-        trainer = Trainer(model, loader, tc, eval_fn=evaluate, save_fn=save_fn, load_fn=load_fn)
+        trainer = Trainer(model, loader, tc, eval_fn=evaluate, save_fn=save_fn, load_fn=load_fn, device=device)
         history = trainer.train()
         if evaluate is None:
             save_fn(model, out / "best")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.api.inputs import device_for, make_config, model_name
-from bertforge.errors import BertforgeError
+from bertforge.errors import ArgumentError, BertforgeError
 
 DECODINGS = ("thorough", "fast")
 
@@ -130,7 +130,8 @@ def read_train_questions(train: Any, limit: int | None):
     from bertforge.retrieval.reader_train import read_questions
 
     if train is None:
-        raise BertforgeError("train: give the training questions (--train FILE)")
+        raise ArgumentError("train=None: give the training questions",
+                            flag_message="give the training questions (--train FILE)")
     return read_questions(train)[:limit]
 
 

@@ -27,7 +27,7 @@ def shown(value: Any) -> str:
 
 def _refuse(param: str, value: Any, expected: str) -> ArgumentError:
     got = "" if value is None or isinstance(value, (str, bool, numbers.Number)) else f" (a {type(value).__name__})"
-    return ArgumentError(f"{param}={shown(value)}{got}: expected {expected}")
+    return ArgumentError.about(param, value, f"expected {expected}", shown(value) + got)
 
 
 @dataclass(frozen=True)

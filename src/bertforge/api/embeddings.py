@@ -25,7 +25,7 @@ def load_sentence_encoder(model: Any, *, pooling: Any = None, device: str | None
     mean_sqrt_len) on `device` (default: auto); a loaded one as it is (moved to `device` when given)."""
     from bertforge.embed import SentenceEncoder
 
-    check_args(locals(), model=MODEL, device=maybe(DEVICE), compile=BOOL, revision=maybe(TEXT))
+    check_args(locals(), model=MODEL, device=maybe(DEVICE), compile=maybe(BOOL), revision=maybe(TEXT))
     if isinstance(model, SentenceEncoder):
         if pooling is not None:
             raise BertforgeError("pooling: give it with a model folder or Hub id; a loaded SentenceEncoder keeps its "
@@ -49,7 +49,7 @@ def embed(model: Any, texts: Any, *, text_col: Any = None, data_split: str | Non
     model's own choice). `compile`: torch.compile the encoder."""
     check_args(locals(), model=MODEL, texts=DATA, text_col=maybe(TEXT), data_split=maybe(TEXT),
                data_config=maybe(TEXT), batch_size=COUNT, device=maybe(DEVICE), precision=TEXT,
-               normalize=maybe(BOOL), compile=BOOL, progress=BOOL, revision=maybe(TEXT))
+               normalize=maybe(BOOL), compile=maybe(BOOL), progress=BOOL, revision=maybe(TEXT))
     where = None  # a loaded model without a device stays where it is, in the precision asked for
     if device is not None or not _loaded(model):
         where = placement(device, precision)  # a missing GPU or a precision it cannot run: before any reading

@@ -20,8 +20,8 @@ from typing import Any
 
 from bertforge.api.embeddings import load_sentence_encoder
 from bertforge.api.inputs import device_for, model_name, placed, read_texts
-from bertforge.config.arguments import (BOOL, COUNT, COUNT0, DATA, DEVICE, FRACTION, MODEL, PATH, TEXT, TEXTS, check_args,
-                                        maybe)
+from bertforge.config.arguments import (BOOL, COUNT, COUNT0, DATA, DEVICE, FRACTION, MODEL, PATH, TEXT, TEXTS,
+                                        check_args, maybe)
 from bertforge.errors import ArgumentError, BertforgeError
 
 
@@ -141,7 +141,7 @@ class Index:
         check_args(locals(), model=maybe(MODEL), passages=DATA, out=maybe(PATH), method=TEXT, kind=maybe(TEXT),
                    fusion=maybe(TEXT), alpha=maybe(FRACTION), stopwords=TEXT, text_col=maybe(TEXT),
                    id_col=maybe(TEXT), title_col=maybe(TEXT), require_ids=BOOL, data_split=maybe(TEXT),
-                   data_config=maybe(TEXT), batch_size=COUNT, device=maybe(DEVICE), precision=TEXT, compile=BOOL,
+                   data_config=maybe(TEXT), batch_size=COUNT, device=maybe(DEVICE), precision=TEXT, compile=maybe(BOOL),
                    progress=BOOL, overwrite=BOOL, revision=maybe(TEXT), num_shards=maybe(COUNT),
                    shard_id=maybe(COUNT0), shard_dtype=TEXT, chunk_size=COUNT,
                    environ=BOOL)
@@ -213,7 +213,8 @@ class Index:
         model recorded in it; either way fingerprint-checked), on `device` (default: auto)."""
         from bertforge.retrieval.index import RetrievalIndex
 
-        check_args(locals(), path=PATH, model=maybe(MODEL), device=maybe(DEVICE), compile=BOOL, revision=maybe(TEXT))
+        check_args(locals(), path=PATH, model=maybe(MODEL), device=maybe(DEVICE), compile=maybe(BOOL),
+                   revision=maybe(TEXT))
         if not Path(path).is_dir():
             raise ArgumentError(f"path={str(path)!r}: not an index directory",
                                 flag_message=f"--index {path}: not an index directory")

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.api.inputs import device_for, model_name
-from bertforge.config.arguments import (BOOL, COUNT, COUNT0, DEVICE, FINITE, LENGTH, MODEL, OPEN_FRACTION, PATH, POSITIVE, SEED,
-                                        TEXT, TEXTS, check_args, maybe)
+from bertforge.config.arguments import (BOOL, COUNT, COUNT0, DEVICE, FINITE, LENGTH, MODEL, OPEN_FRACTION, PATH,
+                                        POSITIVE, SEED, TEXT, TEXTS, check_args, maybe)
 from bertforge.errors import ArgumentError, BertforgeError
 
 

@@ -115,7 +115,8 @@ def finetune_open_qa(model: Any, *, out: Any, train: Any, eval: Any = None, inde
         raise BertforgeError("train_retriever: training the question encoder with the reader (ORQA) is not "
                              "implemented; the retriever stays frozen")
     if train is None:
-        raise ArgumentError("train=None: give the training questions", flag_message="give the training questions (--train FILE)")
+        raise ArgumentError("train=None: give the training questions",
+                            flag_message="give the training questions (--train FILE)")
     device_for(device)
     searcher = open_index(index, retriever, device, revision)
     hints = {"index": str(getattr(searcher, "path", None) or index),

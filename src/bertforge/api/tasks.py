@@ -137,7 +137,7 @@ def predict(model: Any, inputs: Any, *, text_col: Any = None, text_pair_col: Any
 
     check_args(locals(), model=MODEL, inputs=DATA, text_col=maybe(TEXT), text_pair_col=maybe(TEXT),
                data_split=maybe(TEXT), data_config=maybe(TEXT), batch_size=COUNT, device=DEVICE, precision=TEXT,
-               compile=BOOL, progress=BOOL, revision=maybe(TEXT))
+               compile=maybe(BOOL), progress=BOOL, revision=maybe(TEXT))
     return run(model_name(model, revision), inputs, batch_size=batch_size, device=device, progress=progress,
                precision=precision, compile=compile, text_col=text_col, text_pair_col=text_pair_col,
                split=data_split, config=data_config)

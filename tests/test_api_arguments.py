@@ -195,3 +195,31 @@ def test_the_command_line_names_the_flag_of_an_api_argument_error(tmp_path, caps
                  str(tmp_path / "why.txt")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--out {tmp_path / 'why.txt'}: expected a .png or .html file" in err[0], err
+
+
+def test_finetune_defaults_are_written_once():
+    """The parser's defaults and the API's signature defaults are FinetuneConfig's."""
+    import dataclasses
+
+    from bertforge.cli import build_parser
+    from bertforge.tasks.config import FinetuneConfig
+
+    config = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+    parsed = vars(build_parser().parse_args(["finetune", "--task", "sst2", "--model", "m", "--out", "o"]))
+    for name in ("epochs", "max_steps", "lr", "batch_size", "eval_batch_size", "warmup_ratio", "weight_decay", "seed",
+                 "runs", "doc_stride", "max_query_length", "max_target_len", "num_beams", "train_limit"):
+        assert parsed[name] == config[name], name
+    signature = inspect.signature(bertforge.finetune).parameters
+    for name in ("epochs", "max_steps", "lr", "batch_size", "seed", "runs", "device"):
+        assert signature[name].default == config[name], name
+    assert inspect.signature(bertforge.evaluate).parameters["batch_size"].default == config["eval_batch_size"]
+    assert parsed["limit"] is config["eval_limit"] is None
+
+
+def test_a_config_built_in_code_meets_the_same_bounds():
+    from bertforge.tasks.config import FinetuneConfig
+
+    for field, value in (("batch_size", 0), ("epochs", float("nan")), ("max_steps", 10**30), ("runs", 0),
+                         ("warmup_ratio", 1.5), ("seed", -1)):
+        with pytest.raises(ArgumentError, match=f"^{field}="):
+            FinetuneConfig(task="sst2", model="m", out="o", **{field: value})

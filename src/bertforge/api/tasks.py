@@ -20,11 +20,14 @@ from bertforge.api.results import FinetuneResult
 from bertforge.config.arguments import (BOOL, COUNT, DATA, DEVICE, EPOCHS, MODEL, PATH, POSITIVE, SEED, STEPS, TEXT,
                                         check_args, maybe)
 from bertforge.errors import ArgumentError
+from bertforge.tasks.config import FinetuneConfig as _Defaults  # torch-free: the one place of finetune's defaults
+
 
 def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = None, eval: Any = None,
              data_config: str | None = None, text_col: Any = None, text_pair_col: Any = None, label_col: Any = None,
-             epochs: float | None = None, max_steps: int | None = None, lr: float | None = None, batch_size: int = 32,
-             seed: int = 42, runs: int = 1, device: str = "auto", precision: str | None = None,
+             epochs: float | None = _Defaults.epochs, max_steps: int | None = _Defaults.max_steps,
+             lr: float | None = _Defaults.lr, batch_size: int = _Defaults.batch_size, seed: int = _Defaults.seed,
+             runs: int = _Defaults.runs, device: str = _Defaults.device, precision: str | None = None,
              progress: bool = True, report_to: Any = None, logging_dir: Any = None, resume: bool = False,
              overwrite: bool = False, revision: str | None = None, **options: Any) -> FinetuneResult:
     """Fine-tune `model` (a folder or Hub id) on `task` (sst2, mrpc, conll, squad, ..., or a generic kind:
@@ -100,7 +103,8 @@ def _finetune_open_qa(model, data, out, train, eval, epochs, max_steps, lr, batc
 
 def evaluate(model: Any, data: Any = None, *, task: str, eval: Any = None, split: str = "dev",
              data_config: str | None = None, text_col: Any = None, text_pair_col: Any = None, label_col: Any = None,
-             batch_size: int = 64, limit: int | None = None, device: str = "auto", precision: str | None = None,
+             batch_size: int = _Defaults.eval_batch_size, limit: int | None = None, device: str = _Defaults.device,
+             precision: str | None = None,
              progress: bool = False, revision: str | None = None, **options: Any) -> dict[str, float]:
     """The metrics of a fine-tuned model (a `finetune` output folder, or a Hub id) on `task`'s `split` (dev or
     test) of `data` (as `finetune` takes it), or on `eval`: {"accuracy": ..., "f1": ...} by task. `precision`:

@@ -29,6 +29,13 @@ def _task_choices(train: bool = False) -> tuple[str, ...]:
     return TASKS + (OPEN_QA,) + (GENERATIVE if train else ())  # finetune trains an open-qa reader; evaluate scores retrieval and a reader
 
 
+def _default(field: str):
+    """FinetuneConfig's default of `field`: the one place a fine-tuning default is written (torch-free)."""
+    from bertforge.tasks.config import FinetuneConfig
+
+    return getattr(FinetuneConfig, field)
+
+
 def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
     p.add_argument("--task", required=True, type=str.lower, choices=_task_choices(train), metavar="TASK",
                    help=TASK_HELP + ("" if train else f"; {OPEN_QA} scores retrieval, and a reader: --index, "
@@ -46,11 +53,13 @@ def _data_args(p: argparse.ArgumentParser, train: bool) -> None:
                    help="tokens per input (default: 128; SQuAD 384; seq2seq sources 512)")
     p.add_argument("--source-col", default="source", metavar="COL", help="seq2seq: source column (default: source)")
     p.add_argument("--target-col", default="target", metavar="COL", help="seq2seq: target column (default: target)")
-    p.add_argument("--max-target-len", type=COUNT, default=128, metavar="N",
-                   help="seq2seq: target tokens, and the most tokens evaluation generates (default: 128)")
-    p.add_argument("--num-beams", type=COUNT, default=1, metavar="N",
-                   help="seq2seq: beam search width for evaluation (default: 1, greedy)")
-    p.add_argument("--eval-batch-size", type=COUNT, default=64, metavar="N", help="evaluation batch size (default: 64)")
+    p.add_argument("--max-target-len", type=COUNT, default=_default("max_target_len"), metavar="N",
+                   help=f"seq2seq: target tokens, and the most tokens evaluation generates (default: "
+                        f"{_default('max_target_len')})")
+    p.add_argument("--num-beams", type=COUNT, default=_default("num_beams"), metavar="N",
+                   help=f"seq2seq: beam search width for evaluation (default: {_default('num_beams')}, greedy)")
+    p.add_argument("--eval-batch-size", type=COUNT, default=_default("eval_batch_size"), metavar="N",
+                   help=f"evaluation batch size (default: {_default('eval_batch_size')})")
     p.add_argument("--limit", type=COUNT, metavar="N", help="use only the first N evaluation examples")
     add_device_args(p, None, compile="torch.compile the model (default: on when training on a GPU; falls back to eager with one line)")
     add_progress_arg(p)
@@ -79,11 +88,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     length.add_argument("--max-steps", type=STEPS, metavar="N", help="optimizer steps instead of epochs")
     ft.add_argument("--lr", type=POSITIVE, help="peak learning rate (default: 3e-5, try 2e-5..5e-5; seq2seq with a T5 "
                     "model: 1e-4)")
-    ft.add_argument("--batch-size", type=COUNT, default=32, metavar="N", help="training batch size (default: 32)")
-    ft.add_argument("--warmup-ratio", type=FRACTION, default=0.1, metavar="R", help="warm-up fraction (default: 0.1)")
-    ft.add_argument("--weight-decay", type=NONNEG, default=0.01, metavar="W", help="AdamW weight decay (default: 0.01)")
-    add_seed_arg(ft, 42, "random seed of the first run")
-    ft.add_argument("--runs", type=COUNT, default=1, metavar="N",
+    ft.add_argument("--batch-size", type=COUNT, default=_default("batch_size"), metavar="N",
+                    help=f"training batch size (default: {_default('batch_size')})")
+    ft.add_argument("--warmup-ratio", type=FRACTION, default=_default("warmup_ratio"), metavar="R",
+                    help=f"warm-up fraction (default: {_default('warmup_ratio')})")
+    ft.add_argument("--weight-decay", type=NONNEG, default=_default("weight_decay"), metavar="W",
+                    help=f"AdamW weight decay (default: {_default('weight_decay')})")
+    add_seed_arg(ft, _default("seed"), "random seed of the first run")
+    ft.add_argument("--runs", type=COUNT, default=_default("runs"), metavar="N",
                     help="repeat with seeds SEED..SEED+N-1 and report median and spread of the main metric; OUT gets "
                          "the best run's model")
     ft.add_argument("--train-limit", type=COUNT, metavar="N", help="use only the first N training examples")
@@ -107,9 +119,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="continue an interrupted fine-tune in OUT (refused if an option it depends on changed; "
                          "--epochs, --max-steps, --eval-batch-size and --device may change)")
     add_overwrite_arg(ft, resume=True)
-    ft.add_argument("--doc-stride", type=COUNT, default=128, metavar="N", help="SQuAD window stride (default: 128)")
-    ft.add_argument("--max-query-length", type=COUNT, default=64, metavar="N",
-                    help="SQuAD: question tokens kept (default: 64)")
+    ft.add_argument("--doc-stride", type=COUNT, default=_default("doc_stride"), metavar="N",
+                    help=f"SQuAD window stride (default: {_default('doc_stride')})")
+    ft.add_argument("--max-query-length", type=COUNT, default=_default("max_query_length"), metavar="N",
+                    help=f"SQuAD: question tokens kept (default: {_default('max_query_length')})")
     oq = ft.add_argument_group("open-qa (the reader over retrieved passages)")
     oq.add_argument("--index", metavar="DIR", help="open-qa: the index the passages are retrieved from (frozen)")
     oq.add_argument("--retriever", metavar="R", help="open-qa: the question encoder of a dense index (default: the "

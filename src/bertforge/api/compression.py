@@ -36,11 +36,12 @@ def distill(teacher: Any, data: Any = None, *, out: Any, task: str | None = None
     `texts`), for `max_steps` or `time_budget` (`student_layers`, `student_init`, `alpha_ce`, `alpha_mlm`,
     `alpha_cos`, ... as `bertforge.distill.general.GeneralDistillConfig`)."""
     from bertforge.distill.general import GeneralDistillConfig, distill_general
-    from bertforge.distill.task import TaskDistillConfig, distill_task
+    from bertforge.distill.task import TASK_BOUNDS, TaskDistillConfig, distill_task
 
     check_args(locals(), teacher=MODEL, data=maybe(DATA), out=PATH, task=maybe(TEXT), text_col=maybe(TEXT),
                max_steps=maybe(STEPS), batch_size=COUNT, lr=maybe(POSITIVE), seed=maybe(SEED), device=DEVICE,
                precision=maybe(TEXT), progress=BOOL, resume=BOOL, overwrite=BOOL, revision=maybe(TEXT))
+    check_args(options, **{k: v for k, v in TASK_BOUNDS.items() if k in options and task is not None})
     if task is not None and (texts is not None or data is None):
         raise ArgumentError("data: task distillation reads examples: give data (a folder of splits, a file, a "
                             "table)")

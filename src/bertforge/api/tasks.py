@@ -20,7 +20,7 @@ from bertforge.api.results import FinetuneResult
 from bertforge.config.arguments import (BOOL, COUNT, DATA, DEVICE, EPOCHS, MODEL, PATH, POSITIVE, SEED, STEPS, TEXT,
                                         check_args, maybe)
 from bertforge.errors import ArgumentError
-from bertforge.tasks.config import FinetuneConfig as _Defaults  # torch-free: the one place of finetune's defaults
+from bertforge.tasks.config import FIELD_BOUNDS, FinetuneConfig as _Defaults  # torch-free: finetune's defaults
 
 
 def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = None, eval: Any = None,
@@ -49,6 +49,7 @@ def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = 
                epochs=maybe(EPOCHS), max_steps=maybe(STEPS), lr=maybe(POSITIVE), batch_size=COUNT, seed=SEED,
                runs=COUNT, device=DEVICE, precision=maybe(TEXT), progress=BOOL, resume=BOOL, overwrite=BOOL,
                revision=maybe(TEXT))
+    check_args(options, **{k: v for k, v in FIELD_BOUNDS.items() if k in options})  # FinetuneConfig's, first
     tracked = trackers(report_to, logging_dir)  # a missing tracker library: one line before any work
     if task.lower().replace("-", "").replace("_", "") == "openqa":  # the reader over retrieved passages
         return _finetune_open_qa(model, data, out, train, eval, epochs, max_steps, lr, batch_size, seed, device,

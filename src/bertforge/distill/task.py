@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertforge.config.arguments import (COUNT, COUNT0, EPOCHS, FRACTION, LENGTH, POSITIVE, SEED, STEPS, check_args,
+                                        maybe)
 from bertforge.config.positions import check_length
 from bertforge.model.checkpoint import load_pretrained, read_tensors
 from bertforge.distill.init import check_same_vocab
@@ -83,6 +85,16 @@ class TaskDistillConfig:
     report_to: tuple[str, ...] = ()  # trackers besides metrics.jsonl (TrainConfig.report_to)
     logging_dir: Path | None = None  # TensorBoard's event folder (default: OUT/runs)
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_args(vars(self), **TASK_BOUNDS)  # the command line's bounds, for the API and a config built in code
+
+
+# The bounds of the numeric fields (`bertforge.config.arguments`; the parser's flags use the same).
+TASK_BOUNDS = {"alpha": FRACTION, "temperature": POSITIVE, "epochs": EPOCHS, "max_steps": maybe(STEPS),
+               "lr": maybe(POSITIVE), "batch_size": COUNT, "seed": SEED, "train_limit": maybe(COUNT),
+               "eval_limit": maybe(COUNT), "max_seq_len": maybe(LENGTH), "augment": COUNT0, "p_mask": FRACTION,
+               "p_ng": FRACTION, "bilstm_hidden": COUNT, "save_every": maybe(COUNT)}
 
 
 # What a resume may change: how long to train and where; everything else shapes the checkpoints.
@@ -176,10 +188,6 @@ def distill_task(cfg: TaskDistillConfig, run_on: Any = None) -> dict[str, Any]:
 
     if cfg.task not in TASK_KINDS:
         raise BertforgeError(f"--task {cfg.task}: unknown task (choose from {', '.join(sorted(TASK_KINDS))})")
-    if not 0.0 <= cfg.alpha <= 1.0:
-        raise BertforgeError(f"--alpha {cfg.alpha}: must be in [0, 1]")
-    if cfg.temperature <= 0:
-        raise BertforgeError(f"--temperature {cfg.temperature}: must be > 0")
     device = run_on  # the device and precision: decided once, before any file is read
     if device is None:
         device = resolve_device(cfg.device)

@@ -44,7 +44,7 @@ def model_specs(models: Any, revision: str | None = None) -> list[str]:
         tuple(str(m).rpartition("=")[::2]) for m in models]
     specs = []
     for name, model in items:
-        flag = f"--model {name}=" if name else "--model"
+        flag = f"models {name}=" if name else "models="
         path = resolve_model_option(model, revision, flag)
         if name:
             specs.append(f"{name}={path}")
@@ -115,7 +115,7 @@ def _app(models: Any, precision: str, device: str, revision: str | None, api_key
                                  f"{getattr(options, name)}")
     if options.max_wait_ms < 0:
         raise BertforgeError(f"--max-wait-ms must be 0 or more, got {options.max_wait_ms}")
-    check_api_key(api_key, "--api-key")
+    check_api_key(api_key, "api_key")
     answerer = _answerer(answer, device, revision)
     loaded = load_models(model_specs(models, revision), precision, device) if models or answerer is None else {}
     return make(loaded, options, answerer), loaded
@@ -124,8 +124,10 @@ def _app(models: Any, precision: str, device: str, revision: str | None, api_key
 def check_api_key(api_key: str | None, where: str) -> None:
     """An empty key would silently turn authentication off: refused in one line naming `where` it came from."""
     if api_key is not None and not api_key.strip():
-        raise BertforgeError(f"{where} is empty or blank: give a key, or leave {where} out to serve without "
-                             "authentication")
+        said = "--api-key" if where == "api_key" else where  # the command line names its flag
+        raise ArgumentError(f"{where} is empty or blank: give a key, or leave {where} out to serve without "
+                            "authentication", flag_message=f"{said} is empty or blank: give a key, or leave {said} "
+                            "out to serve without authentication")
 
 
 def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: int | None = None,
@@ -144,7 +146,7 @@ def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: in
     _check_serving(locals())
     check_args(locals(), host=TEXT, port=PORT, threads=maybe(COUNT), log_level=TEXT, header_timeout=POSITIVE,
                write_timeout=POSITIVE, max_connections_per_client=COUNT, graceful_timeout=POSITIVE)
-    where = "--api-key"
+    where = "api_key"
     if api_key is None:  # an unset or empty variable: no authentication
         api_key, where = os.environ.get("BERTFORGE_API_KEY") or None, "$BERTFORGE_API_KEY"
     check_api_key(api_key, where)

@@ -112,7 +112,14 @@ def resolve_model_option(name: str | Path, revision: str | None = None, flag: st
 
 class ResolvedModel(str):
     """A model name already turned into its local path (`resolve_once`): every later opener takes it as it is, so a
-    name is resolved (and a Hub id looked up) once per call."""
+    name is resolved (and a Hub id looked up) once per call. A string (a command-line option stays one) that also
+    answers as the Path it names (`/`, `.name`, `.is_dir()`, ...), as the resolved paths before it did."""
+
+    def __truediv__(self, other: "str | os.PathLike") -> Path:
+        return Path(self) / other
+
+    def __getattr__(self, attr: str):
+        return getattr(Path(self), attr)
 
 
 def resolve_once(name: "str | Path", revision: str | None = None, flag: str = "--model") -> ResolvedModel:

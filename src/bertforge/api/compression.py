@@ -45,7 +45,8 @@ def distill(teacher: Any, data: Any = None, *, out: Any, task: str | None = None
     if task is not None and (texts is not None or data is None):
         raise ArgumentError("data: task distillation reads examples: give data (a folder of splits, a file, a "
                             "table)")
-    # each model name resolved once, then the device and precision decided once, all before any file is read
+    # as on every verb: the device and precision decided once, then each model name resolved once, then the data
+    where = placement(device, precision, ("fp32", "bf16")) if task is not None else None
     given: dict[str, Any] = dict(teacher=model_name(teacher, revision, "teacher="), out=out, max_steps=max_steps,
                                  batch_size=batch_size, device=device, precision=precision, progress=progress,
                                  resume=resume, overwrite=overwrite, **trackers(report_to, logging_dir))
@@ -56,7 +57,6 @@ def distill(teacher: Any, data: Any = None, *, out: Any, task: str | None = None
         student = options.get("student")
         if student is not None and not built_student(student):  # a folder or Hub id, at `revision` like the rest
             options["student"] = model_name(student, revision, "student=")
-        where = placement(device, precision, ("fp32", "bf16"))
         config = make_config(TaskDistillConfig, "distill task", dict(given, task=task, data=data, text_col=text_col),
                              options)
         record = distill_task(config, where.device)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertforge.config.arguments import (COUNT, EPOCHS, FRACTION, LENGTH, NONNEG, POSITIVE, SEED, STEPS, check_args,
+from bertforge.config.arguments import (COUNT, EPOCHS, FRACTION, NONNEG, POSITIVE, SEED, STEPS, check_args,
                                         maybe)
 from bertforge.errors import BertforgeError
 
@@ -21,9 +21,10 @@ TASK_KINDS = {"sst2": "classify", "cola": "classify", "mrpc": "classify", "stsb"
 TASKS = tuple(TASK_KINDS)
 FREEZE_KINDS = ("classify", "regress", "tag")  # what the feature-based mode (a head on frozen features) supports
 # The bounds of the numeric fields, the command line's (`bertforge.config.arguments`): the parser's flags, the
-# Python API and a config built in code meet the same check, here, once.
+# Python API and a config built in code meet the same check, here, once. A sequence length's upper bound is the
+# model's positions (config.positions, checked with the model at hand; a saved config.json's value is named there).
 FIELD_BOUNDS = {"epochs": maybe(EPOCHS), "max_steps": maybe(STEPS), "lr": maybe(POSITIVE), "batch_size": COUNT,
-                "eval_batch_size": COUNT, "max_seq_len": maybe(LENGTH), "warmup_ratio": FRACTION,
+                "eval_batch_size": COUNT, "max_seq_len": maybe(COUNT), "warmup_ratio": FRACTION,
                 "weight_decay": NONNEG, "seed": SEED, "runs": COUNT, "train_limit": maybe(COUNT),
                 "eval_limit": maybe(COUNT), "doc_stride": COUNT, "max_query_length": COUNT, "max_target_len": COUNT,
                 "num_beams": COUNT}

@@ -1062,3 +1062,46 @@ def readme_test_command_shows_skip_reasons(kit: Kit) -> None:
     assert theirs.split() == ours.replace(" -p no:cacheprovider", "").split(), (theirs, ours)
     assert "-rs" in theirs.split(), theirs
     assert "about 15–35 minutes on two cores, depending on load" in " ".join(readme.split())
+
+
+@row("the Python API given what the command line's parser used to refuse: embed(model=3), batch_size=\"32\", "
+     "normalize=\"no\", finetune(task=None), out=None, epochs=\"3\", max_steps=10**30, lr=nan, resume=\"yes\", "
+     "Index.search(None), create_app(None)",
+     "one bertforge.ArgumentError each (a ValueError and a TypeError) whose one line starts with the parameter, "
+     "before any file is read or model loaded (tests/test_api_arguments.py holds a row per public function)",
+     "nothing: no output folder, the inputs unchanged")
+def python_api_checks_its_arguments(kit: Kit) -> None:
+    out = kit.tmp / "api-out"
+    script = f"""
+        import math, bertforge
+        from bertforge.errors import ArgumentError
+        m, d, o = {str(kit.clf)!r}, {str(kit.sst)!r}, {str(out)!r}
+        index = object.__new__(bertforge.Index)
+        cases = [("model", lambda: bertforge.embed(3, ["a"])),
+                 ("batch_size", lambda: bertforge.embed(m, ["a"], batch_size="32")),
+                 ("normalize", lambda: bertforge.embed(m, ["a"], normalize="no")),
+                 ("task", lambda: bertforge.finetune(m, d, task=None, out=o)),
+                 ("out", lambda: bertforge.finetune(m, d, task="sst2", out=None)),
+                 ("epochs", lambda: bertforge.finetune(m, d, task="sst2", out=o, epochs="3")),
+                 ("max_steps", lambda: bertforge.finetune(m, d, task="sst2", out=o, max_steps=10**30)),
+                 ("lr", lambda: bertforge.finetune(m, d, task="sst2", out=o, lr=math.nan)),
+                 ("resume", lambda: bertforge.finetune(m, d, task="sst2", out=o, resume="yes")),
+                 ("queries", lambda: index.search(None)),
+                 ("models", lambda: bertforge.create_app(None))]
+        for param, call in cases:
+            try:
+                call()
+            except ArgumentError as err:
+                assert isinstance(err, ValueError) and isinstance(err, TypeError)
+                line = str(err)
+                assert line.startswith(param) and "\\n" not in line and "--" not in line, line
+                print(line)
+            else:
+                raise SystemExit(f"{{param}}: no error")
+        """
+    before = snapshot(kit.clf), snapshot(kit.sst)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, env=ENV,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(proc.stdout.strip().splitlines()) == 11, proc.stdout
+    assert not out.exists() and (snapshot(kit.clf), snapshot(kit.sst)) == before

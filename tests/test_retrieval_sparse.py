@@ -356,7 +356,7 @@ def test_bad_input_is_one_line(models, tmp_path, capsys):
         bertforge.Index.build(None, corpus, method="sparse")
     with pytest.raises(BertforgeError, match="^kind names the dense index structure"):
         bertforge.Index.build(None, corpus, method="bm25", kind="hnsw")
-    with pytest.raises(BertforgeError, match="alpha must be a number from 0 to 1"):
+    with pytest.raises(BertforgeError, match=r"^alpha=1.5: expected a finite number in \[0, 1\]"):
         bertforge.Index.build(model, corpus, method="hybrid", alpha=1.5)
     bertforge.Index.build(None, corpus, tmp_path / "b", method="bm25")
     with pytest.raises(BertforgeError, match="a bm25 index embeds nothing"):

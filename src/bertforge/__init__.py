@@ -27,7 +27,7 @@ _API = ("DistillResult", "ExportResult", "FinetuneResult", "Index", "PretrainRes
         "ablate")
 _CORE = {"Encoder": "bertforge.model", "ModelConfig": "bertforge.config", "preset": "bertforge.config",
          "Tokenizer": "bertforge.tokenization", "SentenceEncoder": "bertforge.embed"}
-__all__ = sorted((*_API, *_CORE))
+__all__ = sorted((*_API, *_CORE, "ArgumentError"))
 
 # Four verbs share their name with the package that implements them. Such a package, once imported, is also its
 # verb: `bertforge.embed(model, texts)` calls `bertforge.api.embed`, and `bertforge.embed.SentenceEncoder` (and
@@ -62,4 +62,6 @@ def __getattr__(name: str):
         return getattr(importlib.import_module("bertforge.api"), name)
     if name in _CORE:
         return getattr(importlib.import_module(_CORE[name]), name)
+    if name == "ArgumentError":  # what a public function raises for a wrong argument (docs/api.md)
+        return getattr(importlib.import_module("bertforge.errors"), name)
     raise AttributeError(f"module 'bertforge' has no attribute {name!r}")

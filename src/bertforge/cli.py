@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from bertforge.commands.needs import check_needs
 from bertforge.commands.options import CONFIG_DEST, add_revision_args, apply_config_file, resolve_model_args
-from bertforge.errors import BertforgeError
+from bertforge.errors import ArgumentError, BertforgeError
 from bertforge.io.write import is_write_failure, write_failure_reason
 from bertforge.io.rundir import check_not_an_input, protect_inputs
 
@@ -160,6 +160,9 @@ def _run(argv: list[str] | None) -> int:
             return int(args.func(args) or 0)
     except BrokenPipeError:
         raise  # not an error of the verb: the reader of stdout went away (see main)
+    except ArgumentError as err:  # the API's parameter, said as the flag it came from
+        print(f"bertforge {verb}: error: {err.as_flag()}", file=sys.stderr)
+        return 2
     except BertforgeError as err:
         print(f"bertforge {verb}: error: {err}", file=sys.stderr)
         return 2

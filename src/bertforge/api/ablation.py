@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.api.inputs import device_for, trackers
+from bertforge.config.arguments import (BOOL, COUNT, DATA, DEVICE, EPOCHS, LENGTH, PATH, SEED, STEPS, TEXT, TEXTS,
+                                        check_args, maybe)
 from bertforge.errors import BertforgeError
 
 ARMS_OUT = Path("runs") / "ablation"           # out's default when comparing arms
@@ -40,6 +42,11 @@ def ablate(corpus: Any = None, *, out: Any = None, table: Any = None, arms: Any 
     documentation) and compared by held-out MLM accuracy in `out` (default: runs/ablation; ablation.md, .json,
     .png), each arm's run reported to the `report_to` trackers. Returns {"out": the folder, "rows": a row per arm}.
     """
+    check_args(locals(), corpus=maybe(DATA), out=maybe(PATH), table=maybe(TEXTS), arms=maybe(TEXTS), size=TEXT,
+               seq_len=LENGTH, batch_size=COUNT, budget=TEXT, vocab_size=maybe(COUNT), steps=maybe(STEPS),
+               seeds=COUNT, downstream=maybe(PATH), tasks=maybe(TEXTS), finetune_epochs=EPOCHS,
+               train_limit=maybe(COUNT), threads=maybe(COUNT), precision=maybe(TEXT), device=DEVICE, seed=SEED,
+               overwrite=BOOL, retriever=maybe(PATH))
     tables, chosen_arms = _names(table), _names(arms)
     corpus = [str(corpus)] if isinstance(corpus, (str, Path)) else [str(c) for c in corpus] if corpus else None
     tracked = trackers(report_to)["report_to"]

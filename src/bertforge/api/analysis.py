@@ -19,13 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.api.inputs import device_for, model_name
-from bertforge.errors import BertforgeError
+from bertforge.config.arguments import (BOOL, COUNT, DATA, DEVICE, LENGTH, MODEL, PATH, SEED, TEXT, check_args,
+                                        maybe)
+from bertforge.errors import ArgumentError, BertforgeError
 
 
 def _suffix(out: Any, allowed: tuple[str, ...]) -> str:
     suffix = Path(out).suffix.lower()
     if suffix not in allowed:
-        raise BertforgeError(f"--out {out}: expected a {' or '.join(allowed)} file")
+        raise ArgumentError.about("out", out, f"expected a {' or '.join(allowed)} file")
     return suffix
 
 
@@ -78,6 +80,8 @@ def attention_maps(model: Any, text: str, pair: str | None = None, *, out: Any =
     from bertforge.analysis.attention import attention_html, attention_maps as compute, plot_attention
     from bertforge.io.write import atomic_write_text, prepare_output_file
 
+    check_args(locals(), model=MODEL, text=TEXT, pair=maybe(TEXT), out=maybe(PATH), max_length=maybe(LENGTH),
+               device=DEVICE, revision=maybe(TEXT))
     suffix = _suffix(out, (".png", ".html")) if out is not None else None
     run_on = device_for(device)
     path = prepare_output_file(out) if out is not None else None
@@ -112,6 +116,10 @@ def head_statistics(model: Any, texts: Any, *, out: Any = None, max_sentences: i
     from bertforge.io.tables import read_texts, single_source
     from bertforge.model.folder import ModelFolder
 
+    check_args(locals(), model=MODEL, texts=DATA, out=maybe(PATH), max_sentences=COUNT, max_length=maybe(LENGTH),
+               js_sentences=COUNT, clusters=COUNT, batch_size=COUNT, text_col=maybe(TEXT), data_split=maybe(TEXT),
+               data_config=maybe(TEXT), device=DEVICE, progress=BOOL, overwrite=BOOL, revision=maybe(TEXT))
+    run_on = device_for(device)  # before any reading
     sentences = [t.strip() for t in read_texts(single_source(texts, data_split, data_config), text_col)
                  if t.strip()][:max_sentences]
     if tokenizer is None:
@@ -123,7 +131,6 @@ def head_statistics(model: Any, texts: Any, *, out: Any = None, max_sentences: i
     length = max_length or 128
     if config is not None:  # the positions rule, before the model is loaded
         length = check_length(max_length, config, name, "--max-length") if max_length else fit_length(128, config)
-    run_on = device_for(device)
     with _claim(out, overwrite):
         encoder, tok = _encoder(model, tokenizer, run_on, revision)
         start = time.perf_counter()
@@ -154,6 +161,11 @@ def probe(model: Any, data: Any, *, task: str, eval: Any = None, out: Any = None
     whose `seconds` is the time taken. `out`: a folder for probe.json and probe.png (needs matplotlib)."""
     from bertforge.analysis.probe import plot_probe, probe as compute, read_items
 
+    check_args(locals(), model=MODEL, data=DATA, task=TEXT, eval=maybe(DATA), out=maybe(PATH),
+               max_sentences=maybe(COUNT), epochs=COUNT, control=BOOL, batch_size=COUNT, seed=SEED, device=DEVICE,
+               progress=BOOL, overwrite=BOOL, revision=maybe(TEXT))
+    run_on = device_for(device)  # before any reading
+
     def items_of(source: Any, limit: int | None = None) -> list:
         if isinstance(source, (list, tuple)):
             return list(source)[:limit]
@@ -164,11 +176,11 @@ def probe(model: Any, data: Any, *, task: str, eval: Any = None, out: Any = None
         train, test = items, items_of(eval)
     else:
         if len(items) < 5:
-            raise BertforgeError(f"{data if isinstance(data, (str, Path)) else 'data'}: {len(items)} examples is "
-                                 "too few to split; give --eval")
+            where = data if isinstance(data, (str, Path)) else "data"
+            raise ArgumentError(f"{where}: {len(items)} examples is too few to split; give eval",
+                                flag_message=f"{where}: {len(items)} examples is too few to split; give --eval")
         cut = int(len(items) * 0.8)
         train, test = items[:cut], items[cut:]
-    run_on = device_for(device)
     with _claim(out, overwrite):
         encoder, tok = _encoder(model, tokenizer, run_on, revision)
         start = time.perf_counter()
@@ -192,6 +204,9 @@ def head_importance(model: Any, data: Any, *, task: str, out: Any = None, max_ex
     from bertforge.analysis.importance import head_importance as compute, load_task_data, plot_importance
     from bertforge.device import move_model
 
+    check_args(locals(), model=MODEL, data=DATA, task=TEXT, out=maybe(PATH), max_examples=COUNT, batch_size=COUNT,
+               data_config=maybe(TEXT), text_col=maybe(TEXT), text_pair_col=maybe(TEXT), label_col=maybe(TEXT),
+               device=DEVICE, progress=BOOL, overwrite=BOOL, revision=maybe(TEXT))
     run_on = device_for(device)
     with _claim(out, overwrite):
         name = model_name(model, revision)
@@ -217,6 +232,8 @@ def explain(model: Any, text: str, *, out: Any = None, target: str | None = None
     from bertforge.model.folder import ModelFolder
     from bertforge.tasks.models import load_task_model
 
+    check_args(locals(), model=MODEL, text=TEXT, out=maybe(PATH), target=maybe(TEXT), steps=COUNT, device=DEVICE,
+               revision=maybe(TEXT))
     suffix = _suffix(out, (".png", ".html")) if out is not None else None
     run_on = device_for(device)
     path = prepare_output_file(out) if out is not None else None
@@ -227,7 +244,7 @@ def explain(model: Any, text: str, *, out: Any = None, target: str | None = None
     index = None
     if target is not None:
         if not labels or target not in labels:
-            raise BertforgeError(f"--target {target!r} is not one of the model's labels ({labels})")
+            raise ArgumentError.about("target", target, f"not one of the model's labels ({labels})")
         index = labels.index(target)
     attr = compute(net, folder.tokenizer(), text, labels, index, steps)
     if suffix == ".png":

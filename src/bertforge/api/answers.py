@@ -39,7 +39,7 @@ def open_index(index: Any, retriever: Any = None, device: str | None = None, rev
     if hasattr(index, "search") and not isinstance(index, (str, bytes)):
         return index
     model = None if retriever is None or str(retriever).lower() == BM25 else model_name(retriever, revision,
-                                                                                          "--retriever")
+                                                                                          "retriever=")
     return Index.load(index, model, device=device)
 
 

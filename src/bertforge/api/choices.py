@@ -11,6 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bertforge.config.arguments import (COUNT, COUNT0, EPOCHS, FINITE, FRACTION, INNER_FRACTION, LENGTH, NONNEG,
+                                        OPEN_FRACTION, OPSET, PORT, POSITIVE, SEED, STEPS, Number, built_student,
+                                        int_range)
 from bertforge.families import FAMILIES, MODEL_TYPES
 from bertforge.pretrain.recipes import (DEFAULT as DEFAULT_RECIPE, EMBEDDING_SHARING, INPUT_FORMATS, MASKINGS,
                                         OBJECTIVES, RECIPES, SCHEDULES, SIZE_NAMES)
@@ -20,7 +23,17 @@ from bertforge.tokenization.pipelines import LAYOUTS, PLAIN_LAYOUTS, TOKENIZER_K
 __all__ = ["DEFAULT_RECIPE", "EMBEDDING_SHARING", "FAMILIES", "INPUT_FORMATS", "LAYOUTS", "MASKINGS", "MODEL_TYPES",
            "OBJECTIVES", "PLAIN_LAYOUTS", "RECIPES", "SCHEDULES", "SIZE_NAMES", "TASKS", "TASK_KINDS",
            "TOKENIZER_KINDS", "ablation_listing", "corpus_file_list", "distill_options", "is_exported",
-           "report_to", "task_metrics"]
+           "report_to", "task_metrics", "finetune_default",
+           # the bounds of numeric arguments, shared by the parsers and the public API (config/arguments.py)
+           "COUNT", "COUNT0", "EPOCHS", "FINITE", "FRACTION", "INNER_FRACTION", "LENGTH", "NONNEG", "OPEN_FRACTION",
+           "OPSET", "PORT", "POSITIVE", "SEED", "STEPS", "Number", "built_student", "int_range"]
+
+
+def finetune_default(field: str) -> Any:
+    """FinetuneConfig's default of `field`: the one place a fine-tuning default is written."""
+    from bertforge.tasks.config import FinetuneConfig
+
+    return getattr(FinetuneConfig, field)
 
 
 def task_metrics(task: str) -> tuple[str, ...] | None:

@@ -12,9 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bertforge.api.inputs import corpus_files, device_for, make_config, model_name, read_history, trackers
+from bertforge.api.inputs import corpus_files, device_for, make_config, model_name, placement, read_history, trackers
 from bertforge.api.results import DistillResult, ExportResult, PruneResult, QuantizeResult
-from bertforge.errors import BertforgeError
+from bertforge.config.arguments import (BOOL, COUNT, COUNT0, DATA, DEVICE, INNER_FRACTION, MODEL, OPEN_FRACTION, OPSET,
+                                        PATH, POSITIVE, SEED, STEPS, TEXT, built_student, check_args, choice, maybe)
+from bertforge.errors import ArgumentError, BertforgeError
 
 
 def distill(teacher: Any, data: Any = None, *, out: Any, task: str | None = None, texts: Any = None,
@@ -32,20 +34,30 @@ def distill(teacher: Any, data: Any = None, *, out: Any, task: str | None = None
     `texts`), for `max_steps` or `time_budget` (`student_layers`, `student_init`, `alpha_ce`, `alpha_mlm`,
     `alpha_cos`, ... as `bertforge.distill.general.GeneralDistillConfig`)."""
     from bertforge.distill.general import GeneralDistillConfig, distill_general
-    from bertforge.distill.task import TaskDistillConfig, distill_task
+    from bertforge.distill.task import TASK_BOUNDS, TaskDistillConfig, distill_task
 
-    given: dict[str, Any] = dict(teacher=model_name(teacher, revision, "--teacher"), out=out, max_steps=max_steps,
+    check_args(locals(), teacher=MODEL, data=maybe(DATA), out=PATH, task=maybe(TEXT), text_col=maybe(TEXT),
+               max_steps=maybe(STEPS), batch_size=COUNT, lr=maybe(POSITIVE), seed=maybe(SEED), device=DEVICE,
+               precision=maybe(TEXT), progress=BOOL, resume=BOOL, overwrite=BOOL, revision=maybe(TEXT))
+    check_args(options, **{k: v for k, v in TASK_BOUNDS.items() if k in options and task is not None})
+    if task is not None and (texts is not None or data is None):
+        raise ArgumentError("data: task distillation reads examples: give data (a folder of splits, a file, a "
+                            "table)")
+    # as on every verb: the device and precision decided once, then each model name resolved once, then the data
+    where = placement(device, precision, ("fp32", "bf16")) if task is not None else None
+    given: dict[str, Any] = dict(teacher=model_name(teacher, revision, "teacher="), out=out, max_steps=max_steps,
                                  batch_size=batch_size, device=device, precision=precision, progress=progress,
                                  resume=resume, overwrite=overwrite, **trackers(report_to, logging_dir))
     given.update({k: v for k, v in (("lr", lr), ("seed", seed)) if v is not None})  # else the mode's default
     if options.get("student_init") is not None:
-        options["student_init"] = model_name(options["student_init"], revision, "--student-init")
+        options["student_init"] = model_name(options["student_init"], revision, "student_init=")
     if task is not None:
-        if texts is not None or data is None:
-            raise BertforgeError("task distillation reads examples: give data (a folder of splits, a file, a table)")
+        student = options.get("student")
+        if student is not None and not built_student(student):  # a folder or Hub id, at `revision` like the rest
+            options["student"] = model_name(student, revision, "student=")
         config = make_config(TaskDistillConfig, "distill task", dict(given, task=task, data=data, text_col=text_col),
                              options)
-        record = distill_task(config)
+        record = distill_task(config, where.device)
         metrics = dict(record.get("best", {}))
     else:
         files, column = corpus_files(data, texts, text_col)
@@ -69,10 +81,10 @@ def prune(model: Any, data: Any, *, task: str, out: Any, fraction: float, step: 
     file); then re-fine-tune for `finetune_steps` (at `lr`) and save the smaller model to `out` with its report
     (OUT/pruning.json). Metrics and timings are taken before and after on `eval` (default: the dev split of
     `data`, or the `data` file). `out` holding an earlier run is refused unless `overwrite`."""
-    if not 0.0 < fraction < 1.0:  # before anything is loaded
-        raise BertforgeError(f"--fraction must be between 0 and 1 (exclusive), got {fraction}")
-    if not 0.0 < step <= 1.0:
-        raise BertforgeError(f"--step must be in (0, 1], got {step}")
+    check_args(locals(), model=MODEL, data=DATA, task=TEXT, out=PATH, fraction=INNER_FRACTION, step=OPEN_FRACTION,
+               max_examples=COUNT, finetune_steps=COUNT0, lr=POSITIVE, eval=maybe(DATA), batch_size=COUNT, seed=SEED,
+               device=DEVICE, progress=BOOL, overwrite=BOOL, revision=maybe(TEXT), data_config=maybe(TEXT),
+               text_col=maybe(TEXT), text_pair_col=maybe(TEXT), label_col=maybe(TEXT))
     from bertforge.distill.prune import prune_heads
 
     run_on = device_for(device)
@@ -90,6 +102,7 @@ def quantize(model: Any, out: Any, *, overwrite: bool = False, revision: str | N
     to `out`; returns its agreement with the fp32 model and the weights' sizes."""
     from bertforge.distill.compress import quantize as run
 
+    check_args(locals(), model=MODEL, out=PATH, overwrite=BOOL, revision=maybe(TEXT))
     record = run(model_name(model, revision), out, overwrite=overwrite)
     return QuantizeResult(**{**record, "out": Path(record["out"])})
 
@@ -101,7 +114,7 @@ def export(model: Any, out: Any, *, format: str = "onnx", int8: bool = False, op
     `predict` and `evaluate` run it. Needs the `export` extra (onnx, onnxruntime)."""
     from bertforge.distill.compress import export_onnx
 
-    if format != "onnx":
-        raise BertforgeError(f"--format {format!r}: expected onnx")
+    check_args(locals(), model=MODEL, out=PATH, format=choice("onnx"), int8=BOOL, opset=OPSET, overwrite=BOOL,
+               revision=maybe(TEXT))
     record = export_onnx(model_name(model, revision), out, int8=int8, opset=opset, overwrite=overwrite)
     return ExportResult(Path(out), **record)

@@ -12,9 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bertforge.api.inputs import device_for, model_name, placed, read_texts, trackers
+from bertforge.api.inputs import device_for, model_name, placed, placement, read_texts, trackers
 from bertforge.api.results import SentenceEncoderResult
-from bertforge.errors import BertforgeError
+from bertforge.config.arguments import (BOOL, COUNT, DATA, DEVICE, EPOCHS, MODEL, PATH, POSITIVE, SEED, STEPS, TEXT,
+                                        check_args, maybe)
+from bertforge.errors import ArgumentError, BertforgeError
 
 
 def load_sentence_encoder(model: Any, *, pooling: Any = None, device: str | None = None, compile: bool = False,
@@ -23,12 +25,13 @@ def load_sentence_encoder(model: Any, *, pooling: Any = None, device: str | None
     mean_sqrt_len) on `device` (default: auto); a loaded one as it is (moved to `device` when given)."""
     from bertforge.embed import SentenceEncoder
 
+    check_args(locals(), model=MODEL, device=maybe(DEVICE), compile=maybe(BOOL), revision=maybe(TEXT))
     if isinstance(model, SentenceEncoder):
         if pooling is not None:
             raise BertforgeError("pooling: give it with a model folder or Hub id; a loaded SentenceEncoder keeps its "
                                  "own modules")
         return placed(model, device, compile, flag)
-    name = model_name(model, revision, flag)
+    name = model_name(model, revision)
     encoder = SentenceEncoder.from_pretrained(name, pooling=pooling)
     return placed(encoder, device or "auto", compile, f"{flag} {name}")
 
@@ -44,14 +47,20 @@ def embed(model: Any, texts: Any, *, text_col: Any = None, data_split: str | Non
     `data_split` / `data_config`), a DataFrame, pyarrow Table or datasets Dataset. `precision`: fp32 (exact),
     bf16, fp16 (GPU only), int8 (CPU only). `normalize`: True / False forces L2 normalisation on / off (None: the
     model's own choice). `compile`: torch.compile the encoder."""
+    check_args(locals(), model=MODEL, texts=DATA, text_col=maybe(TEXT), data_split=maybe(TEXT),
+               data_config=maybe(TEXT), batch_size=COUNT, device=maybe(DEVICE), precision=TEXT,
+               normalize=maybe(BOOL), compile=maybe(BOOL), progress=BOOL, revision=maybe(TEXT))
+    where = None  # a loaded model without a device stays where it is, in the precision asked for
     if device is not None or not _loaded(model):
-        device_for(device, precision)  # a missing GPU or a precision it cannot run: one line before any reading
+        where = placement(device, precision)  # a missing GPU or a precision it cannot run: before any reading
     from bertforge.model.folder import check_runtime
 
+    model = model_name(model, revision)  # a name resolved once, before any reading
     check_runtime(model)  # an exported model without onnxruntime: one line before any reading
     rows = read_texts(texts, text_col, split=data_split, config=data_config)
-    encoder = load_sentence_encoder(model, pooling=pooling, device=device, compile=compile, revision=revision)
-    return encoder.encode(rows, batch_size=batch_size, precision=precision, normalize=normalize, progress=progress)
+    encoder = load_sentence_encoder(model, pooling=pooling, device=where, compile=compile)
+    return encoder.encode(rows, batch_size=batch_size, precision=precision, normalize=normalize, progress=progress,
+                          precision_checked=where is not None)
 
 
 def _loaded(model: Any) -> bool:
@@ -71,6 +80,10 @@ def train_sentence_encoder(model: Any, train: Any, *, out: Any, loss: str = "cos
     `train`: pairs in any layout docs/embeddings.md lists (a file, a saved or Hub dataset: its train split, data in
     memory); `eval`: scored pairs whose STS correlation is measured before and after training (a saved or Hub
     dataset: its dev split). A loaded `SentenceEncoder` is trained in place."""
+    check_args(locals(), model=MODEL, train=DATA, out=PATH, loss=TEXT, eval=maybe(DATA), text_col=maybe(TEXT),
+               text_pair_col=maybe(TEXT), label_col=maybe(TEXT), data_config=maybe(TEXT), epochs=EPOCHS,
+               max_steps=maybe(STEPS), batch_size=COUNT, lr=POSITIVE, seed=SEED, device=DEVICE, precision=TEXT,
+               compile=maybe(BOOL), progress=BOOL, overwrite=BOOL, revision=maybe(TEXT))
     from bertforge.embed.data import read_examples
     from bertforge.embed.train import fit
     from bertforge.io.rundir import claim_output_dir
@@ -113,12 +126,16 @@ def evaluate_sentence_encoder(model: Any, *, sts: Any = None, queries: Any = Non
         file of comma-separated rows a line): {"task": "retrieval", "recall@1", ..., "mrr@10", "queries",
         "passages"}.
     `limit`: the first N pairs or queries only."""
+    check_args(locals(), model=MODEL, sts=maybe(DATA), queries=maybe(DATA), passages=maybe(DATA),
+               relevant=maybe(DATA), squad=maybe(DATA), limit=maybe(COUNT), text_col=maybe(TEXT),
+               text_pair_col=maybe(TEXT), label_col=maybe(TEXT), data_split=maybe(TEXT), data_config=maybe(TEXT),
+               batch_size=COUNT, device=maybe(DEVICE), precision=TEXT, progress=BOOL, revision=maybe(TEXT))
     from bertforge.embed.data import Dataset, read_examples, read_squad_retrieval
     from bertforge.embed.evaluate import evaluate_retrieval, evaluate_sts
     from bertforge.io.tables import single_source, source_name
 
     if sum(x is not None for x in (sts, squad, queries)) != 1:
-        raise BertforgeError("give exactly one of --sts FILE, --squad FILE, or --queries/--passages/--qrels")
+        raise ArgumentError("sts, squad, queries: give exactly one of them (queries with passages and relevant)")
     if device is not None or not _loaded(model):
         device_for(device, precision)
     opts = dict(batch_size=batch_size, precision=precision, progress=progress)
@@ -132,7 +149,7 @@ def evaluate_sentence_encoder(model: Any, *, sts: Any = None, queries: Any = Non
         questions, texts, rows = read_squad_retrieval(squad)
     else:
         if passages is None or relevant is None:
-            raise BertforgeError("--queries needs --passages and --qrels")
+            raise ArgumentError("queries: give passages and relevant with it")
         questions, texts = read_texts(queries, what="queries"), read_texts(passages, what="passages")
         rows = relevant_rows(relevant, len(texts))
         if len(rows) != len(questions):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.api.inputs import device_for, make_config, model_name
-from bertforge.errors import BertforgeError
+from bertforge.errors import ArgumentError, BertforgeError
 
 DECODINGS = ("thorough", "fast")
 
@@ -68,7 +68,7 @@ def question_tower(retriever: Any, inner: Any):
         inner.check_model(passage)
         tower = question
     else:
-        name = model_name(retriever, None, "--retriever")
+        name = model_name(retriever, None, "retriever=")
         arch = read_config_json(name).get("architectures") or [] if Path(name, "config.json").is_file() else []
         if RAG_QUESTION_ARCHITECTURE in arch:
             tower = _separate(SentenceEncoder.from_pretrained(name), inner, retriever)
@@ -120,7 +120,7 @@ def open_generator(generator: Any, revision: str | None = None):
         if not tok_dir.is_dir():
             raise BertforgeError(f"generator: {generator} has no generator_tokenizer/ folder")
         return model, Tokenizer.from_pretrained(tok_dir, vocab_size=model.config.vocab_size), "rag", record
-    name = model_name(generator, revision, "--generator")
+    name = model_name(generator, revision, "generator=")
     kind, record = read_generative(name)
     folder = ModelFolder.open(name)
     return Seq2SeqLM.from_pretrained(folder), folder.tokenizer(), kind, record
@@ -130,7 +130,8 @@ def read_train_questions(train: Any, limit: int | None):
     from bertforge.retrieval.reader_train import read_questions
 
     if train is None:
-        raise BertforgeError("train: give the training questions (--train FILE)")
+        raise ArgumentError("train=None: give the training questions",
+                            flag_message="give the training questions (--train FILE)")
     return read_questions(train)[:limit]
 
 

@@ -20,7 +20,9 @@ from typing import Any
 
 from bertforge.api.embeddings import load_sentence_encoder
 from bertforge.api.inputs import device_for, model_name, placed, read_texts
-from bertforge.errors import BertforgeError
+from bertforge.config.arguments import (BOOL, COUNT, COUNT0, DATA, DEVICE, FRACTION, MODEL, PATH, TEXT, TEXTS,
+                                        check_args, maybe)
+from bertforge.errors import ArgumentError, BertforgeError
 
 
 class Index:
@@ -136,6 +138,13 @@ class Index:
         from bertforge.io.rundir import claim_output_dir
         from bertforge.retrieval.index import RetrievalIndex, check_options, require_method
 
+        check_args(locals(), model=maybe(MODEL), passages=DATA, out=maybe(PATH), method=TEXT, kind=maybe(TEXT),
+                   fusion=maybe(TEXT), alpha=maybe(FRACTION), stopwords=TEXT, text_col=maybe(TEXT),
+                   id_col=maybe(TEXT), title_col=maybe(TEXT), require_ids=BOOL, data_split=maybe(TEXT),
+                   data_config=maybe(TEXT), batch_size=COUNT, device=maybe(DEVICE), precision=TEXT, compile=maybe(BOOL),
+                   progress=BOOL, overwrite=BOOL, revision=maybe(TEXT), num_shards=maybe(COUNT),
+                   shard_id=maybe(COUNT0), shard_dtype=TEXT, chunk_size=COUNT,
+                   environ=BOOL)
         require_method(method)  # the libraries, before hours of embedding
         check_options(method, model, kind, fusion, alpha)
         if method != "bm25":
@@ -175,8 +184,10 @@ class Index:
             return make(None)
         out = Path(out)
         if (out / "meta.json").exists() and not overwrite:
-            raise BertforgeError(f"{out}: an index already exists there (use `index add`, --overwrite, or another "
-                                 "--out)")
+            raise ArgumentError(f"{out}: an index already exists there (use Index.load(...).add, overwrite=True, or "
+                                "another out)",
+                                flag_message=f"{out}: an index already exists there (use `index add`, --overwrite, "
+                                "or another --out)")
         # one writer per folder; a failed build leaves no empty folder behind
         with claim_output_dir(out, resume=False, overwrite=overwrite, what="--out", resume_flag=None):
             return make(out)
@@ -189,6 +200,8 @@ class Index:
         (flat, hnsw, ivf or ivf-pq), after checking they are one set (and, given `model`, of that model)."""
         from bertforge.api.shards import merge
 
+        check_args(locals(), out=PATH, kind=TEXT, model=maybe(MODEL), num_shards=maybe(COUNT), overwrite=BOOL,
+                   progress=BOOL, revision=maybe(TEXT))
         merge(out, kind, model=model, num_shards=num_shards, pooling=pooling, revision=revision,
               overwrite=overwrite, progress=progress)
         return cls.load(out, model, revision=revision)
@@ -200,8 +213,11 @@ class Index:
         model recorded in it; either way fingerprint-checked), on `device` (default: auto)."""
         from bertforge.retrieval.index import RetrievalIndex
 
+        check_args(locals(), path=PATH, model=maybe(MODEL), device=maybe(DEVICE), compile=maybe(BOOL),
+                   revision=maybe(TEXT))
         if not Path(path).is_dir():
-            raise BertforgeError(f"--index {path}: not an index directory")
+            raise ArgumentError(f"path={str(path)!r}: not an index directory",
+                                flag_message=f"--index {path}: not an index directory")
         index = RetrievalIndex.load(path)
         if not index.needs_model:
             if model is not None:
@@ -230,6 +246,7 @@ class Index:
         from bertforge.io.rundir import claim_output_dir
         from bertforge.retrieval.index import save_locked
 
+        check_args(locals(), path=maybe(PATH), overwrite=BOOL)
         if path is None or (self.path is not None and Path(path).resolve() == self.path.resolve()):
             if self.path is None:
                 raise BertforgeError("this index is held in memory only: give save() a folder")
@@ -249,6 +266,9 @@ class Index:
         passages added."""
         from bertforge.retrieval.index import add_locked
 
+        check_args(locals(), passages=DATA, text_col=maybe(TEXT), id_col=maybe(TEXT), title_col=maybe(TEXT),
+                   require_ids=BOOL, data_split=maybe(TEXT), data_config=maybe(TEXT), batch_size=COUNT,
+                   progress=BOOL)
         encoder = self.model  # checked before the passages are read
         found = _passages(passages, ids, text_col, id_col, title_col, require_ids, data_split, data_config,
                           seen=set(self._index.passages.ids))
@@ -266,8 +286,8 @@ class Index:
         `CrossEncoder`) that re-orders each query's hits (its score in `Hit.rerank_score`)."""
         from bertforge.retrieval.index import rerank as rerank_hits
 
-        if k <= 0:
-            raise BertforgeError(f"k must be positive, got {k}")
+        check_args(locals(), queries=TEXTS, k=COUNT, rerank=maybe(MODEL), fusion=maybe(TEXT), alpha=maybe(FRACTION),
+                   revision=maybe(TEXT))
         one = isinstance(queries, str)
         questions = [queries] if one else list(queries)
         cross = None if rerank is None else _cross_encoder(rerank, self._device, revision)  # refused before work
@@ -322,7 +342,7 @@ def _cross_encoder(model: Any, device: str | None, revision: str | None):
     if isinstance(model, CrossEncoder):
         model.check_relevance()
         return placed(model, device)
-    name = model_name(model, revision, "--rerank")
+    name = model_name(model, revision, "rerank=")
     cross = CrossEncoder.from_pretrained(name)
     cross.source = f"--rerank {name}"
     cross.check_relevance()  # before any query runs

@@ -23,33 +23,56 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bertforge.errors import BertforgeError
+from bertforge.config.arguments import DATA, TEXT, check_args, maybe
+from bertforge.errors import ArgumentError, BertforgeError
 
 CACHE_VAR = "BERTFORGE_CACHE"  # where corpora given in memory are kept (default: ~/.cache/bertforge)
 
 
-def model_name(model: Any, revision: str | None = None, flag: str = "--model") -> Any:
+def model_name(model: Any, revision: str | None = None, flag: str = "model=") -> Any:
     """`model` as the library's loaders take it: a name (a path, or a Hub id: its snapshot folder at `revision`)
-    becomes a local path, as `cli` resolves `--model`; an opened ModelFolder or a loaded model stays as it is. A
-    revision applies to Hub ids only (a local folder has no versions; as on the command line, it is ignored for
-    one)."""
+    becomes its local path, once (`io.hub.resolve_once`: a name the command line resolved stays as it is); an
+    opened ModelFolder or a loaded model stays as it is. A revision applies to Hub ids only (a local folder has no
+    versions; as on the command line, it is ignored for one)."""
     if isinstance(model, (str, os.PathLike)):
-        from bertforge.io.hub import resolve_model_option
+        from bertforge.io.hub import resolve_once
 
-        return resolve_model_option(model, revision, flag)
+        return resolve_once(model, revision, flag)
     if model is None:
-        raise BertforgeError(f"{flag}: no model given")
+        raise ArgumentError(f"{flag.strip('-=').replace('-', '_') or 'model'}=None: no model given")
     return model
 
 
-def device_for(device: str | None, precision: str | None = None, allowed: tuple[str, ...] | None = None):
-    """`device` resolved (None: "auto") and `precision` checked against it: one line before any work."""
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where a call runs: `device` resolved and `precision` checked against it, once (`placement`). Passed down as
+    the call's device, so no later step resolves or checks them again."""
+
+    device: Any                    # a torch.device
+    precision: str | None = None   # checked against it (None: none was given)
+
+
+def placement(device: Any, precision: str | None = None, allowed: tuple[str, ...] | None = None) -> Placement:
+    """`device` resolved (None: "auto"; a torch.device or a Placement: as it is) and `precision` checked against it
+    (among `allowed`): one line before any work."""
     from bertforge.device import PRECISIONS, check_precision, resolve_device
 
-    run_on = resolve_device(device or "auto")
+    if isinstance(device, Placement):
+        if precision is None or (precision == device.precision and (allowed is None or precision in allowed)):
+            return device
+        run_on = device.device
+    elif type(device).__name__ == "device":  # a torch.device: resolved by whoever made it
+        run_on = device
+    else:
+        run_on = resolve_device(device or "auto")
     if precision is not None:
         check_precision(precision, run_on, allowed=allowed or PRECISIONS)
-    return run_on
+    return Placement(run_on, precision)
+
+
+def device_for(device: Any, precision: str | None = None, allowed: tuple[str, ...] | None = None):
+    """The torch.device of `placement(device, precision, allowed)`."""
+    return placement(device, precision, allowed).device
 
 
 def placed(model: Any, device: str | None, compile: bool = False, what: str = "--model"):
@@ -70,6 +93,7 @@ def read_texts(source: Any, text_col: Any = None, *, split: str | None = None, c
     saved or Hub dataset (a Hub dataset's `config`). An empty row is "" so that output row i is input row i."""
     from bertforge.io import tables
 
+    check_args(locals(), source=DATA, text_col=maybe(TEXT), split=maybe(TEXT), config=maybe(TEXT), what=TEXT)
     if isinstance(source, str) and not os.path.lexists(source) and any(c.isspace() for c in source):
         raise BertforgeError(f"{what}: {source[:60]!r} is no file or folder (a single string is read as a path; "
                              "give a list of strings to use the texts themselves)")

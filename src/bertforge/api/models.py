@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.api.inputs import device_for, model_name
-from bertforge.errors import BertforgeError
+from bertforge.config.arguments import (BOOL, COUNT, COUNT0, DEVICE, FINITE, LENGTH, MODEL, OPEN_FRACTION, PATH,
+                                        POSITIVE, SEED, TEXT, TEXTS, check_args, maybe)
+from bertforge.errors import ArgumentError, BertforgeError
 
 
 def info(model: Any, *, revision: str | None = None) -> dict[str, Any]:
@@ -27,6 +29,7 @@ def info(model: Any, *, revision: str | None = None) -> dict[str, Any]:
     from bertforge.model.checkpoint import read_state_dict
     from bertforge.model.folder import ModelFolder
 
+    check_args(locals(), model=MODEL, revision=maybe(TEXT))
     folder = ModelFolder.open(model_name(model, revision, ""), "")
     path, raw = folder.path, folder.config
     cfg = folder.config_for(ENCODER, DECODER, verb="an encoder or decoder")
@@ -91,6 +94,7 @@ def fill_mask(model: Any, text: str | list[str], *, top_k: int = 5, device: str 
     checkpoint with an MLM head (a folder or Hub id), or a loaded (MaskedLM, Tokenizer) pair."""
     from bertforge.analysis.fill_mask import fill_mask as run
 
+    check_args(locals(), model=MODEL, text=TEXTS, top_k=COUNT, device=maybe(DEVICE), revision=maybe(TEXT))
     run_on = device_for(device) if device is not None or not isinstance(model, tuple) else None
     lm, tokenizer = _loaded_pair(model, run_on, revision, _masked_lm)
     if isinstance(text, str):
@@ -153,6 +157,12 @@ def generate(model: Any, prompt: str | list[str], *, max_new_tokens: int = 50, g
     from bertforge.generation import GenerationConfig, generate as run, load, stream as pieces
     from bertforge.generation.text import reads_source
 
+    check_args(locals(), model=MODEL, prompt=TEXTS, max_new_tokens=COUNT, greedy=BOOL, num_beams=COUNT,
+               temperature=maybe(POSITIVE), top_k=maybe(COUNT0), top_p=maybe(OPEN_FRACTION),
+               repetition_penalty=POSITIVE, length_penalty=FINITE, seed=maybe(SEED), prepend_bos=BOOL, stream=BOOL,
+               device=maybe(DEVICE), precision=maybe(TEXT), revision=maybe(TEXT))
+    if stream and not isinstance(prompt, str):
+        raise ArgumentError("prompt: stream=True generates for one prompt: give a string")
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, greedy=greedy, temperature=temperature, top_k=top_k,
                            top_p=top_p, repetition_penalty=repetition_penalty, num_beams=num_beams,
                            length_penalty=length_penalty, seed=seed, prepend_bos=prepend_bos).resolved()
@@ -163,8 +173,6 @@ def generate(model: Any, prompt: str | list[str], *, max_new_tokens: int = 50, g
     if precision is not None:
         where = run_on if run_on is not None else next(model[0].parameters()).device
         check_precision(precision, where, allowed=INFERENCE_PRECISIONS)
-    if stream and not isinstance(prompt, str):
-        raise BertforgeError("stream=True generates for one prompt: give a string")
     lm, tokenizer = _loaded_pair(model, run_on, revision, load, precision)
     if not stream:
         return run(lm, tokenizer, prompt, cfg)
@@ -183,10 +191,12 @@ def longify(model: Any, out: Any, *, max_length: int, attention_window: int = 51
     from bertforge.model.folder import ModelFolder
     from bertforge.pretrain.longify import longify as run
 
+    check_args(locals(), model=MODEL, out=PATH, max_length=LENGTH, attention_window=COUNT, overwrite=BOOL,
+               revision=maybe(TEXT))
     name = model_name(model, revision)
     folder = ModelFolder.open(name)
     if Path(out).resolve() == folder.path.resolve():
-        raise BertforgeError(f"--out {out} is the --model directory; write the long model elsewhere")
+        raise ArgumentError.about("out", out, "the model's own folder; write the long model elsewhere")
     options = {"model": str(name), "max_length": max_length, "attention_window": attention_window}
     with claim_output_dir(out, resume=False, overwrite=overwrite, options=options, resume_flag=None):
         return run(folder, max_length, out, attention_window)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bertforge.config.arguments import BOOL, COUNT, DATA, DEVICE, MODEL, PATH, TEXT, check_args, maybe
 from bertforge.errors import BertforgeError
 
 
@@ -34,9 +35,10 @@ def evaluate_open_qa(index: Any, questions: Any, *, retriever: Any = None, reade
     from bertforge.retrieval.open_qa import score_open_qa
     from bertforge.retrieval.questions import read_questions
 
+    check_args(locals(), index=MODEL, questions=DATA, retriever=maybe(MODEL), reader=maybe(MODEL),
+               question_format=maybe(TEXT), match=maybe(TEXT), limit=maybe(COUNT), out=maybe(PATH),
+               device=maybe(DEVICE), progress=BOOL, revision=maybe(TEXT))
     ks = parse_ks(top_k)
-    if limit is not None and limit <= 0:
-        raise BertforgeError(f"limit must be positive, got {limit}")
     if reader is not None and answer_fn is not None:
         raise BertforgeError("give reader or answer_fn, not both")
     if out is not None:

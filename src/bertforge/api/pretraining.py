@@ -15,7 +15,9 @@ from typing import Any
 
 from bertforge.api.inputs import corpus_files, make_config, model_name, read_history, trackers
 from bertforge.api.results import PretrainResult
-from bertforge.errors import BertforgeError
+from bertforge.config.arguments import (BOOL, COUNT, DATA, DEVICE, FRACTION, LENGTH, MODEL, PATH, POSITIVE, SEED,
+                                        STEPS, TEXT, check_args, choice, maybe)
+from bertforge.errors import ArgumentError
 
 # The options that change the recipe (`pretrain.recipes.Recipe`), not the run.
 RECIPE_OPTIONS = ("objective", "masking", "dynamic", "input_format", "dupe_factor", "plm_k", "mask_prob", "schedule",
@@ -36,9 +38,12 @@ def train_tokenizer(corpus: Any = None, *, texts: Any = None, out: Any = None, k
     from bertforge.io.rundir import claim_output_dir
     from bertforge.tokenization import Tokenizer
 
+    check_args(locals(), corpus=maybe(DATA), texts=maybe(DATA), out=maybe(PATH), kind=TEXT, vocab_size=COUNT,
+               lowercase=BOOL, min_frequency=COUNT, model_max_length=COUNT, workers=COUNT, text_col=maybe(TEXT),
+               progress=BOOL, overwrite=BOOL)
     files, column = corpus_files(corpus, texts, text_col)
     if files is None:
-        raise BertforgeError("give a corpus (files) or texts")
+        raise ArgumentError("corpus=None, texts=None: give a corpus (files) or texts")
     documents = iter_texts(find_files(files), text_col=column)  # a missing file is named before `out` is made
 
     def train():
@@ -64,9 +69,9 @@ def _writable_dir(path: Any) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise BertforgeError(f"--out {path}: cannot create directory ({err.strerror or err})") from None
+        raise ArgumentError.about("out", path, f"cannot create directory ({err.strerror or err})") from None
     if not os.access(out, os.W_OK):
-        raise BertforgeError(f"--out {path}: directory is not writable")
+        raise ArgumentError.about("out", path, "directory is not writable")
     return out
 
 
@@ -76,7 +81,7 @@ def _tokenizer(tokenizer: Any, revision: str | None):
 
     if isinstance(tokenizer, Tokenizer):
         return tokenizer
-    return Tokenizer.from_pretrained(model_name(tokenizer, revision, "--tokenizer"))
+    return Tokenizer.from_pretrained(model_name(tokenizer, revision, "tokenizer="))
 
 
 def prepare(corpus: Any = None, *, texts: Any = None, tokenizer: Any, out: Any, text_col: str | None = None,
@@ -88,9 +93,12 @@ def prepare(corpus: Any = None, *, texts: Any = None, tokenizer: Any, out: Any, 
     from bertforge.data import prepare_corpus
     from bertforge.io.rundir import claim_output_dir
 
+    check_args(locals(), corpus=maybe(DATA), texts=maybe(DATA), tokenizer=MODEL, out=PATH, text_col=maybe(TEXT),
+               workers=maybe(COUNT), doc_boundary=choice("blank", "file"), heldout_fraction=FRACTION, progress=BOOL,
+               overwrite=BOOL, revision=maybe(TEXT))
     files, column = corpus_files(corpus, texts, text_col)
     if files is None:
-        raise BertforgeError("give a corpus (files) or texts")
+        raise ArgumentError("corpus=None, texts=None: give a corpus (files) or texts")
     # one writer at a time; earlier shards are replaced only with overwrite; a failure leaves no empty new folder
     with claim_output_dir(out, resume=False, overwrite=overwrite, resume_flag=None):
         tok = _tokenizer(tokenizer, revision)
@@ -123,6 +131,13 @@ def pretrain(corpus: Any = None, *, texts: Any = None, out: Any = None, recipe: 
     from bertforge.pretrain.recipes import DEFAULT, resolve
     from bertforge.pretrain.run import pretrain as run
 
+    check_args(locals(), corpus=maybe(DATA), texts=maybe(DATA), out=maybe(PATH), recipe=maybe(TEXT), size=maybe(TEXT),
+               seq_len=maybe(LENGTH), batch_size=COUNT, max_steps=maybe(STEPS), lr=maybe(POSITIVE),
+               tokenizer=maybe(MODEL), vocab_size=maybe(COUNT), data=maybe(PATH), init_from=maybe(MODEL),
+               text_col=maybe(TEXT), seed=SEED, device=DEVICE, precision=maybe(TEXT), compile=maybe(BOOL),
+               progress=BOOL, resume=BOOL, overwrite=BOOL, revision=maybe(TEXT), family=maybe(TEXT))
+    if seq_len is not None and seq_len < 8:
+        raise ArgumentError.about("seq_len", seq_len, "expected at least 8 (a [CLS], a [SEP] and some text)")
     tracked = trackers(report_to, logging_dir)  # a missing tracker library: one line before any work
     chosen = resolve(recipe or DEFAULT, model_type=family,
                      **{k: options.pop(k) for k in RECIPE_OPTIONS if k in options})
@@ -130,20 +145,19 @@ def pretrain(corpus: Any = None, *, texts: Any = None, out: Any = None, recipe: 
         heldout = [f"{name}={path}" for name, path in heldout.items()]
     files, column = corpus_files(corpus, texts, text_col)
     if files is not None and data is not None:
-        raise BertforgeError("give --corpus or --data, not both")
+        raise ArgumentError("corpus, data: give one of them, not both", flag_message="give --corpus or --data, "
+                            "not both")
     embedded = files is None and data is None
-    if (seq_len is not None and seq_len < 8) or batch_size < 1:
-        raise BertforgeError(f"--seq-len must be >= 8 and --batch-size >= 1 (got {seq_len}, {batch_size})")
     if max_steps is None and time_budget is None:
         time_budget = "3m"
     opts = make_config(PretrainOptions, "pretrain", dict(
         recipe=chosen, out=Path(out or f"runs/pretrain-{chosen.name}"), corpus=files, text_col=column,
         data=Path(data) if data is not None else None,
-        tokenizer=Path(model_name(tokenizer, revision, "--tokenizer")) if tokenizer is not None else None,
+        tokenizer=Path(model_name(tokenizer, revision, "tokenizer=")) if tokenizer is not None else None,
         vocab_size=vocab_size, size=size or ("bert-tiny" if embedded else "bert-mini"),
         seq_len=seq_len or (64 if embedded else 128), batch_size=batch_size, max_steps=max_steps,
         time_budget=time_budget, lr=lr, precision=precision or default_precision(device), seed=seed, resume=resume,
-        overwrite=overwrite, init_from=Path(model_name(init_from, revision, "--init-from")) if init_from else None,
+        overwrite=overwrite, init_from=Path(model_name(init_from, revision, "init_from=")) if init_from else None,
         progress=progress, device=device, compile=compile, heldout_sets=named_heldout_sets(heldout or []),
         **tracked), options)
     record = run(opts)

@@ -14,7 +14,8 @@ from typing import Any
 
 from bertforge.api.answers import BM25, AskResult, check_question, open_index  # noqa: F401  (their home was here)
 from bertforge.api.inputs import device_for, model_name
-from bertforge.errors import BertforgeError
+from bertforge.config.arguments import BOOL, COUNT, DEVICE, MODEL, TEXT, TEXTS, check_args, maybe
+from bertforge.errors import ArgumentError, BertforgeError
 
 
 class LoadedReader:
@@ -27,7 +28,7 @@ class LoadedReader:
         from bertforge.retrieval.reader import load_reader
 
         run_on = device_for(device)
-        self.reader, self.tokenizer, self.task = load_reader(model_name(reader, revision, "--reader"))
+        self.reader, self.tokenizer, self.task = load_reader(model_name(reader, revision, "reader="))
         self.reader = move_model(self.reader, run_on, "--reader")
         self.max_len = int(self.task.get("max_seq_len") or 256)
         self.max_answer_len = int(max_answer_len or self.task.get("max_answer_len") or 30)
@@ -80,8 +81,11 @@ def ask(question: Any, *, index: Any, reader: Any = None, retriever: Any = None,
     (`finetune(task="rag")`; its question tower retrieves unless `retriever` is given; `k` None: the k it trained
     with; RAG-Sequence decodes "thorough" or "fast" by `decoding`) or a Fusion-in-Decoder folder
     (`finetune(task="fid")`); `num_beams`, `max_new_tokens`: the decoding's."""
+    check_args(locals(), question=TEXTS, index=MODEL, reader=maybe(MODEL), retriever=maybe(MODEL), k=maybe(COUNT),
+               device=DEVICE, batch_size=COUNT, progress=BOOL, revision=maybe(TEXT), generator=maybe(MODEL),
+               decoding=TEXT, num_beams=COUNT, max_new_tokens=COUNT)
     if (reader is None) == (generator is None):
-        raise BertforgeError("reader, generator: give one of them (a finetune task='open-qa' reader, or a RAG / "
+        raise ArgumentError("reader, generator: give one of them (a finetune task='open-qa' reader, or a RAG / "
                              "fid generator)")
     one = isinstance(question, str)
     questions = [question] if one else list(question)
@@ -111,7 +115,8 @@ def finetune_open_qa(model: Any, *, out: Any, train: Any, eval: Any = None, inde
         raise BertforgeError("train_retriever: training the question encoder with the reader (ORQA) is not "
                              "implemented; the retriever stays frozen")
     if train is None:
-        raise BertforgeError("train: give the training questions (--train FILE)")
+        raise ArgumentError("train=None: give the training questions",
+                            flag_message="give the training questions (--train FILE)")
     device_for(device)
     searcher = open_index(index, retriever, device, revision)
     hints = {"index": str(getattr(searcher, "path", None) or index),

@@ -14,7 +14,9 @@ from typing import Any
 
 from bertforge.api.inputs import device_for, model_name, trackers
 from bertforge.api.results import TrainResult
-from bertforge.errors import BertforgeError
+from bertforge.config.arguments import (BOOL, COUNT, COUNT0, DATA, DEVICE, EPOCHS, FRACTION, MODEL, PATH, POSITIVE,
+                                        SEED, STEPS, TEXT, check_args, maybe)
+from bertforge.errors import ArgumentError
 
 
 def train_retriever(model: Any, train: Any, *, out: Any, passages: Any = None, separate_encoders: bool = False,
@@ -43,11 +45,14 @@ def train_retriever(model: Any, train: Any, *, out: Any, passages: Any = None, s
     from bertforge.retrieval.towers import HF_DIR, is_retriever, load_towers
     from bertforge.retrieval.train import fit
 
-    if hard_negatives < 0:
-        raise BertforgeError(f"hard_negatives: must be >= 0, got {hard_negatives}")
+    check_args(locals(), model=MODEL, train=DATA, out=PATH, passages=maybe(DATA), separate_encoders=BOOL,
+               hard_negatives=COUNT0, pooling=maybe(TEXT), epochs=EPOCHS, max_steps=maybe(STEPS), batch_size=COUNT,
+               lr=POSITIVE, warmup_ratio=FRACTION, seed=SEED, data_split=maybe(TEXT), data_config=maybe(TEXT),
+               device=DEVICE, precision=TEXT, compile=maybe(BOOL), progress=BOOL, resume=BOOL, overwrite=BOOL,
+               save_every=maybe(COUNT), revision=maybe(TEXT))
     tracked = trackers(report_to, logging_dir)
     device_for(device, precision, ("fp32", "bf16"))
-    name = str(model) if is_retriever(model) else model_name(model, revision, "--model")
+    name = str(model) if is_retriever(model) else model_name(model, revision, "model=")
     options = {"model": name, "train": source_name(train),
                "passages": None if passages is None else source_name(passages),
                "separate_encoders": separate_encoders, "hard_negatives": hard_negatives, "pooling": pooling,
@@ -85,8 +90,9 @@ def export_dpr(model: Any, out: Any, *, overwrite: bool = False) -> dict[str, Pa
     from bertforge.io.rundir import claim_output_dir
     from bertforge.retrieval.towers import export_dpr as export, is_retriever
 
+    check_args(locals(), model=PATH, out=PATH, overwrite=BOOL)
     if not is_retriever(model):
-        raise BertforgeError(f"--model {model}: not a retriever folder (no retriever.json; `bertforge retriever "
-                             "train` and `pretrain --recipe ict` write one)")
+        raise ArgumentError.about("model", model, "not a retriever folder (no retriever.json; `bertforge retriever "
+                                  "train` and `pretrain --recipe ict` write one)")
     with claim_output_dir(out, resume=False, overwrite=overwrite, what="--out", resume_flag=None):
         return export(model, out)

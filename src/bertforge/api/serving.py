@@ -11,7 +11,25 @@ import os
 import sys
 from typing import Any
 
-from bertforge.errors import BertforgeError
+from bertforge.config.arguments import (COUNT, DEVICE, NONNEG, PORT, POSITIVE, TEXT, Kind, check_args,
+                                        maybe)
+from bertforge.errors import ArgumentError, BertforgeError
+
+# what `create_app` / `serve` serve: a folder or Hub id, a list of [NAME=]FOLDER, or a dict of name -> folder
+MODELS = Kind(lambda v: (isinstance(v, (str, os.PathLike)) and bool(str(v).strip()))
+              or (isinstance(v, (list, tuple, dict)) and bool(v)), "a model folder or Hub id, a list of "
+              "[NAME=]FOLDER, or a dict of name -> folder")
+KEY = Kind(lambda v: isinstance(v, str), "a string")
+
+
+def _check_serving(values: dict) -> None:
+    """`create_app`'s and `serve`'s shared arguments, before anything is loaded."""
+    check_args(values, models=maybe(MODELS), precision=TEXT, device=DEVICE, max_batch_tokens=COUNT,
+               max_wait_ms=NONNEG, max_queue=COUNT, max_inputs=COUNT, max_body_bytes=COUNT, api_key=maybe(KEY),
+               batches_in_flight=COUNT, read_timeout=POSITIVE, max_connections=COUNT, revision=maybe(TEXT),
+               max_request_chars=COUNT, decoding=TEXT, num_beams=COUNT)
+    if values["models"] is None and values["index"] is None:
+        raise ArgumentError("models=None: give the models to serve (or an index with a reader or a generator)")
 
 
 def model_specs(models: Any, revision: str | None = None) -> list[str]:
@@ -26,7 +44,7 @@ def model_specs(models: Any, revision: str | None = None) -> list[str]:
         tuple(str(m).rpartition("=")[::2]) for m in models]
     specs = []
     for name, model in items:
-        flag = f"--model {name}=" if name else "--model"
+        flag = f"models {name}=" if name else "models="
         path = resolve_model_option(model, revision, flag)
         if name:
             specs.append(f"{name}={path}")
@@ -48,6 +66,7 @@ def create_app(models: Any, *, precision: str = "fp32", device: str = "auto", ma
     (with `retriever`, as `bertforge.ask` takes them): /answer answers questions as `ask` does (`models` may then
     be None). `generator` instead of `reader`: /answer answers by generation (a RAG or fid folder, decoded with
     `decoding` and `num_beams` as `ask` takes them)."""
+    _check_serving(locals())
     return _app(models, precision, device, revision, api_key, max_batch_tokens, max_wait_ms, max_queue, max_inputs,
                 max_body_bytes, batches_in_flight, read_timeout, max_connections, max_request_chars,
                 answer=(index, reader, retriever, generator, decoding, num_beams))[0]
@@ -59,8 +78,9 @@ def _answerer(answer: tuple, device: str, revision: str | None) -> Any:
     generator, decoding, num_beams = generation
     if generator is not None:
         if index is None or reader is not None:
-            raise BertforgeError("--generator goes with --index and without --reader: /answer retrieves from the "
-                                 "index and generates the answer")
+            raise ArgumentError("generator: goes with index and without reader: /answer retrieves from the index and "
+                                "generates the answer", flag_message="--generator goes with --index and without "
+                                "--reader: /answer retrieves from the index and generates the answer")
         from bertforge.api.generative_qa import GenerativeAsker
 
         return GenerativeAsker(index, generator, retriever, device=device, revision=revision,
@@ -68,8 +88,9 @@ def _answerer(answer: tuple, device: str, revision: str | None) -> Any:
     if index is None and reader is None:
         return None
     if index is None or reader is None:
-        raise BertforgeError("--index and --reader go together: /answer retrieves from the one and reads with the "
-                             "other")
+        raise ArgumentError("index, reader: give both: /answer retrieves from the one and reads with the other",
+                            flag_message="--index and --reader go together: /answer retrieves from the one and "
+                            "reads with the other")
     from bertforge.api.reading import Asker
 
     return Asker(index, reader, retriever, device=device, revision=revision)
@@ -94,7 +115,7 @@ def _app(models: Any, precision: str, device: str, revision: str | None, api_key
                                  f"{getattr(options, name)}")
     if options.max_wait_ms < 0:
         raise BertforgeError(f"--max-wait-ms must be 0 or more, got {options.max_wait_ms}")
-    check_api_key(api_key, "--api-key")
+    check_api_key(api_key, "api_key")
     answerer = _answerer(answer, device, revision)
     loaded = load_models(model_specs(models, revision), precision, device) if models or answerer is None else {}
     return make(loaded, options, answerer), loaded
@@ -103,8 +124,10 @@ def _app(models: Any, precision: str, device: str, revision: str | None, api_key
 def check_api_key(api_key: str | None, where: str) -> None:
     """An empty key would silently turn authentication off: refused in one line naming `where` it came from."""
     if api_key is not None and not api_key.strip():
-        raise BertforgeError(f"{where} is empty or blank: give a key, or leave {where} out to serve without "
-                             "authentication")
+        said = "--api-key" if where == "api_key" else where  # the command line names its flag
+        raise ArgumentError(f"{where} is empty or blank: give a key, or leave {where} out to serve without "
+                            "authentication", flag_message=f"{said} is empty or blank: give a key, or leave {said} "
+                            "out to serve without authentication")
 
 
 def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: int | None = None,
@@ -120,9 +143,10 @@ def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: in
     saying on stderr what each model serves. `api_key` (default: $BERTFORGE_API_KEY; unset or empty: no
     authentication). `threads`: torch's intra-op threads. The connection limits and deadlines are `bertforge
     serve`'s flags of the same names (docs/serving.md, "Limits")."""
-    if not 0 <= port <= 65535:
-        raise BertforgeError(f"--port must be 0..65535, got {port}")
-    where = "--api-key"
+    _check_serving(locals())
+    check_args(locals(), host=TEXT, port=PORT, threads=maybe(COUNT), log_level=TEXT, header_timeout=POSITIVE,
+               write_timeout=POSITIVE, max_connections_per_client=COUNT, graceful_timeout=POSITIVE)
+    where = "api_key"
     if api_key is None:  # an unset or empty variable: no authentication
         api_key, where = os.environ.get("BERTFORGE_API_KEY") or None, "$BERTFORGE_API_KEY"
     check_api_key(api_key, where)

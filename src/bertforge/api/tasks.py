@@ -17,12 +17,17 @@ from typing import Any
 
 from bertforge.api.inputs import make_config, model_name, read_history, trackers
 from bertforge.api.results import FinetuneResult
-from bertforge.errors import BertforgeError
+from bertforge.config.arguments import (BOOL, COUNT, DATA, DEVICE, EPOCHS, MODEL, PATH, POSITIVE, SEED, STEPS, TEXT,
+                                        check_args, maybe)
+from bertforge.errors import ArgumentError
+from bertforge.tasks.config import FIELD_BOUNDS, FinetuneConfig as _Defaults  # torch-free: finetune's defaults
+
 
 def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = None, eval: Any = None,
              data_config: str | None = None, text_col: Any = None, text_pair_col: Any = None, label_col: Any = None,
-             epochs: float | None = None, max_steps: int | None = None, lr: float | None = None, batch_size: int = 32,
-             seed: int = 42, runs: int = 1, device: str = "auto", precision: str | None = None,
+             epochs: float | None = _Defaults.epochs, max_steps: int | None = _Defaults.max_steps,
+             lr: float | None = _Defaults.lr, batch_size: int = _Defaults.batch_size, seed: int = _Defaults.seed,
+             runs: int = _Defaults.runs, device: str = _Defaults.device, precision: str | None = None,
              progress: bool = True, report_to: Any = None, logging_dir: Any = None, resume: bool = False,
              overwrite: bool = False, revision: str | None = None, **options: Any) -> FinetuneResult:
     """Fine-tune `model` (a folder or Hub id) on `task` (sst2, mrpc, conll, squad, ..., or a generic kind:
@@ -39,6 +44,12 @@ def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = 
     refused unless `resume` or `overwrite`."""
     from bertforge.tasks.finetune import FinetuneConfig, finetune as run
 
+    check_args(locals(), model=MODEL, data=maybe(DATA), task=TEXT, out=PATH, train=maybe(DATA), eval=maybe(DATA),
+               data_config=maybe(TEXT), text_col=maybe(TEXT), text_pair_col=maybe(TEXT), label_col=maybe(TEXT),
+               epochs=maybe(EPOCHS), max_steps=maybe(STEPS), lr=maybe(POSITIVE), batch_size=COUNT, seed=SEED,
+               runs=COUNT, device=DEVICE, precision=maybe(TEXT), progress=BOOL, resume=BOOL, overwrite=BOOL,
+               revision=maybe(TEXT))
+    check_args(options, **{k: v for k, v in FIELD_BOUNDS.items() if k in options})  # FinetuneConfig's, first
     tracked = trackers(report_to, logging_dir)  # a missing tracker library: one line before any work
     if task.lower().replace("-", "").replace("_", "") == "openqa":  # the reader over retrieved passages
         return _finetune_open_qa(model, data, out, train, eval, epochs, max_steps, lr, batch_size, seed, device,
@@ -54,7 +65,7 @@ def finetune(model: Any, data: Any = None, *, task: str, out: Any, train: Any = 
         return FinetuneResult(Path(out), metrics, read_history(out), run, task=run["task"], main_metric="loss",
                               summary={}, runs=[run], precision=run["config"]["precision"])
     if data is None and train is None:
-        raise BertforgeError("give --data DIR (or --train FILE [--eval FILE])")
+        raise ArgumentError("data=None, train=None: give data (a folder of splits, a file, data in memory) or train")
     cfg = make_config(FinetuneConfig, "finetune", dict(
         task=task, model=model_name(model, revision), out=out, data=data, train=train, eval=eval,
         data_config=data_config, text_col=text_col, text_pair_col=text_pair_col, label_col=label_col, epochs=epochs,
@@ -93,7 +104,8 @@ def _finetune_open_qa(model, data, out, train, eval, epochs, max_steps, lr, batc
 
 def evaluate(model: Any, data: Any = None, *, task: str, eval: Any = None, split: str = "dev",
              data_config: str | None = None, text_col: Any = None, text_pair_col: Any = None, label_col: Any = None,
-             batch_size: int = 64, limit: int | None = None, device: str = "auto", precision: str | None = None,
+             batch_size: int = _Defaults.eval_batch_size, limit: int | None = None, device: str = _Defaults.device,
+             precision: str | None = None,
              progress: bool = False, revision: str | None = None, **options: Any) -> dict[str, float]:
     """The metrics of a fine-tuned model (a `finetune` output folder, or a Hub id) on `task`'s `split` (dev or
     test) of `data` (as `finetune` takes it), or on `eval`: {"accuracy": ..., "f1": ...} by task. `precision`:
@@ -101,8 +113,12 @@ def evaluate(model: Any, data: Any = None, *, task: str, eval: Any = None, split
     of `finetune`."""
     from bertforge.tasks.finetune import FinetuneConfig, evaluate_model
 
+    check_args(locals(), model=MODEL, data=maybe(DATA), task=TEXT, eval=maybe(DATA), split=TEXT,
+               data_config=maybe(TEXT), text_col=maybe(TEXT), text_pair_col=maybe(TEXT), label_col=maybe(TEXT),
+               batch_size=COUNT, limit=maybe(COUNT), device=DEVICE, precision=maybe(TEXT), progress=BOOL,
+               revision=maybe(TEXT))
     if data is None and eval is None:
-        raise BertforgeError("give --data DIR or --eval FILE")
+        raise ArgumentError("data=None, eval=None: give data (a folder of splits, a file, data in memory) or eval")
     name = model_name(model, revision)
     cfg = make_config(FinetuneConfig, "evaluate", dict(
         task=task, model=name, out=".", data=data, eval=eval, data_config=data_config, text_col=text_col,
@@ -125,8 +141,9 @@ def predict(model: Any, inputs: Any, *, text_col: Any = None, text_pair_col: Any
     to be writable before the model is loaded)."""
     from bertforge.tasks.predict import predict as run, write_jsonl
 
-    if batch_size <= 0:
-        raise BertforgeError(f"--batch-size must be positive, got {batch_size}")
+    check_args(locals(), model=MODEL, inputs=DATA, text_col=maybe(TEXT), text_pair_col=maybe(TEXT),
+               data_split=maybe(TEXT), data_config=maybe(TEXT), batch_size=COUNT, device=DEVICE, precision=TEXT,
+               compile=maybe(BOOL), progress=BOOL, revision=maybe(TEXT), out=maybe(PATH))
     if out is not None:
         from bertforge.io.write import prepare_output_file
 

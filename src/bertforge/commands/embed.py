@@ -206,7 +206,7 @@ def embed_command(args: argparse.Namespace) -> int:
         raise BertforgeError(f"--out {out}: use a .npy or .jsonl file name")
     prepare_output_file(out, what="--out")  # before the model is loaded and every text embedded
     texts = read_texts(args.input, args.text_col, split=args.data_split, config=args.data_config)
-    vectors = embed(args.model, texts, batch_size=args.batch_size, device=args.device, precision=args.precision,
+    vectors = embed(args.model, texts, batch_size=args.batch_size, device=args._placement, precision=args.precision,
                     pooling=args.pooling, normalize=True if args.normalize else None, compile=bool(args.compile),
                     progress=args.progress)
 
@@ -241,6 +241,10 @@ def train_command(args: argparse.Namespace) -> int:
 def eval_command(args: argparse.Namespace) -> int:
     from bertforge.api import evaluate_sentence_encoder
 
+    if sum(x is not None for x in (args.sts, args.squad, args.queries)) != 1:
+        raise BertforgeError("give exactly one of --sts FILE, --squad FILE, or --queries/--passages/--qrels")
+    if args.queries is not None and (args.passages is None or args.qrels is None):
+        raise BertforgeError("--queries needs --passages and --qrels")
     result = evaluate_sentence_encoder(
         args.model, sts=args.sts, squad=args.squad, queries=args.queries, passages=args.passages,
         relevant=args.qrels, limit=args.limit, text_col=args.text_col, text_pair_col=args.text_pair_col,

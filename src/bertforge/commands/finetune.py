@@ -58,6 +58,13 @@ EXAMPLES = """examples:
   bertforge finetune --task conll --model MODEL --data conll2003 --out runs/ner --freeze --features concat_last4 --head bilstm"""
 
 
+def _default(field: str):
+    """FinetuneConfig's default of `field`: the one place a fine-tuning default is written (torch-free)."""
+    from bertforge.api.choices import finetune_default
+
+    return finetune_default(field)
+
+
 def _data_args(p: argparse.ArgumentParser, train: bool, groups: dict[str, Any] | None = None) -> None:
     """The flags finetune and evaluate share; `groups`: finetune's help sections by GROUPS key (default: `p`)."""
     g = {key: p for key in GROUPS} if groups is None else groups
@@ -79,12 +86,13 @@ def _data_args(p: argparse.ArgumentParser, train: bool, groups: dict[str, Any] |
                               help="seq2seq: source column (default: source)")
     g["seq2seq"].add_argument("--target-col", default="target", metavar="COL",
                               help="seq2seq: target column (default: target)")
-    g["seq2seq"].add_argument("--max-target-len", type=COUNT, default=128, metavar="N",
-                              help="seq2seq: target tokens, and the most tokens evaluation generates (default: 128)")
-    g["seq2seq"].add_argument("--num-beams", type=COUNT, default=1, metavar="N",
-                              help="seq2seq: beam search width for evaluation (default: 1, greedy)")
-    g["training"].add_argument("--eval-batch-size", type=COUNT, default=64, metavar="N",
-                               help="evaluation batch size (default: 64)")
+    g["seq2seq"].add_argument("--max-target-len", type=COUNT, default=_default("max_target_len"), metavar="N",
+                              help="seq2seq: target tokens, and the most tokens evaluation generates (default: "
+                                   f"{_default('max_target_len')})")
+    g["seq2seq"].add_argument("--num-beams", type=COUNT, default=_default("num_beams"), metavar="N",
+                              help=f"seq2seq: beam search width for evaluation (default: {_default('num_beams')}, greedy)")
+    g["training"].add_argument("--eval-batch-size", type=COUNT, default=_default("eval_batch_size"), metavar="N",
+                               help=f"evaluation batch size (default: {_default('eval_batch_size')})")
     g["training"].add_argument("--limit", type=COUNT, metavar="N", help="use only the first N evaluation examples")
     add_device_args(g["device"], None, compile="torch.compile the model (default: on when training on a GPU; falls "
                     "back to eager with one line)")
@@ -117,13 +125,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     length.add_argument("--max-steps", type=STEPS, metavar="N", help="optimizer steps instead of epochs")
     train.add_argument("--lr", type=POSITIVE, help="peak learning rate (default: 3e-5, try 2e-5..5e-5; seq2seq with "
                        "a T5 model: 1e-4)")
-    train.add_argument("--batch-size", type=COUNT, default=32, metavar="N", help="training batch size (default: 32)")
-    train.add_argument("--warmup-ratio", type=FRACTION, default=0.1, metavar="R",
-                       help="warm-up fraction (default: 0.1)")
-    train.add_argument("--weight-decay", type=NONNEG, default=0.01, metavar="W",
-                       help="AdamW weight decay (default: 0.01)")
-    add_seed_arg(train, 42, "random seed of the first run")
-    train.add_argument("--runs", type=COUNT, default=1, metavar="N",
+    train.add_argument("--batch-size", type=COUNT, default=_default("batch_size"), metavar="N",
+                       help=f"training batch size (default: {_default('batch_size')})")
+    train.add_argument("--warmup-ratio", type=FRACTION, default=_default("warmup_ratio"), metavar="R",
+                       help=f"warm-up fraction (default: {_default('warmup_ratio')})")
+    train.add_argument("--weight-decay", type=NONNEG, default=_default("weight_decay"), metavar="W",
+                       help=f"AdamW weight decay (default: {_default('weight_decay')})")
+    add_seed_arg(train, _default("seed"), "random seed of the first run")
+    train.add_argument("--runs", type=COUNT, default=_default("runs"), metavar="N",
                        help="repeat with seeds SEED..SEED+N-1 and report median and spread of the main metric; OUT "
                             "gets the best run's model")
     train.add_argument("--train-limit", type=COUNT, metavar="N", help="use only the first N training examples")
@@ -150,10 +159,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="continue an interrupted fine-tune in OUT (refused if an option it depends on changed; "
                             "--epochs, --max-steps, --eval-batch-size and --device may change)")
     add_overwrite_arg(train, resume=True)
-    g["qa"].add_argument("--doc-stride", type=COUNT, default=128, metavar="N",
-                         help="SQuAD window stride (default: 128)")
-    g["qa"].add_argument("--max-query-length", type=COUNT, default=64, metavar="N",
-                         help="SQuAD: question tokens kept (default: 64)")
+    g["qa"].add_argument("--doc-stride", type=COUNT, default=_default("doc_stride"), metavar="N",
+                         help=f"SQuAD window stride (default: {_default('doc_stride')})")
+    g["qa"].add_argument("--max-query-length", type=COUNT, default=_default("max_query_length"), metavar="N",
+                         help=f"SQuAD: question tokens kept (default: {_default('max_query_length')})")
     oq = g["open-qa"]
     oq.add_argument("--index", metavar="DIR", help="open-qa: the index the passages are retrieved from (frozen)")
     oq.add_argument("--retriever", metavar="R", help="open-qa: the question encoder of a dense index (default: the "
@@ -226,6 +235,8 @@ def run_finetune(args: argparse.Namespace) -> int:
         raise BertforgeError("finetune: give --model DIR")
     if args.task == OPEN_QA:
         return _run_open_qa(args)
+    if args.data is None and args.train is None:
+        raise BertforgeError("give --data DIR (or --train FILE [--eval FILE])")
     result = finetune(args.model, args.data, task=args.task, out=args.out, train=args.train, epochs=args.epochs,
                       max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size, seed=args.seed,
                       runs=args.runs, precision=args.precision, resume=args.resume, overwrite=args.overwrite,
@@ -273,6 +284,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return run_open_qa(args)
     if not args.model:
         raise BertforgeError(f"evaluate --task {args.task}: give --model")
+    if args.data is None and getattr(args, "eval", None) is None:
+        raise BertforgeError("give --data DIR or --eval FILE")
 
     metrics = evaluate(args.model, args.data, task=args.task, split=args.split, batch_size=args.eval_batch_size,
                        limit=args.limit, precision=args.precision, **_options(args))

@@ -25,8 +25,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def longify_command(args: argparse.Namespace) -> int:
-    from bertforge.api import longify
+    from pathlib import Path
 
+    from bertforge.api import longify
+    from bertforge.errors import BertforgeError
+
+    if Path(args.out).resolve() == Path(args.model).resolve():
+        raise BertforgeError(f"--out {args.out} is the --model directory; write the long model elsewhere")
     d = longify(args.model, args.out, max_length=args.max_length, attention_window=args.attention_window,
                 overwrite=args.overwrite)
     print(f"{d['out']}: {d['architecture']} from a {d['source']} model; positions {d['positions']}, attention "

@@ -37,7 +37,7 @@ EXTRAS: dict[str, dict[str, str]] = {
 # imports is decided by `io.tables.source_libraries`, for every verb alike.
 SOURCE_OPTIONS = ("data", "input", "corpus", "train", "eval", "sts")
 # The options that name a model (a folder, an exported graph, a Hub id): `model_needs` (and commands.options).
-MODEL_DESTS = ("model", "teacher", "student_init", "init_from", "rerank", "tokenizer")
+MODEL_DESTS = ("model", "teacher", "student_init", "init_from", "rerank", "tokenizer", "student")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.commands.bounds import SEED, Number
+from bertforge.api.choices import built_student
 from bertforge.commands.needs import MODEL_DESTS, Need  # noqa: F401 (MODEL_DESTS: re-exported)
 from bertforge.errors import BertforgeError
 
@@ -55,15 +56,15 @@ def add_overwrite_arg(p: argparse.ArgumentParser, what: str = "--out", resume: b
 
 
 def device_of(args: argparse.Namespace):
-    """--device resolved and --precision checked against it: the first thing a verb that places its own model
-    does (one line, nothing written). Kept on `args`, so later calls return the same device."""
-    from bertforge.device import check_precision, resolve_device
+    """--device resolved and --precision checked against it (`api.inputs.placement`, the API's one check): the first
+    thing a verb that places its own model does (one line, nothing written). Kept on `args` (`args._placement`,
+    which the verb passes to the API as its device), so nothing resolves or checks them again."""
+    from bertforge.api.inputs import placement
 
-    if getattr(args, "_device", None) is None:
-        args._device = resolve_device(getattr(args, "device", "auto"))
-        if getattr(args, "precision", None):
-            check_precision(args.precision, args._device)
-    return args._device
+    if getattr(args, "_placement", None) is None:
+        args._placement = placement(getattr(args, "device", "auto"), getattr(args, "precision", None) or None)
+        args._device = args._placement.device
+    return args._placement.device
 
 
 def _verb_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -89,7 +90,7 @@ def resolve_model_args(args: argparse.Namespace) -> None:
     """Each model option's value as a local path: a folder stays as given, a Hugging Face Hub id becomes its
     snapshot folder (at --revision), `serve --model ID` becomes `ID=FOLDER` so it is served under its id. One line
     for a name that is neither, before any work."""
-    from bertforge.io.hub import resolve_model_option
+    from bertforge.io.hub import resolve_model_option, resolve_once
 
     revision, used = getattr(args, "revision", None), False
     for dest in MODEL_DESTS:
@@ -104,10 +105,10 @@ def resolve_model_args(args: argparse.Namespace) -> None:
                 served = name or model.removeprefix("hf://")  # served under its Hub id
                 resolved.append(f"{served}={path}" if str(path) != model else spec)
             setattr(args, dest, resolved)
-        elif isinstance(value, str) and value:
-            path = resolve_model_option(value, revision, flag)
+        elif isinstance(value, str) and value and not (dest == "student" and built_student(value)):
+            path = resolve_once(value, revision, flag)
             used |= str(path) != value
-            setattr(args, dest, str(path))
+            setattr(args, dest, path)
     if revision is not None and not used:
         raise BertforgeError(f"--revision {revision}: no model was given as a Hugging Face Hub id (a revision "
                              "names a version of one)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bertforge.commands.bounds import COUNT, COUNT0, OPEN_FRACTION, POSITIVE
+from bertforge.commands.bounds import COUNT, COUNT0, INNER_FRACTION, OPEN_FRACTION, POSITIVE
 from bertforge.commands.needs import task_needs
 from bertforge.commands.options import add_overwrite_arg, add_progress_arg, add_seed_arg
 from bertforge.device import add_device_args
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "train split, metrics taken on its dev split), a saved or Hub dataset, or one file (both)",
                   required=True)
     add_column_args(p)
-    p.add_argument("--fraction", required=True, type=OPEN_FRACTION, help="share of all heads to remove, in (0, 1)")
+    p.add_argument("--fraction", required=True, type=INNER_FRACTION, help="share of all heads to remove, in (0, 1)")
     p.add_argument("--out", required=True, metavar="D", help="output directory for the pruned model")
     p.add_argument("--step", type=OPEN_FRACTION, default=0.1, help="share of heads removed per iteration (default 0.1)")
     p.add_argument("--max-examples", type=COUNT, default=2000, help="examples used to score heads (default 2000)")

@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertforge.config.arguments import (COUNT, COUNT0, EPOCHS, FRACTION, LENGTH, POSITIVE, SEED, STEPS, check_args,
+                                        maybe)
 from bertforge.config.positions import check_length
 from bertforge.model.checkpoint import load_pretrained, read_tensors
 from bertforge.distill.init import check_same_vocab
@@ -83,6 +85,16 @@ class TaskDistillConfig:
     report_to: tuple[str, ...] = ()  # trackers besides metrics.jsonl (TrainConfig.report_to)
     logging_dir: Path | None = None  # TensorBoard's event folder (default: OUT/runs)
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_args(vars(self), **TASK_BOUNDS)  # the command line's bounds, for the API and a config built in code
+
+
+# The bounds of the numeric fields (`bertforge.config.arguments`; the parser's flags use the same).
+TASK_BOUNDS = {"alpha": FRACTION, "temperature": POSITIVE, "epochs": EPOCHS, "max_steps": maybe(STEPS),
+               "lr": maybe(POSITIVE), "batch_size": COUNT, "seed": SEED, "train_limit": maybe(COUNT),
+               "eval_limit": maybe(COUNT), "max_seq_len": maybe(LENGTH), "augment": COUNT0, "p_mask": FRACTION,
+               "p_ng": FRACTION, "bilstm_hidden": COUNT, "save_every": maybe(COUNT)}
 
 
 # What a resume may change: how long to train and where; everything else shapes the checkpoints.
@@ -168,18 +180,19 @@ def _student(cfg: TaskDistillConfig, teacher: nn.Module, teacher_tok: Tokenizer,
     return student
 
 
-def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
-    """Distil the fine-tuned teacher in `cfg.teacher` into `cfg.student` on `cfg.task`; returns the run record."""
-    from bertforge.device import resolve_device
+def distill_task(cfg: TaskDistillConfig, run_on: Any = None) -> dict[str, Any]:
+    """Distil the fine-tuned teacher in `cfg.teacher` into `cfg.student` on `cfg.task`; returns the run record.
+    `run_on`: the torch.device the caller resolved, `cfg.precision` checked against it (the API's placement)."""
+    from bertforge.device import check_precision, default_precision, move_model, resolve_device
     from bertforge.training import ResumableLoader, Trainer, TrainConfig, set_seed
-    from bertforge.device import check_precision, default_precision
 
     if cfg.task not in TASK_KINDS:
         raise BertforgeError(f"--task {cfg.task}: unknown task (choose from {', '.join(sorted(TASK_KINDS))})")
-    if not 0.0 <= cfg.alpha <= 1.0:
-        raise BertforgeError(f"--alpha {cfg.alpha}: must be in [0, 1]")
-    if cfg.temperature <= 0:
-        raise BertforgeError(f"--temperature {cfg.temperature}: must be > 0")
+    device = run_on  # the device and precision: decided once, before any file is read
+    if device is None:
+        device = resolve_device(cfg.device)
+        if cfg.precision is not None:
+            check_precision(cfg.precision, device, allowed=("fp32", "bf16"))
     out = Path(cfg.out)
     if cfg.resume and (out / "results.json").is_file():  # before any long work
         raise BertforgeError(f"--out {out}: this run has finished (results.json); there is nothing to resume")
@@ -207,10 +220,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
     train, evaluation = read_examples(fcfg, kind, files=files)  # every data problem before any model is loaded
     tokenizer = teacher_folder.tokenizer()
     teacher, _, _ = load_task_model(teacher_folder)
-    device = resolve_device(cfg.device)
-    if cfg.precision is not None:
-        check_precision(cfg.precision, device, allowed=("fp32", "bf16"))
-    teacher.to(device)
+    teacher = move_model(teacher, device, f"--teacher {teacher_dir}")  # out of GPU memory: one line
     if cfg.teacher_precision == "bf16":
         teacher.to(torch.bfloat16)
     set_seed(cfg.seed)
@@ -272,7 +282,7 @@ def distill_task(cfg: TaskDistillConfig) -> dict[str, Any]:
                          best_metric=data.main_metric if evaluate else None, log_every=max(1, min(50, every)),
                          weight_decay=0.0 if bilstm else 0.01, extra={"task": cfg.task, "distill": True},
                          report_to=cfg.report_to, logging_dir=cfg.logging_dir)
-        trainer = Trainer(model, loader, tc, eval_fn=evaluate, save_fn=save_fn, load_fn=load_fn)
+        trainer = Trainer(model, loader, tc, eval_fn=evaluate, save_fn=save_fn, load_fn=load_fn, device=device)
         history = trainer.train()
         if evaluate is None:
             save_fn(model, out / "best")

@@ -112,19 +112,21 @@ def pad_batch(ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 def encode(encoder: Encoder | OnnxModel, token_ids: Callable[[list[str]], list[list[int]]], pad_id: int,
            pool: Callable[[Features], torch.Tensor] | None, texts: Sequence[str], dim: int, batch_size: int = 32,
            precision: str = "fp32", normalize: bool = False, progress: bool = True,
-           compile: bool = False) -> np.ndarray:
+           compile: bool = False, precision_checked: bool = False) -> np.ndarray:
     """Encode `texts` to an [N, dim] float32 array in input order.
 
     token_ids: texts -> unpadded, truncated id lists; pool: features (`token_embeddings`, optional
     `attention_mask`) -> sentence vectors, run in fp32; None takes the `sentence_embedding` output of an exported
     graph that pools itself. precision: "fp32" (matches sentence-transformers to ~1e-6), "bf16" (weights and
     activations in bfloat16), "fp16" (GPU only), "int8" (dynamic int8 quantisation, CPU only). normalize: L2. The model runs on the encoder's device; compile: torch.compile it (see
-    `bertforge.device.compile_module`).
+    `bertforge.device.compile_module`). precision_checked: the caller checked `precision` against this device
+    already (the API's one check per call), so it is not checked again.
     """
     if isinstance(texts, str):
         raise BertforgeError("encode expects a list of texts, not a single string")
     device = next(encoder.parameters()).device
-    check_precision(precision, device, "precision")
+    if not precision_checked:
+        check_precision(precision, device, "precision")
     if batch_size <= 0:
         raise BertforgeError(f"batch size must be positive, got {batch_size}")
     for i, t in enumerate(texts):

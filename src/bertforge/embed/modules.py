@@ -306,7 +306,7 @@ class SentenceEncoder(nn.Sequential):
         return self(dict(features))["sentence_embedding"]
 
     def encode(self, texts: Sequence[str], batch_size: int = 32, precision: str = "fp32",
-               normalize: bool | None = None, progress: bool = True) -> np.ndarray:
+               normalize: bool | None = None, progress: bool = True, precision_checked: bool = False) -> np.ndarray:
         """Texts -> [N, dim] float32 array in input order (fast path: see `bertforge.embed.encode`).
 
         precision: "fp32" (matches sentence-transformers to ~1e-6), "bf16", "fp16" (GPU) or "int8" (CPU).
@@ -321,7 +321,7 @@ class SentenceEncoder(nn.Sequential):
         return encode_texts(self.transformer.bert, self.transformer.token_ids, self.tokenizer.pad_token_id,
                             None if graph_pools else lambda features: head(features)["sentence_embedding"],
                             texts, self.dim, batch_size=batch_size, precision=precision, normalize=normalize,
-                            progress=progress, compile=self.compile_inference)
+                            progress=progress, compile=self.compile_inference, precision_checked=precision_checked)
 
     # ---- construction ------------------------------------------------------------------------------------------
     @classmethod

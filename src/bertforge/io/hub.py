@@ -110,6 +110,25 @@ def resolve_model_option(name: str | Path, revision: str | None = None, flag: st
     return resolve_model_path(name, None if local else revision, flag)
 
 
+class ResolvedModel(str):
+    """A model name already turned into its local path (`resolve_once`): every later opener takes it as it is, so a
+    name is resolved (and a Hub id looked up) once per call. A string (a command-line option stays one) that also
+    answers as the Path it names (`/`, `.name`, `.is_dir()`, ...), as the resolved paths before it did."""
+
+    def __truediv__(self, other: "str | os.PathLike") -> Path:
+        return Path(self) / other
+
+    def __getattr__(self, attr: str):
+        return getattr(Path(self), attr)
+
+
+def resolve_once(name: "str | Path", revision: str | None = None, flag: str = "--model") -> ResolvedModel:
+    """`resolve_model_option`, once: a name resolved before is returned as it is."""
+    if isinstance(name, ResolvedModel):
+        return name
+    return ResolvedModel(resolve_model_option(name, revision, flag))
+
+
 def hub_snapshot(model_id: str, revision: str | None = None, flag: str = "--model", shown: str = "") -> Path:
     """The folder of `model_id` at `revision` from huggingface_hub: downloaded, or from the cache when offline."""
     from huggingface_hub import constants, errors, snapshot_download

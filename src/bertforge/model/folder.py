@@ -28,7 +28,7 @@ from typing import Any
 from bertforge.config.hf import check_against_weights, config_from_dict, read_config_json
 from bertforge.errors import BertforgeError
 from bertforge.io.hub import named as _named
-from bertforge.io.hub import resolve_model_path
+from bertforge.io.hub import ResolvedModel, resolve_model_path
 from bertforge.io.read import safetensors_shapes
 from bertforge.families import DECODER, ENCODER, ENCODER_DECODER, FAMILIES
 from bertforge.model.checkpoint import INT8_WEIGHTS, weight_families
@@ -123,7 +123,8 @@ class ModelFolder:
         one line naming `flag` if it is no model folder. An opened folder is returned as it is."""
         if isinstance(name, ModelFolder):
             return name
-        path = resolve_model_path(name, revision, flag)
+        # a name resolved earlier in this call (the command line, the API) is not resolved again
+        path = Path(name) if isinstance(name, ResolvedModel) else resolve_model_path(name, revision, flag)
         graph = onnx_file(path, flag)
         if graph is not None:
             need_onnxruntime(path, flag)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertforge.config.arguments import (COUNT, EPOCHS, FRACTION, NONNEG, POSITIVE, SEED, STEPS, check_args,
+                                        maybe)
 from bertforge.errors import BertforgeError
 
 # task name -> kind (bertforge.tasks.kinds has one class per kind); GLUE-style names read with tasks.registry
@@ -18,10 +20,14 @@ TASK_KINDS = {"sst2": "classify", "cola": "classify", "mrpc": "classify", "stsb"
               "qa": "qa", "choice": "choice", "seq2seq": "seq2seq"}
 TASKS = tuple(TASK_KINDS)
 FREEZE_KINDS = ("classify", "regress", "tag")  # what the feature-based mode (a head on frozen features) supports
-# The numeric fields that must be positive when given (the command line's bounds say the same for its flags; the
-# Python API and a config built in code meet this check).
-POSITIVE_FIELDS = ("max_seq_len", "eval_batch_size", "eval_limit", "epochs", "max_steps", "batch_size", "lr", "runs",
-                   "train_limit", "max_target_len", "num_beams", "max_query_length")
+# The bounds of the numeric fields, the command line's (`bertforge.config.arguments`): the parser's flags, the
+# Python API and a config built in code meet the same check, here, once. A sequence length's upper bound is the
+# model's positions (config.positions, checked with the model at hand; a saved config.json's value is named there).
+FIELD_BOUNDS = {"epochs": maybe(EPOCHS), "max_steps": maybe(STEPS), "lr": maybe(POSITIVE), "batch_size": COUNT,
+                "eval_batch_size": COUNT, "max_seq_len": maybe(COUNT), "warmup_ratio": FRACTION,
+                "weight_decay": NONNEG, "seed": SEED, "runs": COUNT, "train_limit": maybe(COUNT),
+                "eval_limit": maybe(COUNT), "doc_stride": COUNT, "max_query_length": COUNT, "max_target_len": COUNT,
+                "num_beams": COUNT}
 
 
 # How long a run trains when neither --epochs nor --max-steps is given: the BERT paper's 3 epochs, but at least
@@ -98,13 +104,7 @@ class FinetuneConfig:
         self.task = self.task.lower().replace("-", "").replace("_", "")
         if self.task not in TASK_KINDS:
             raise BertforgeError(f"unknown task {self.task!r} (choose from {', '.join(TASKS)})")
-        if self.runs < 1:
-            raise BertforgeError(f"--runs must be at least 1, got {self.runs}")
-        for name in POSITIVE_FIELDS:
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                flag = {"eval_limit": "limit"}.get(name, name)
-                raise BertforgeError(f"--{flag.replace('_', '-')} must be positive, got {value}")
+        check_args(vars(self), **FIELD_BOUNDS)
         if self.max_seq_len is None:
             self.max_seq_len = default_max_len(self.kind)
         if self.method not in METHODS:

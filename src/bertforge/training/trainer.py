@@ -78,12 +78,17 @@ class Trainer:
         eval_fn: EvalFn | None = None,
         save_fn: SaveFn | None = None,
         load_fn: SaveFn | None = None,
+        device: torch.device | None = None,
     ) -> None:
+        """`device`: where the caller already resolved `config.device` (its one resolution per call; a distributed
+        run's ranks resolve their own)."""
         cfg = self.cfg = config
         if cfg.best_metric is not None and eval_fn is None:
             raise BertforgeError("TrainConfig.best_metric: set, but no eval_fn was given to Trainer")
         self.rank, self.world_size, local_rank = D.distributed_context()
-        self.device = resolve_device(cfg.device, local_rank)
+        # the caller's device, unless each rank of a distributed run takes its own GPU
+        self.device = device if device is not None and self.world_size == 1 else resolve_device(cfg.device,
+                                                                                                local_rank)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.matmul_note = configure_matmul(self.device)  # TF32 on CUDA: said in the run header

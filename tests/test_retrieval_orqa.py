@@ -264,3 +264,17 @@ def test_refusals(world, tmp_path):
         _train(world, tmp_path / "b", retriever=str(narrow))
     with pytest.raises(BertforgeError, match="k: 40 passages"):
         _train(world, tmp_path / "c", k=40)
+
+
+def test_the_command_line_trains_the_retriever_with_k_5(world, tmp_path, capsys):
+    from bertforge.cli import main
+
+    base = ["finetune", "--task", "open-qa", "--model", str(world / "enc"), "--train", str(world / "train.jsonl"),
+            "--max-steps", "1", "--batch-size", "2", "--max-seq-len", "32", "--device", "cpu", "--precision", "fp32",
+            "--no-progress", "--train-retriever"]
+    assert main([*base, "--index", str(world / "bm25"), "--out", str(tmp_path / "a")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no question encoder to train" in err[0]
+    assert main([*base, "--index", str(world / "index"), "--out", str(tmp_path / "b")]) == 0
+    task = json.loads((tmp_path / "b" / "config.json").read_text())["bertforge_task"]
+    assert task["k"] == 5 and task["train_retriever"] is True and (tmp_path / "b" / "question").is_dir()

@@ -146,4 +146,7 @@ def _finetune_orqa(model: Any, *, out: Any, train: Any, eval: Any, index: Any, r
     cfg = make_config(OpenQAConfig, "finetune --task open-qa", dict(
         model=model_name(model, revision), out=out, train=train, eval=eval, device=device, hints=hints,
         train_retriever=True), options)
-    return finetune_reader(cfg, None, overwrite=overwrite, joint=joint)
+    from bertforge.retrieval.orqa_train import train_joint
+
+    return finetune_reader(cfg, None, overwrite=overwrite,
+                           train_fn=lambda c, folder, tq, eq: train_joint(c, folder, joint, tq, eq))

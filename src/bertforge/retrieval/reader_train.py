@@ -8,8 +8,8 @@ come from the index). Retrieval is a function handed in by the public API (`retr
 keeps this room below the index it searches. Training questions none of whose k passages holds an answer are left
 out (DPR's choice: nothing to learn the span from), with a warning that counts them; evaluation keeps every question
 (one whose passages miss the answer counts as wrong: end-to-end exact match). The retriever stays frozen, unless
-`train_retriever` (ORQA / REALM: the question encoder trained with the reader, `retrieval.orqa`; then `joint`
-holds the question tower and the index's vectors, and retrieval happens inside each step).
+`train_retriever` (ORQA / REALM: the question encoder trained with the reader, `retrieval.orqa_train`, handed
+in as `train_fn`; retrieval then happens inside each step).
 """
 from __future__ import annotations
 
@@ -189,10 +189,11 @@ def evaluate_reader(model: nn.Module, tokenizer, questions: Sequence[Question], 
 
 # ---- the job -------------------------------------------------------------------------------------------------------
 def finetune_reader(cfg: OpenQAConfig, retrieve: Retrieve | None, *, overwrite: bool = False,
-                    joint: Any = None) -> dict[str, Any]:
+                    train_fn: Callable | None = None) -> dict[str, Any]:
     """Train a reader into `cfg.out` (claimed as finetune claims it: resume / overwrite, recorded options);
-    returns the run's record (tasks.finetune.train_one's, with `main_metric`). `joint` (an
-    `orqa_train.JointRetrieval`, with `cfg.train_retriever`): the question encoder is trained too."""
+    returns the run's record (tasks.finetune.train_one's, with `main_metric`). `train_fn(cfg, folder, train
+    questions, eval questions) -> record`: another training inside the claimed OUT (with `cfg.train_retriever`:
+    `orqa_train.train_joint`, the question encoder trained too; `retrieve` is then unused)."""
     from bertforge.tasks.finetune import _file_identity, default_lr
 
     folder = ModelFolder.open(cfg.model)
@@ -219,10 +220,8 @@ def finetune_reader(cfg: OpenQAConfig, retrieve: Retrieve | None, *, overwrite: 
             fingerprint[name] = _file_identity(src)
     with claim_output_dir(cfg.out, resume=cfg.resume, overwrite=overwrite, options=options, fingerprint=fingerprint,
                           may_change=("epochs", "max_steps", "eval_batch_size", "device", "compile"), what="--out"):
-        if joint is not None:
-            from bertforge.retrieval.orqa_train import train_joint
-
-            return _finish(cfg, train_joint(cfg, folder, joint, train_q, eval_q))
+        if train_fn is not None:
+            return _finish(cfg, train_fn(cfg, folder, train_q, eval_q))
         return _train(cfg, folder, retrieve, train_q, eval_q)
 
 

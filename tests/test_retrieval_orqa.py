@@ -278,3 +278,42 @@ def test_the_command_line_trains_the_retriever_with_k_5(world, tmp_path, capsys)
     assert main([*base, "--index", str(world / "index"), "--out", str(tmp_path / "b")]) == 0
     task = json.loads((tmp_path / "b" / "config.json").read_text())["bertforge_task"]
     assert task["k"] == 5 and task["train_retriever"] is True and (tmp_path / "b" / "question").is_dir()
+
+
+REALM_FACTS = [("Quenland", "Zorblat"), ("Pardonia", "Kestrel"), ("Morvania", "Tashkel"), ("Eldoria", "Fennick"),
+               ("Gravia", "Hollin"), ("Ostrava", "Dunmere"), ("Lutheria", "Carrow"), ("Brastia", "Welling")]
+
+
+@pytest.mark.slow  # a 2-step REALM pretraining, an index, a 2-step fine-tune and an evaluation (~20 s)
+def test_realm_pretrain_then_open_qa_on_the_command_line(tmp_path, capsys):
+    """The documented commands: pretrain --recipe realm -> index build --model RUN/retriever -> finetune --task
+    open-qa --model RUN --retriever RUN --train-retriever -> evaluate --task open-qa --reader OUT."""
+    from bertforge.cli import main
+    from bertforge.embed.modules import SentenceEncoder
+
+    knowledge, corpus, questions = tmp_path / "knowledge.jsonl", tmp_path / "corpus.txt", tmp_path / "q.jsonl"
+    knowledge.write_text("".join(json.dumps({"id": f"p{i}", "title": c, "text": f"{c} is a small country. Its "
+                                             f"capital city is {cap}."}) + "\n" for i, (c, cap) in
+                                 enumerate(REALM_FACTS)))
+    corpus.write_text("\n\n".join(f"The capital city of {c} is {cap}." for c, cap in REALM_FACTS * 4) + "\n")
+    questions.write_text("".join(json.dumps({"question": f"What is the capital city of {c}?", "answer": [cap]})
+                                 + "\n" for c, cap in REALM_FACTS))
+    run = tmp_path / "realm"
+    bertforge.pretrain([str(corpus)], out=run, recipe="realm", knowledge=knowledge, size="bert-tiny", seq_len=64,
+                       batch_size=4, vocab_size=200, lr=3e-3, progress=False, threads=1, refresh_every=3,
+                       realm_k=2, projection_dim=16, seed=0, max_steps=2)
+    assert (run / "retriever" / "retriever.json").is_file() and (run / "knowledge").is_dir()
+    assert main(["index", "build", "--model", str(run / "retriever"), "--corpus", str(knowledge),
+                 "--out", str(tmp_path / "index"), "--no-progress"]) == 0
+    before = _hashes(tmp_path / "index")
+    assert main(["finetune", "--task", "open-qa", "--model", str(run), "--retriever", str(run), "--index",
+                 str(tmp_path / "index"), "--train-retriever", "-k", "3", "--train", str(questions), "--out",
+                 str(tmp_path / "reader"), "--max-steps", "2", "--batch-size", "4", "--max-seq-len", "48",
+                 "--device", "cpu", "--precision", "fp32", "--no-progress"]) == 0
+    assert _hashes(tmp_path / "index") == before
+    assert SentenceEncoder.from_pretrained(tmp_path / "reader" / "question").dim == 16  # the query tower's projection
+    capsys.readouterr()
+    assert main(["evaluate", "--task", "open-qa", "--index", str(tmp_path / "index"), "--questions", str(questions),
+                 "--reader", str(tmp_path / "reader"), "--top-k", "1,3", "--device", "cpu", "--no-progress"]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert "exact_match" in json.dumps(scored)

@@ -140,12 +140,12 @@ def _finetune_orqa(model: Any, *, out: Any, train: Any, eval: Any, index: Any, r
         raise BertforgeError("train: give the training questions (--train FILE)")
     device_for(device)
     options = {"k": 5, **{k: v for k, v in options.items() if not (k == "k" and v is None)}}
-    joint = open_joint(index, retriever, int(options["k"]))
     hints = {"index": str(getattr(index, "path", None) or index),
              "retriever": None if retriever is None else str(retriever)}
     cfg = make_config(OpenQAConfig, "finetune --task open-qa", dict(
         model=model_name(model, revision), out=out, train=train, eval=eval, device=device, hints=hints,
-        train_retriever=True), options)
+        train_retriever=True), options)  # the settings checked before the index and the encoder are opened
+    joint = open_joint(index, retriever, cfg.k)
     from bertforge.retrieval.orqa_train import train_joint
 
     return finetune_reader(cfg, None, overwrite=overwrite,

@@ -21,6 +21,7 @@ FLAGS = {
     '--freeze': False, '--features': 'concat_last4', '--head': 'linear', '--precision': None,
     '--no-group-by-length': True, '--resume': False, '--overwrite': False, '--doc-stride': 128,
     '--max-query-length': 64, '--index': None, '--retriever': None, '--top-k': None, '--max-answer-len': 30,
+    '--train-retriever': False,
     '--generator': None, '--rag-kind': 'token', '--freeze-retriever': False, '--report-to': None,
     '--logging-dir': None, '--config': None, '--revision': None,
 }

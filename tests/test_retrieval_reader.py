@@ -256,9 +256,6 @@ def test_open_qa_refusals(open_qa, tmp_path):
 
     with pytest.raises(BertforgeError, match="not a fine-tuned reader"):
         bertforge.ask("who?", index=str(open_qa / "index"), reader=str(open_qa / "encoder"), device="cpu")
-    with pytest.raises(BertforgeError, match="train_retriever"):
-        bertforge.finetune(str(open_qa / "encoder"), task="open-qa", train=str(open_qa / "questions.jsonl"),
-                           out=str(tmp_path / "r"), index=str(open_qa / "index"), train_retriever=True)
     with pytest.raises(BertforgeError, match="^index, reader: give both"):
         bertforge.create_app(None, index=str(open_qa / "index"))
 

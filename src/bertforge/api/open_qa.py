@@ -49,7 +49,7 @@ def evaluate_open_qa(index: Any, questions: Any, *, retriever: Any = None, reade
     asked = found.questions[:limit] if limit else found.questions
     if reader is not None:
         answer_fn = _reader(reader, device, revision)
-    searcher = _searcher(index, retriever, device, revision)
+    searcher = _searcher(index, retriever, device, revision, reader)
     result = score_open_qa(asked, lambda qs, k: searcher.search(qs, k=k), ks, answer_fn, format=found.format,
                            progress=progress)
     if out is not None:
@@ -59,7 +59,14 @@ def evaluate_open_qa(index: Any, questions: Any, *, retriever: Any = None, reade
     return result
 
 
-def _searcher(index: Any, retriever: Any, device: str | None, revision: str | None) -> Any:
+def _searcher(index: Any, retriever: Any, device: str | None, revision: str | None, reader: Any = None) -> Any:
+    plain = hasattr(index, "search") and not hasattr(index, "_index")  # a searcher object, taken as it is
+    if reader is not None and retriever is None and not plain:  # a reader's trained question encoder searches
+        from bertforge.api.orqa import _trained_question, question_search
+
+        found = _trained_question(reader, revision)
+        if found is not None:
+            return question_search(index, found, device)
     if hasattr(index, "search"):
         if retriever is not None:
             raise BertforgeError("retriever: give it with an index folder (a loaded index keeps its own encoder)")

@@ -49,7 +49,10 @@ class Asker:
 
     def __init__(self, index: Any, reader: Any, retriever: Any = None, *, device: str | None = "auto",
                  batch_size: int = 8, max_answer_len: int | None = None, revision: str | None = None):
-        self.index = open_index(index, retriever, device, revision)
+        from bertforge.api.orqa import reader_searcher
+
+        # a reader trained with its question encoder (train_retriever) searches with it unless a retriever is given
+        self.index = reader_searcher(index, reader, retriever, device, revision)
         self.reader = LoadedReader(reader, device=device, batch_size=batch_size, max_answer_len=max_answer_len,
                                    revision=revision)
 
@@ -107,13 +110,14 @@ def finetune_open_qa(model: Any, *, out: Any, train: Any, eval: Any = None, inde
                      train_retriever: bool = False, device: str = "auto", overwrite: bool = False,
                      revision: str | None = None, **options: Any) -> dict[str, Any]:
     """`finetune(task="open-qa")`: a reader trained on the top-k passages `index` gives the `train` questions (see
-    `bertforge.retrieval.reader_train`). Returns the run's record."""
+    `bertforge.retrieval.reader_train`). Returns the run's record. `train_retriever`: the question encoder is
+    trained with the reader (ORQA / REALM, `bertforge.retrieval.orqa`; `k` default 5), the index frozen."""
     from bertforge.api.inputs import make_config
     from bertforge.retrieval.reader_train import OpenQAConfig, finetune_reader
 
     if train_retriever:
-        raise BertforgeError("train_retriever: training the question encoder with the reader (ORQA) is not "
-                             "implemented; the retriever stays frozen")
+        return _finetune_orqa(model, out=out, train=train, eval=eval, index=index, retriever=retriever,
+                              device=device, overwrite=overwrite, revision=revision, **options)
     if train is None:
         raise ArgumentError("train=None: give the training questions",
                             flag_message="give the training questions (--train FILE)")
@@ -128,3 +132,26 @@ def finetune_open_qa(model: Any, *, out: Any, train: Any, eval: Any = None, inde
         return searcher.search(questions, k=k)
 
     return finetune_reader(cfg, retrieve, overwrite=overwrite)
+
+
+def _finetune_orqa(model: Any, *, out: Any, train: Any, eval: Any, index: Any, retriever: Any, device: str,
+                   overwrite: bool, revision: str | None, **options: Any) -> dict[str, Any]:
+    """`finetune(task="open-qa", train_retriever=True)`: the reader and the question encoder (bertforge.api.orqa)."""
+    from bertforge.api.inputs import make_config
+    from bertforge.api.orqa import open_joint
+    from bertforge.retrieval.reader_train import OpenQAConfig, finetune_reader
+
+    if train is None:
+        raise BertforgeError("train: give the training questions (--train FILE)")
+    device_for(device)
+    options = {"k": 5, **{k: v for k, v in options.items() if not (k == "k" and v is None)}}
+    hints = {"index": str(getattr(index, "path", None) or index),
+             "retriever": None if retriever is None else str(retriever)}
+    cfg = make_config(OpenQAConfig, "finetune --task open-qa", dict(
+        model=model_name(model, revision), out=out, train=train, eval=eval, device=device, hints=hints,
+        train_retriever=True), options)  # the settings checked before the index and the encoder are opened
+    joint = open_joint(index, retriever, cfg.k)
+    from bertforge.retrieval.orqa_train import train_joint
+
+    return finetune_reader(cfg, None, overwrite=overwrite,
+                           train_fn=lambda c, folder, tq, eq: train_joint(c, folder, joint, tq, eq))

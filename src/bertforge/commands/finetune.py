@@ -171,6 +171,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="open-qa: passages read per question (default: 8; rag, fid: 5)")
     oq.add_argument("--max-answer-len", type=COUNT, default=30, metavar="N",
                     help="open-qa: tokens an answer span may have (default: 30)")
+    oq.add_argument("--train-retriever", action="store_true",
+                    help="open-qa: train the question encoder with the reader (ORQA / REALM; the index stays frozen; "
+                         "-k default 5); OUT/question/ holds it, and ask / evaluate search with it")
     add_generative_args(ft, g["generative"])
     add_tracking_args(g["tracking"])
     add_config_arg(ft)
@@ -265,7 +268,8 @@ def _run_open_qa(args: argparse.Namespace) -> int:
                       epochs=args.epochs, max_steps=args.max_steps, lr=args.lr, batch_size=args.batch_size,
                       seed=args.seed, precision=args.precision, resume=args.resume, overwrite=args.overwrite,
                       report_to=args.report_to, logging_dir=args.logging_dir, device=args.device,
-                      progress=args.progress, index=args.index, retriever=args.retriever, k=args.k or 8,
+                      progress=args.progress, index=args.index, retriever=args.retriever,
+                      k=args.k or (5 if args.train_retriever else 8), train_retriever=args.train_retriever,
                       max_answer_len=args.max_answer_len,
                       max_seq_len=args.max_seq_len, eval_batch_size=args.eval_batch_size, eval_limit=args.limit,
                       train_limit=args.train_limit, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,

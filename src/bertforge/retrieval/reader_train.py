@@ -7,8 +7,9 @@ Questions: `{"question", "answer": [...]}` rows (NQ-open's layout; "answers" too
 come from the index). Retrieval is a function handed in by the public API (`retrieve(questions, k) -> hits`), which
 keeps this room below the index it searches. Training questions none of whose k passages holds an answer are left
 out (DPR's choice: nothing to learn the span from), with a warning that counts them; evaluation keeps every question
-(one whose passages miss the answer counts as wrong: end-to-end exact match). The retriever stays frozen (ORQA's
-joint training of the question encoder is not implemented).
+(one whose passages miss the answer counts as wrong: end-to-end exact match). The retriever stays frozen, unless
+`train_retriever` (ORQA / REALM: the question encoder trained with the reader, `retrieval.orqa_train`, handed
+in as `train_fn`; retrieval then happens inside each step).
 """
 from __future__ import annotations
 
@@ -81,6 +82,7 @@ class OpenQAConfig:
     group_by_length: bool = True
     save_checkpoints: bool = True
     hints: dict[str, Any] = field(default_factory=dict)  # the index / retriever, recorded in config.json
+    train_retriever: bool = False   # the question encoder trained with the reader (retrieval.orqa)
     # what `tasks.finetune.train_one` reads besides: no feature-based mode, one run
     task: str = KIND
     freeze: bool = False
@@ -186,9 +188,12 @@ def evaluate_reader(model: nn.Module, tokenizer, questions: Sequence[Question], 
 
 
 # ---- the job -------------------------------------------------------------------------------------------------------
-def finetune_reader(cfg: OpenQAConfig, retrieve: Retrieve, *, overwrite: bool = False) -> dict[str, Any]:
+def finetune_reader(cfg: OpenQAConfig, retrieve: Retrieve | None, *, overwrite: bool = False,
+                    train_fn: Callable | None = None) -> dict[str, Any]:
     """Train a reader into `cfg.out` (claimed as finetune claims it: resume / overwrite, recorded options);
-    returns the run's record (tasks.finetune.train_one's, with `main_metric`)."""
+    returns the run's record (tasks.finetune.train_one's, with `main_metric`). `train_fn(cfg, folder, train
+    questions, eval questions) -> record`: another training inside the claimed OUT (with `cfg.train_retriever`:
+    `orqa_train.train_joint`, the question encoder trained too; `retrieve` is then unused)."""
     from bertforge.tasks.finetune import _file_identity, default_lr
 
     folder = ModelFolder.open(cfg.model)
@@ -215,6 +220,8 @@ def finetune_reader(cfg: OpenQAConfig, retrieve: Retrieve, *, overwrite: bool = 
             fingerprint[name] = _file_identity(src)
     with claim_output_dir(cfg.out, resume=cfg.resume, overwrite=overwrite, options=options, fingerprint=fingerprint,
                           may_change=("epochs", "max_steps", "eval_batch_size", "device", "compile"), what="--out"):
+        if train_fn is not None:
+            return _finish(cfg, train_fn(cfg, folder, train_q, eval_q))
         return _train(cfg, folder, retrieve, train_q, eval_q)
 
 
@@ -246,8 +253,14 @@ def _train(cfg: OpenQAConfig, folder: ModelFolder, retrieve: Retrieve, train_q: 
     data = TaskData(KIND, None, kind.main_metric, rows, evaluate, kind)  # type: ignore[arg-type]
     torch.manual_seed(cfg.seed)
     record = train_one(cfg, folder, tokenizer, data, Path(cfg.out), cfg.seed)  # type: ignore[arg-type]
-    record["main_metric"] = kind.main_metric
     record["questions"] = {"train": len(train_q), "train_used": len(rows), "eval": len(eval_q)}
+    return _finish(cfg, record)
+
+
+def _finish(cfg: OpenQAConfig, record: dict[str, Any]) -> dict[str, Any]:
+    """The run's record with its main metric, written to OUT/results.json."""
+    kind = OpenQAKind(cfg)
+    record["main_metric"] = kind.main_metric
     atomic_write_text(Path(cfg.out) / "results.json", json.dumps(
         {"task": KIND, "main_metric": kind.main_metric, "runs": [record],
          "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=str))}, indent=2) + "\n")

@@ -40,7 +40,7 @@ from bertforge.tasks.config import TASK_KINDS, TASKS, FinetuneConfig  # noqa: F4
 from bertforge.families import Family
 from bertforge.model.folder import ModelFolder
 from bertforge.tasks.fewshot import chance_scores, fit_frozen_head, warn_near_chance
-from bertforge.tasks.folders import install_model, remove_stale_temp_dirs, saved_task
+from bertforge.tasks.folders import install_dir, install_model, remove_stale_temp_dirs, saved_task
 from bertforge.tasks.kinds import TaskKind, kind_for
 
 log = logging.getLogger(__name__)
@@ -338,6 +338,8 @@ def train_one(cfg: FinetuneConfig, folder: ModelFolder, tokenizer, data: TaskDat
     if data.evaluate is None:  # nothing to choose by: the final model is the one kept
         save_fn(model, run_dir / "best")
     if (run_dir / "best").is_dir():  # (a resumed, already finished run has moved it before)
+        for sub in getattr(kind, "model_dirs", ()):  # folders a kind saves beside its model (before config.json)
+            install_dir(run_dir / "best" / sub, run_dir / sub)
         install_model(run_dir / "best", run_dir, move=True)
         shutil.rmtree(run_dir / "best")
     if before is not None:

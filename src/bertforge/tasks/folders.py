@@ -51,6 +51,18 @@ def install_model(src: Path, dst: Path, move: bool) -> None:
             atomic_write(dst / name, lambda tmp, f=src / name: shutil.copyfile(f, tmp))
 
 
+def install_dir(src: Path, dst: Path) -> None:
+    """Move folder `src` to `dst`, replacing it: the old one is renamed aside first (a killed move leaves a
+    .old-NAME-PID folder, which the next claim removes) and dropped after."""
+    if not src.is_dir():
+        return
+    old = dst.with_name(f".old-{dst.name}-{os.getpid()}")
+    if dst.exists():
+        os.replace(dst, old)
+    os.replace(src, dst)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 # atomic_write_dir's leftovers (training.state): .tmp-NAME-PID / .old-NAME-PID
 _TEMP_DIR = re.compile(r"^\.(tmp|old)-.+-\d+$")
 

@@ -143,8 +143,8 @@ def main() -> None:
     import torch
 
     from bertforge.device import default_precision
-    from bertforge.embed import SentenceEncoder
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding import SentenceEncoder
+    from bertforge.embedding.index import VectorIndex
     from bertforge.retrieval.passages import iter_passages
     from bertforge.retrieval.shards import build_shard
 

@@ -40,8 +40,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from bertforge.config import preset  # noqa: E402
-from bertforge.distill.general import GeneralDistillConfig, distill_general  # noqa: E402
-from bertforge.distill.task import TaskDistillConfig, distill_task  # noqa: E402
+from bertforge.distillation.general import GeneralDistillConfig, distill_general  # noqa: E402
+from bertforge.distillation.task import TaskDistillConfig, distill_task  # noqa: E402
 from bertforge.tasks.config import FinetuneConfig  # noqa: E402
 from bertforge.tasks.finetune import evaluate_model, finetune  # noqa: E402
 from bertforge.tasks.models import build_model, load_task_model, save_task_model  # noqa: E402

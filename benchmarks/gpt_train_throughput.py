@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from bertforge.config import compose
-from bertforge.pretrain.objectives import CausalLMObjective
+from bertforge.pretraining.objectives import CausalLMObjective
 from pretrain_throughput import Runner, interleaved, matmul_peak
 
 

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bench_common import timed  # noqa: E402
-from bertforge.embed import SentenceEncoder  # noqa: E402
+from bertforge.embedding import SentenceEncoder  # noqa: E402
 from bertforge.device import resolve_device  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ BF_SCRIPT = "import sys; from bertforge.cli import main; sys.exit(main(sys.argv[
 
 
 def default_texts() -> list[str]:
-    from bertforge.embed.data import read_examples
+    from bertforge.embedding.data import read_examples
     return [t for ex in read_examples(STS_TEST).examples for t in ex.texts]
 
 

@@ -32,11 +32,11 @@ from pathlib import Path
 import torch
 
 from bertforge.data import ShardedCorpus
-from bertforge.pretrain.inputs import SingleSegmentCollator, make_dataset, single_segment
-from bertforge.pretrain.options import PretrainOptions
-from bertforge.pretrain.prepare import prepare_data, prepare_tokenizer
-from bertforge.pretrain.recipes import resolve
-from bertforge.pretrain.run import build_model
+from bertforge.pretraining.inputs import SingleSegmentCollator, make_dataset, single_segment
+from bertforge.pretraining.options import PretrainOptions
+from bertforge.pretraining.prepare import prepare_data, prepare_tokenizer
+from bertforge.pretraining.recipes import resolve
+from bertforge.pretraining.run import build_model
 from bertforge.device import resolve_device
 from bertforge.training import ResumableLoader, TrainConfig, Trainer
 from bertforge.training.loader import batch_stream

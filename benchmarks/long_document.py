@@ -48,7 +48,7 @@ from bertforge.data.corpus import find_files, iter_documents, split_sentences
 from bertforge.data.masking import IGNORE_INDEX, Masker, mask_rng
 from bertforge.io.write import atomic_write_text
 from bertforge.io.read import read_json
-from bertforge.pretrain.objectives import build_objective
+from bertforge.pretraining.objectives import build_objective
 from bertforge.tokenization import Tokenizer
 
 WINDOW = 512  # the short model's context: [CLS] + 510 tokens + [SEP]

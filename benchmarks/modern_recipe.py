@@ -100,7 +100,7 @@ def main() -> None:
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "modern_recipe.json"))
     args = ap.parse_args()
 
-    from bertforge.pretrain.ablation import prepare_shared, run_arm
+    from bertforge.pretraining.ablation import prepare_shared, run_arm
     from bertforge.device import default_precision
 
     out, path = Path(args.out), Path(args.json)

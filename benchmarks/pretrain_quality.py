@@ -34,12 +34,12 @@ def main() -> None:
     args = ap.parse_args()
 
     from bertforge.data import ShardedCorpus, prepare_corpus
-    from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.inputs import make_dataset
-    from bertforge.pretrain.metrics import mlm_metrics, token_frequencies
-    from bertforge.pretrain.options import PretrainOptions
+    from bertforge.pretraining.recipes import resolve
+    from bertforge.pretraining.inputs import make_dataset
+    from bertforge.pretraining.metrics import mlm_metrics, token_frequencies
+    from bertforge.pretraining.options import PretrainOptions
     from bertforge.device import default_precision
-    from bertforge.pretrain.run import pretrain
+    from bertforge.pretraining.run import pretrain
     from bertforge.tokenization import Tokenizer
 
     out = Path(args.out)

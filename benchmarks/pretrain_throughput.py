@@ -24,7 +24,7 @@ import torch
 
 from bench_common import bench_lock
 from bertforge.config import preset
-from bertforge.pretrain.objectives import MLMObjective
+from bertforge.pretraining.objectives import MLMObjective
 from bertforge.device import compile_module
 
 

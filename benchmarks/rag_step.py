@@ -80,8 +80,8 @@ def main() -> None:
     import torch
 
     from bertforge.config.seq2seq import compose_seq2seq
-    from bertforge.embed.index import VectorIndex
-    from bertforge.embed.modules import SentenceEncoder
+    from bertforge.embedding.index import VectorIndex
+    from bertforge.embedding.modules import SentenceEncoder
     from bertforge.model import Seq2SeqLM
     from bertforge.retrieval.rag_train import (PassageVectors, RagTrainer, answer_labels, pad_rows, rag_collate,
                                                source_ids)

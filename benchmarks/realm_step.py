@@ -70,8 +70,8 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from bertforge.pretrain.objectives import build_objective
-    from bertforge.pretrain.recipes import RECIPES
+    from bertforge.pretraining.objectives import build_objective
+    from bertforge.pretraining.recipes import RECIPES
     from bertforge.retrieval.realm_data import RealmCollator, RealmSentences
     from bertforge.retrieval.realm_knowledge import KnowledgeIndex
     from bertforge.retrieval.realm_model import RealmModel, projected_tower

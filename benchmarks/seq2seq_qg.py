@@ -10,7 +10,7 @@ article: the last --dev-articles (8: 1,589 questions) are dev, never seen in pre
 (8,981 questions) train. Source "answer: A context: C" (C the paragraph, or with --context sentence only the
 answer's sentence), target the question.
 
-Pretraining (`bertforge pretrain --recipe t5 | bart`, `pretrain.run.pretrain`): the train articles' paragraphs
+Pretraining (`bertforge pretrain --recipe t5 | bart`, `pretraining.run.pretrain`): the train articles' paragraphs
 (in-domain, no dev passage) plus --books Gutenberg novels, one tokenizer per family trained on that text (T5's
 Unigram with 100 sentinels, BART's byte-level BPE), --size's shape in both stacks, --seq-len, the same wall clock
 for both families, each run alone under the shared benchmark lock (/tmp/bertforge-bench.lock) with `uptime`
@@ -57,9 +57,9 @@ def pretraining_corpus(out: Path, squad: Path, n_train_articles: int, books: int
 
 
 def pretrain_family(family: str, corpus: list[str], args, out: Path) -> dict:
-    from bertforge.pretrain.options import PretrainOptions
-    from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.run import pretrain
+    from bertforge.pretraining.options import PretrainOptions
+    from bertforge.pretraining.recipes import resolve
+    from bertforge.pretraining.run import pretrain
 
     opts = PretrainOptions(recipe=resolve(family), out=out, corpus=corpus, vocab_size=args.vocab_size,
                            size=args.size, seq_len=args.seq_len, batch_size=args.batch_size,

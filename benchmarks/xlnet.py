@@ -26,7 +26,7 @@ from bertforge.config import compose
 from bertforge.data import PermutationSampler
 from bertforge.io.write import atomic_write_text
 from bertforge.model import permutation_mask, target_mapping_of
-from bertforge.pretrain.objectives import build_objective
+from bertforge.pretraining.objectives import build_objective
 from bertforge.device import default_precision
 from pretrain_throughput import Runner, interleaved  # same timing harness as the BERT throughput benchmark
 

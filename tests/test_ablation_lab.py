@@ -19,7 +19,7 @@ from bertforge.lab.report import (INCONCLUSIVE, NOT_REPRODUCED, PENDING, REPRODU
 from bertforge.lab.run import LabOptions, check_options, relation_accuracies, run_lab
 from bertforge.lab.tables import CONTROL, TABLES, Claim
 from bertforge.model import Encoder
-from bertforge.pretrain.objectives import build_objective
+from bertforge.pretraining.objectives import build_objective
 
 WORDS = ("the cat dog bird fish sat ran flew swam on under near over a mat tree river house garden quickly slowly "
          "red green blue small big old young happy sad and but then because").split()
@@ -270,8 +270,8 @@ def test_missing_downstream_folder_is_named(lab_inputs, tmp_path):
 
 
 def test_every_arm_is_a_valid_recipe_and_every_table_arm_exists():
-    from bertforge.pretrain.ablation import ARMS
-    from bertforge.pretrain.recipes import resolve
+    from bertforge.pretraining.ablation import ARMS
+    from bertforge.pretraining.recipes import resolve
     for arm in ARMS.values():
         resolve(arm["recipe"], **arm["over"])
     for table in TABLES.values():

@@ -16,10 +16,10 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bertforge"
 # order (test_the_architecture_doc_matches_the_code).
 LAYERS: list[str] = [
     "errors", "labels", "device", "io", "families", "config", "tokenization", "model", "data", "training",
-    "generation", "tasks", "embed",
+    "generation", "tasks", "embedding",
     "retrieval",  # sparse / dense / hybrid retrieval, the corpus index, readers over the top k, open-QA scoring
-    "analysis", "distill", "pretrain", "lab",
-    "serve",  # calls the same encode / predict functions the CLI calls
+    "analysis", "distillation", "pretraining", "lab",
+    "server",  # calls the same encode / predict functions the CLI calls
     "api",  # the public functions: one per verb, over everything below (serve included)
     "commands", "cli",
 ]
@@ -158,6 +158,20 @@ def test_the_commands_check_finds_a_lazy_import(tmp_path):
         "commands/verb.py:4: bertforge.tasks.config", "commands/verb.py:5: bertforge.model.folder",
         "commands/verb.py:6: bertforge.lab"]
 
+
+
+def test_no_name_is_both_a_package_and_a_verb():
+    """A verb's name is its public function only: `bertforge.embed` is never also a package (which editors and type
+    checkers cannot tell from the function), and users' `from bertforge import embed` gets the function."""
+    import inspect
+
+    import bertforge
+
+    tops = {p.name.removesuffix(".py") for p in SRC.iterdir() if p.suffix == ".py" or p.is_dir()}
+    assert not tops & set(bertforge.__all__), sorted(tops & set(bertforge.__all__))
+    from bertforge import distill, embed, pretrain, serve
+
+    assert all(inspect.isfunction(f) for f in (distill, embed, pretrain, serve))
 
 # ---- docs/architecture.md against the code ------------------------------------------------------------------------
 DOC = SRC.parents[1] / "docs" / "architecture.md"
@@ -348,11 +362,11 @@ FAMILY_NAME_ALLOWED: dict[str, str] = {
     'data/seq2seq.py: "text infilling needs a tokenizer with a <mask> token (byte-': PAPER,
     'data/seq2seq.py: BartNoise': MECHANISM,
     'data/seq2seq.py: t5_lengths': MECHANISM,
-    'distill/compress.py: "bert"': ONNX,
-    'distill/init.py: "a DistilBERT student needs a teacher with unfactorised embe': PAPER,
-    'distill/init.py: f"a DistilBERT student needs a {\' or \'.join(teachers)} teach': PAPER,
-    'embed/modules.py: "sentence_bert_config.json"': FOREIGN,
-    'embed/modules.py: f"{path / \'sentence_bert_config.json\'}: max_seq_length"': FOREIGN,
+    'distillation/compress.py: "bert"': ONNX,
+    'distillation/init.py: "a DistilBERT student needs a teacher with unfactorised embe': PAPER,
+    'distillation/init.py: f"a DistilBERT student needs a {\' or \'.join(teachers)} teach': PAPER,
+    'embedding/modules.py: "sentence_bert_config.json"': FOREIGN,
+    'embedding/modules.py: f"{path / \'sentence_bert_config.json\'}: max_seq_length"': FOREIGN,
     'generation/text.py: f"{folder.path}: {what} cannot generate text; give a decoder': PAPER,
     'lab/flops.py: electra': CONSTANT,
     'lab/run.py: "bert-base"': SIZE,
@@ -417,31 +431,31 @@ FAMILY_NAME_ALLOWED: dict[str, str] = {
     'model/xlnet.py: XLNetLayer': MECHANISM,
     'model/xlnet.py: XLNetOutput': MECHANISM,
     'model/xlnet.py: f"XLNetEncoder needs a two-stream (XLNet) config, got model_': PAPER,
-    'pretrain/ablation.py: "ALBERT with no cross-layer sharing"': LAB,
-    'pretrain/ablation.py: "DeBERTa RTD, one embedding module for both (ES, ELECTRA\'s s': LAB,
-    'pretrain/ablation.py: "MLM + NSP, segment pairs, static masks (BERT)"': LAB,
-    'pretrain/ablation.py: "MLM + WSO + SSO, segment pairs, static masks (StructBERT)"': LAB,
-    'pretrain/ablation.py: "albert"': LAB,
-    'pretrain/ablation.py: "albert-unshared"': LAB,
-    'pretrain/ablation.py: "bert-mini"': LAB,
-    'pretrain/ablation.py: "electra"': LAB,
-    'pretrain/ablation.py: "electra-flops"': LAB,
-    'pretrain/ablation.py: "left-to-right LM on the same encoder, left-only attention (': LAB,
-    'pretrain/ablation.py: "permutation LM, two-stream relative attention, last 1/6 pre': LAB,
-    'pretrain/ablation.py: "roberta"': LAB,
-    'pretrain/ablation.py: "span masking + span-boundary objective (SpanBERT)"': LAB,
-    'pretrain/ablation.py: "the ALBERT recipe: MLM + SOP, E=128, all layers shared"': LAB,
-    'pretrain/ablation.py: "the ModernBERT recipe: modernbert family, MLM 30%, packed r': LAB,
-    'pretrain/ablation.py: "xlnet"': LAB,
-    'pretrain/inputs.py: f"(XLNet models train the permutation LM, {PLM}, and only th': PAPER,
-    'pretrain/longify.py: f"{\', \'.join(SOURCES)} checkpoints, whose layers Longformer\'': PAPER,
-    'pretrain/objectives.py: XLNetLM': MECHANISM,
-    'pretrain/recipes.py: f"({PLM}) is what an XLNet model trains, and all it trains; ': PAPER,
-    'pretrain/recipes.py: f"--masking {self.masking} does not apply to --objective plm': PAPER,
-    'pretrain/report.py: "context: a few CPU minutes show the whole pipeline, not a u': PAPER,
-    'pretrain/report.py: "with a larger model (--size bert-mini --time-budget 8h, on ': PAPER,
-    'pretrain/run.py: f"--init-from {src}: a {cfg.model_type} checkpoint cannot co': PAPER,
-    'pretrain/seq2seq.py: f"{source}: a {tok.kind} tokenizer has no <mask> token for B': PAPER,
+    'pretraining/ablation.py: "ALBERT with no cross-layer sharing"': LAB,
+    'pretraining/ablation.py: "DeBERTa RTD, one embedding module for both (ES, ELECTRA\'s s': LAB,
+    'pretraining/ablation.py: "MLM + NSP, segment pairs, static masks (BERT)"': LAB,
+    'pretraining/ablation.py: "MLM + WSO + SSO, segment pairs, static masks (StructBERT)"': LAB,
+    'pretraining/ablation.py: "albert"': LAB,
+    'pretraining/ablation.py: "albert-unshared"': LAB,
+    'pretraining/ablation.py: "bert-mini"': LAB,
+    'pretraining/ablation.py: "electra"': LAB,
+    'pretraining/ablation.py: "electra-flops"': LAB,
+    'pretraining/ablation.py: "left-to-right LM on the same encoder, left-only attention (': LAB,
+    'pretraining/ablation.py: "permutation LM, two-stream relative attention, last 1/6 pre': LAB,
+    'pretraining/ablation.py: "roberta"': LAB,
+    'pretraining/ablation.py: "span masking + span-boundary objective (SpanBERT)"': LAB,
+    'pretraining/ablation.py: "the ALBERT recipe: MLM + SOP, E=128, all layers shared"': LAB,
+    'pretraining/ablation.py: "the ModernBERT recipe: modernbert family, MLM 30%, packed r': LAB,
+    'pretraining/ablation.py: "xlnet"': LAB,
+    'pretraining/inputs.py: f"(XLNet models train the permutation LM, {PLM}, and only th': PAPER,
+    'pretraining/longify.py: f"{\', \'.join(SOURCES)} checkpoints, whose layers Longformer\'': PAPER,
+    'pretraining/objectives.py: XLNetLM': MECHANISM,
+    'pretraining/recipes.py: f"({PLM}) is what an XLNet model trains, and all it trains; ': PAPER,
+    'pretraining/recipes.py: f"--masking {self.masking} does not apply to --objective plm': PAPER,
+    'pretraining/report.py: "context: a few CPU minutes show the whole pipeline, not a u': PAPER,
+    'pretraining/report.py: "with a larger model (--size bert-mini --time-budget 8h, on ': PAPER,
+    'pretraining/run.py: f"--init-from {src}: a {cfg.model_type} checkpoint cannot co': PAPER,
+    'pretraining/seq2seq.py: f"{source}: a {tok.kind} tokenizer has no <mask> token for B': PAPER,
     'retrieval/dpr.py: dpr_loss': METHOD,
     'retrieval/dpr.py: f"{where}: no question (expected question + positive, DPR\'s ': METHOD,
     'retrieval/generative_train.py: "the question tower has no DPR layout (%s): the RAG folder h': METHOD,

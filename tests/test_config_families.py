@@ -12,8 +12,8 @@ from bertforge.families import DECODER, ENCODER_DECODER, FAMILIES
 from bertforge.config import PRESETS, ModelConfig, compose, preset
 from bertforge.config.sizes import SIZES
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.recipes import RECIPES
-from bertforge.pretrain.recipes import SIZE_NAMES as SIZE_FLAGS
+from bertforge.pretraining.recipes import RECIPES
+from bertforge.pretraining.recipes import SIZE_NAMES as SIZE_FLAGS
 
 # ModelConfig fields a family fixes, as (config field, Family field)
 FAMILY_FIELDS = [("type_vocab_size", "type_vocab_size"), ("layer_norm_eps", "layer_norm_eps"),

@@ -333,7 +333,7 @@ def test_index_reads_a_table_corpus_with_its_columns(tiny, tmp_path, sst, capsys
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "corpus.parquet")
     assert cli("index", "build", "--model", tiny, "--corpus", tmp_path / "corpus.parquet", "--text-col", "body",
                "--id-col", "doc", "--out", tmp_path / "idx", "--no-progress") == 0
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding.index import VectorIndex
 
     index = VectorIndex.load(tmp_path / "idx")
     assert index.ids == [r["doc"] for r in rows] and index.texts == [r["body"] for r in rows]

@@ -10,9 +10,9 @@ import torch
 
 from bertforge.config import compose
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.objectives import (ELECTRAObjective, GDES_DELTA, GradientDisentangledEmbedding,
+from bertforge.pretraining.objectives import (ELECTRAObjective, GDES_DELTA, GradientDisentangledEmbedding,
                                            generator_config)
-from bertforge.pretrain.recipes import resolve
+from bertforge.pretraining.recipes import resolve
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 V = 90

@@ -100,7 +100,7 @@ def test_for_inference_of_a_float64_encoder_is_float64_and_matches(cfg):
 
 @pytest.mark.parametrize("compile", [False, True])
 def test_sentence_encoder_encode_in_float64(mlm_dir, compile, monkeypatch):
-    from bertforge.embed import SentenceEncoder
+    from bertforge.embedding import SentenceEncoder
 
     eager_compile(monkeypatch)
     model = SentenceEncoder.from_pretrained(mlm_dir)
@@ -113,7 +113,7 @@ def test_sentence_encoder_encode_in_float64(mlm_dir, compile, monkeypatch):
 
 
 def test_cross_encoder_rerank_in_float64(cfg, tok):
-    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.embedding.cross_encoder import CrossEncoder
     from bertforge.retrieval.index import Hit, rerank
 
     torch.manual_seed(0)
@@ -182,7 +182,7 @@ def test_generate_in_float64(tmp_path):
 
 
 def test_distilled_student_is_built_where_its_teacher_is(mlm_dir):
-    from bertforge.distill.init import student_from_teacher
+    from bertforge.distillation.init import student_from_teacher
     from bertforge.model.heads import MaskedLM
 
     teacher = MaskedLM.from_pretrained(mlm_dir).to(F64)
@@ -195,8 +195,8 @@ def test_distilled_student_is_built_where_its_teacher_is(mlm_dir):
 
 
 def test_serve_registry_loads_onto_the_device_and_refuses_one_it_lacks(mlm_dir):
-    from bertforge.embed import SentenceEncoder
-    from bertforge.serve.registry import EMBED, load_models
+    from bertforge.embedding import SentenceEncoder
+    from bertforge.server.registry import EMBED, load_models
 
     models = load_models([str(mlm_dir)], "fp32", "cpu")
     (served,) = models.values()

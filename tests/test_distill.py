@@ -14,8 +14,8 @@ import torch
 from bertforge.model.checkpoint import save_pretrained
 from bertforge.config import preset
 from bertforge.model.bilstm import augment
-from bertforge.distill.losses import TeacherCache, cosine_loss, kd_loss, logit_mse
-from bertforge.distill.task import TaskDistillConfig, distill_task, pick_layers
+from bertforge.distillation.losses import TeacherCache, cosine_loss, kd_loss, logit_mse
+from bertforge.distillation.task import TaskDistillConfig, distill_task, pick_layers
 from bertforge.errors import BertforgeError
 from bertforge.model.heads import MaskedLM
 from bertforge.model import Encoder
@@ -198,7 +198,7 @@ def test_bilstm_rows_give_the_same_outputs_alone_and_padded_in_a_batch(kind):
 
 
 def test_layer_student_starts_as_the_teachers_layers(tiny):
-    from bertforge.distill.task import layer_student
+    from bertforge.distillation.task import layer_student
 
     teacher, _, _ = load_task_model(tiny["teacher"])
     student = layer_student(teacher, "classify", 2, 2)
@@ -270,7 +270,7 @@ def test_general_distillation_bad_inputs_are_one_line(tiny, mlm_teacher, tmp_pat
 
 def test_general_distillation_holds_out_a_corpus_of_its_own_and_trains_in_the_default_precision(
         tiny, mlm_teacher, tmp_path):
-    from bertforge.distill.general import GeneralDistillConfig, distill_general, pack_corpus
+    from bertforge.distillation.general import GeneralDistillConfig, distill_general, pack_corpus
     from bertforge.device import default_precision
 
     held = tmp_path / "held.txt"
@@ -318,8 +318,8 @@ def _crash_at(monkeypatch, cls: type, call: int) -> None:
 def test_interrupted_distillation_resumes_to_the_uninterrupted_result(tiny, mlm_teacher, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
-    from bertforge.distill.general import GeneralDistillConfig, GeneralDistiller, distill_general
-    from bertforge.distill.task import Distiller
+    from bertforge.distillation.general import GeneralDistillConfig, GeneralDistiller, distill_general
+    from bertforge.distillation.task import Distiller
 
     task = dict(teacher=tiny["teacher"], task="sst2", data=tiny["data"], student="layers:2", max_steps=6,
                 save_every=2, batch_size=16, lr=1e-3)
@@ -353,8 +353,8 @@ def test_a_resumed_task_distillation_logs_the_uninterrupted_metrics_bit_for_bit(
     round differently for another batch shape; here the teacher's logits are made to depend on the batch's padded
     width on purpose (scaled by 1 + 1e-6 per token), as such kernels can. Fixed blocks of rows make the logits, and so
     metrics.jsonl, the same bit for bit."""
-    import bertforge.distill.task as distill_module
-    from bertforge.distill.task import Distiller
+    import bertforge.distillation.task as distill_module
+    from bertforge.distillation.task import Distiller
     from bertforge.tasks.batching import row_length
 
     rng = random.Random(3)

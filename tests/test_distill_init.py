@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from bertforge.config import ModelConfig
-from bertforge.distill import student_from_teacher
+from bertforge.distillation import student_from_teacher
 from bertforge.errors import BertforgeError
 from bertforge.model.heads import PreTrainingModel
 

@@ -10,10 +10,10 @@ import torch
 
 from bertforge.model.checkpoint import save_pretrained
 from bertforge.config import ModelConfig
-from bertforge.embed import Dense, SentenceEncoder
-from bertforge.embed.data import Dataset, Example, read_examples, read_texts
-from bertforge.embed.encode import length_batches, pad_batch
-from bertforge.embed.losses import (CosineSimilarityLoss, MultipleNegativesRankingLoss, SoftmaxLoss,
+from bertforge.embedding import Dense, SentenceEncoder
+from bertforge.embedding.data import Dataset, Example, read_examples, read_texts
+from bertforge.embedding.encode import length_batches, pad_batch
+from bertforge.embedding.losses import (CosineSimilarityLoss, MultipleNegativesRankingLoss, SoftmaxLoss,
                                     TripletLoss)
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder
@@ -215,7 +215,7 @@ def test_losses_hand_checked():
 
 
 def test_cosine_training_lowers_loss(tiny_dir, tmp_path):
-    from bertforge.embed.train import BiEncoderTrainingModel, Collator, fit
+    from bertforge.embedding.train import BiEncoderTrainingModel, Collator, fit
 
     model = SentenceEncoder.from_pretrained(tiny_dir)
     pairs = [("a man plays guitar", "a person plays music", 4.5), ("the cat sleeps", "stocks fell today", 0.2),
@@ -264,8 +264,8 @@ def test_readers(tmp_path):
 
 def test_nli_integer_labels_share_the_finetune_order(tmp_path, caplog):
     """An integer label means what it means to `finetune` (HF order); -1 / out-of-range rows are skipped."""
-    from bertforge.embed.losses import ENTAILMENT, NLI_LABELS
-    from bertforge.embed.train import prepare
+    from bertforge.embedding.losses import ENTAILMENT, NLI_LABELS
+    from bertforge.embedding.train import prepare
     from bertforge.tasks.readers import NLI3_LABELS
 
     assert list(NLI_LABELS) == list(NLI3_LABELS) and NLI3_LABELS[ENTAILMENT] == "entailment"
@@ -282,7 +282,7 @@ def test_nli_integer_labels_share_the_finetune_order(tmp_path, caplog):
 
 
 def test_squad_retrieval_reader(tmp_path):
-    from bertforge.embed.data import read_squad_retrieval
+    from bertforge.embedding.data import read_squad_retrieval
 
     good = tmp_path / "squad.json"
     paras = [{"context": "c1", "qas": [{"id": "1", "question": "q1", "answers": [{"text": "c", "answer_start": 0}]},
@@ -323,7 +323,7 @@ def test_cli_embed_npy_and_jsonl(tiny_dir, tmp_path):
 # ---- slow: real data -----------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_minilm_sts_benchmark_spearman(shared_data, minilm_model):
-    from bertforge.embed.evaluate import evaluate_sts
+    from bertforge.embedding.evaluate import evaluate_sts
 
     result = evaluate_sts(minilm_model, read_examples(shared_data(*STS_TEST)))
     assert result["n"] == 1379
@@ -335,8 +335,8 @@ def test_cosine_training_on_stsb_fits_its_pairs_and_keeps_the_test_score(tmp_pat
     # One epoch of cosine loss on 1,000 STS-B training pairs (63 steps: CI-sized) must fit those pairs better
     # (a wrong sign or a lost gradient makes it fall) and must not damage the held-out score. (The full-epoch
     # gain on the test split, +0.005 to +0.01 for an already STS-tuned MiniLM, is too small to assert on a slice.)
-    from bertforge.embed.evaluate import evaluate_sts
-    from bertforge.embed.train import fit
+    from bertforge.embedding.evaluate import evaluate_sts
+    from bertforge.embedding.train import fit
 
     sts_train, sts_test = shared_data(*STS_TRAIN), shared_data(*STS_TEST)
     model = SentenceEncoder.from_pretrained(MINILM)

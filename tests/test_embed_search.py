@@ -10,9 +10,9 @@ import torch
 
 from bertforge.model.checkpoint import save_pretrained
 from bertforge.config import ModelConfig
-from bertforge.embed import SentenceEncoder
-from bertforge.embed.evaluate import retrieval_metrics, sts_metrics, top_k
-from bertforge.embed.index import VectorIndex, ivf_lists
+from bertforge.embedding import SentenceEncoder
+from bertforge.embedding.evaluate import retrieval_metrics, sts_metrics, top_k
+from bertforge.embedding.index import VectorIndex, ivf_lists
 from bertforge.errors import BertforgeError
 from bertforge.model import Encoder
 from bertforge.tokenization import Tokenizer
@@ -81,7 +81,7 @@ def test_index_build_query_add_round_trip(tiny_dirs, tmp_path, kind):
 
 def test_index_query_cli_and_rerank(tiny_dirs, tmp_path, capsys):
     from bertforge.cli import main
-    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.embedding.cross_encoder import CrossEncoder
 
     model_dir, _ = tiny_dirs
     corpus = tmp_path / "c.txt"
@@ -106,7 +106,7 @@ def test_index_query_cli_and_rerank(tiny_dirs, tmp_path, capsys):
 
 def test_cross_encoder_matches_transformers(tiny_dirs, tmp_path):
     transformers = pytest.importorskip("transformers")
-    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.embedding.cross_encoder import CrossEncoder
 
     model_dir, _ = tiny_dirs
     torch.manual_seed(4)

@@ -59,7 +59,7 @@ from transformers import (AutoTokenizer, CamembertForMaskedLM, CamembertForSeque
 from bertforge.config import preset
 from bertforge.model import Encoder
 from bertforge.model.heads import MaskedLM
-from bertforge.pretrain.recipes import RECIPES
+from bertforge.pretraining.recipes import RECIPES
 from bertforge.tasks.models import build_model, load_task_model, save_task_model
 from bertforge.tokenization import Tokenizer
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bertforge.io import read as files
-from bertforge.embed.data import read_corpus, read_examples, read_texts
+from bertforge.embedding.data import read_corpus, read_examples, read_texts
 from bertforge.errors import BertforgeError
 from bertforge.tasks.conll import read_conll
 from bertforge.tasks.glue import read_cola, read_mrpc, read_nli_jsonl, read_sst2, read_stsb

@@ -244,7 +244,7 @@ def test_cli_embed_on_cpu_device_with_compile_matches_plain(tiny_encoder_dir, tm
 
 def test_cross_encoder_bf16_autocast_on_cpu_is_close(tiny_encoder_dir):
     from bertforge.config import ModelConfig
-    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.embedding.cross_encoder import CrossEncoder
     from bertforge.tokenization import Tokenizer
 
     torch.manual_seed(0)

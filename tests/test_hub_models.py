@@ -93,7 +93,7 @@ def test_python_api_takes_the_id(hub):
     the test's cache (its paths are fixed when it is imported)."""
     code = f"""
 import json, numpy as np
-from bertforge.embed import SentenceEncoder
+from bertforge.embedding import SentenceEncoder
 from bertforge import Encoder, Tokenizer
 texts = {TEXTS!r}
 a = SentenceEncoder.from_pretrained({MODEL_ID!r}).encode(texts, progress=False)

@@ -42,7 +42,7 @@ def folders(tmp_path_factory):
 
 def by_hand(root, k):
     """Top k (id, dot product) per question from the towers as saved."""
-    from bertforge.embed import SentenceEncoder
+    from bertforge.embedding import SentenceEncoder
 
     q = SentenceEncoder.from_pretrained(root / "r" / "question").encode(QUESTIONS, progress=False)
     p = SentenceEncoder.from_pretrained(root / "r" / "passage").encode(PASSAGES, progress=False)
@@ -95,7 +95,7 @@ def test_two_tower_index_refuses_another_question_tower(folders, tmp_path):
 
 def test_single_model_index_still_cosine(folders):
     import bertforge
-    from bertforge.embed import SentenceEncoder
+    from bertforge.embedding import SentenceEncoder
 
     index = bertforge.Index.build(folders / "r" / "passage", PASSAGES, None, ids=IDS, device="cpu")
     enc = SentenceEncoder.from_pretrained(folders / "r" / "passage")

@@ -150,7 +150,7 @@ def test_task_loss_hand_worked():
 
 
 def test_cross_encoder_is_the_sequence_classifier():
-    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.embedding.cross_encoder import CrossEncoder
     from bertforge.tasks.models import SequenceClassifier
 
     cfg = CONFIGS["bert"]

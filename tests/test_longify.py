@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from bertforge.commands import longify as longify_cmd
 from bertforge.commands import pretrain as pretrain_cmd
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.longify import tiled_positions
+from bertforge.pretraining.longify import tiled_positions
 from bertforge.tokenization import Tokenizer
 
 transformers.logging.set_verbosity_error()

@@ -18,8 +18,8 @@ from torch import nn
 from bertforge.commands import pretrain as cmd
 from bertforge.config.sizes import SIZES
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.ablation import ARMS
-from bertforge.pretrain.recipes import RECIPES, resolve
+from bertforge.pretraining.ablation import ARMS
+from bertforge.pretraining.recipes import RECIPES, resolve
 from bertforge.training import TrainConfig, WarmupStableDecay, build_schedule
 
 WORDS = ("the cat dog bird fish sat ran flew swam on under near over a mat tree river house garden quickly slowly "
@@ -89,7 +89,7 @@ def test_wsd_schedule_matches_transformers():
 
 def test_modern_rows_are_packed_and_30_percent_masked(corpus, tmp_path):
     from bertforge.data import ShardedCorpus, prepare_corpus
-    from bertforge.pretrain.inputs import make_dataset
+    from bertforge.pretraining.inputs import make_dataset
     from bertforge.tokenization import Tokenizer
     tok = Tokenizer.train([corpus.read_text()], kind="bpe", vocab_size=200)
     prepare_corpus([str(corpus)], tok, tmp_path / "shards", progress=False, heldout_fraction=0.0)
@@ -149,7 +149,7 @@ def test_modern_checkpoint_fine_tunes_and_reloads(corpus, tmp_path):
 
 
 def test_modernbert_takes_pair_inputs_as_one_segment():
-    from bertforge.pretrain.inputs import check_model_fits_recipe, single_segment
+    from bertforge.pretraining.inputs import check_model_fits_recipe, single_segment
     recipe = resolve("modern", input_format="segment-pair")
     cfg = recipe.model_config("bert-tiny", vocab_size=100, pad_token_id=0, seq_len=64)
     check_model_fits_recipe(cfg, recipe, "--recipe modern")  # no token types, and none needed

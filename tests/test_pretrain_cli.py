@@ -18,7 +18,7 @@ import torch
 from bertforge.commands import pretrain as cmd
 from bertforge.errors import BertforgeError
 from bertforge.model.checkpoint import read_tensors
-from bertforge.pretrain.recipes import ICT, REALM, RECIPES
+from bertforge.pretraining.recipes import ICT, REALM, RECIPES
 
 WORDS = ("the cat dog bird fish sat ran flew swam on under near over a mat tree river house garden quickly slowly "
          "red green blue small big old young happy sad and but then because").split()
@@ -57,7 +57,7 @@ def losses(out: Path) -> dict[int, float]:
 def test_pretrain_end_to_end_loads_in_transformers_with_same_fill_mask(corpus, tmp_path):
     from transformers import BertForPreTraining
 
-    from bertforge.pretrain.objectives import MLMObjective
+    from bertforge.pretraining.objectives import MLMObjective
     from bertforge.tokenization import Tokenizer
     out = tmp_path / "run"
     assert run("pretrain", "--corpus", str(corpus), "--out", str(out), "--max-steps", "25", "--lr", "3e-3",
@@ -89,7 +89,7 @@ def test_pretrain_end_to_end_loads_in_transformers_with_same_fill_mask(corpus, t
 STEPS, SAVE = 6, 3  # a checkpoint at step 3; the straight run goes on to step 6, the interrupted one resumes there
 
 
-# ICT and REALM write a retriever's folders, not one MLM model (pretrain/ict.py, pretrain/realm.py): REALM's exact
+# ICT and REALM write a retriever's folders, not one MLM model (pretraining/ict.py, pretraining/realm.py): REALM's exact
 # resume is tests/test_retrieval_realm_pretrain.py's, the shared retriever trainer's tests/test_retrieval_dpr.py's
 @pytest.mark.parametrize("recipe", sorted(r for r, rec in RECIPES.items() if rec.objective not in (ICT, REALM)))
 def test_resume_matches_an_uninterrupted_run(corpus, tmp_path, recipe):
@@ -218,8 +218,8 @@ def test_init_from_a_model_that_cannot_take_the_recipe_is_one_clear_error(corpus
 
 def test_pair_inputs_need_two_token_types_unless_roberta():
     from bertforge.config import ModelConfig
-    from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.inputs import check_model_fits_recipe, single_segment
+    from bertforge.pretraining.recipes import resolve
+    from bertforge.pretraining.inputs import check_model_fits_recipe, single_segment
     recipe = resolve("bert", objective="mlm")  # segment pairs
     bert = ModelConfig(model_type="bert", vocab_size=100, hidden_size=8, num_hidden_layers=1,
                        num_attention_heads=2, intermediate_size=16, type_vocab_size=1)
@@ -231,8 +231,8 @@ def test_pair_inputs_need_two_token_types_unless_roberta():
 
 
 def test_heldout_fraction_comes_from_the_manifest_of_given_shards(corpus, tmp_path):
-    from bertforge.pretrain.options import PretrainOptions
-    from bertforge.pretrain.recipes import resolve
+    from bertforge.pretraining.options import PretrainOptions
+    from bertforge.pretraining.recipes import resolve
     from bertforge.tokenization import Tokenizer
     assert PretrainOptions(recipe=resolve("bert"), out=tmp_path).heldout_fraction is None
     tok = Tokenizer.train(corpus.read_text().splitlines(), kind="wordpiece", vocab_size=200)
@@ -248,9 +248,9 @@ def test_heldout_fraction_comes_from_the_manifest_of_given_shards(corpus, tmp_pa
 
 def test_fresh_run_does_not_reuse_tokenizer_or_shards_of_another_corpus(corpus, tmp_path):
     import os
-    from bertforge.pretrain.recipes import resolve
-    from bertforge.pretrain.options import PretrainOptions
-    from bertforge.pretrain.prepare import prepare_data, prepare_tokenizer
+    from bertforge.pretraining.recipes import resolve
+    from bertforge.pretraining.options import PretrainOptions
+    from bertforge.pretraining.prepare import prepare_data, prepare_tokenizer
     text = tmp_path / "c.txt"
     text.write_text(corpus.read_text())
     opts = PretrainOptions(recipe=resolve("bert"), out=tmp_path / "out", corpus=[str(text)], vocab_size=200,
@@ -318,8 +318,8 @@ def test_without_matplotlib_no_curves_are_claimed(corpus, tmp_path, monkeypatch,
 def test_a_run_at_the_baseline_warns_once_with_the_likely_cause(corpus, tmp_path, monkeypatch, capsys):
     from functools import partial
 
-    from bertforge.pretrain import metrics
-    from bertforge.pretrain import run as run_module
+    from bertforge.pretraining import metrics
+    from bertforge.pretraining import run as run_module
     # a learning rate too small to move the weights: held-out accuracy stays at or below the baseline; the
     # detector's step threshold is lowered so a 4-step test run counts
     monkeypatch.setattr(run_module, "stuck_at_baseline", partial(metrics.stuck_at_baseline, after_steps=2))

@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from bertforge.commands import pretrain as cmd
 from bertforge.config import compose
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.lm_eval import DISCOUNT, NgramBaselines
-from bertforge.pretrain.objectives import CausalLMObjective, next_token_loss
-from bertforge.pretrain.recipes import resolve
+from bertforge.pretraining.lm_eval import DISCOUNT, NgramBaselines
+from bertforge.pretraining.objectives import CausalLMObjective, next_token_loss
+from bertforge.pretraining.recipes import resolve
 
 WORDS = ("the cat dog bird fish sat ran flew swam on under near over a mat tree river house garden quickly slowly "
          "red green blue small big old young happy sad and but then because").split()

@@ -7,11 +7,11 @@ import torch
 from torch import nn
 
 from bertforge.config import preset
-from bertforge.pretrain.metrics import STUCK_AFTER_STEPS, mlm_metrics, stuck_at_baseline
-from bertforge.pretrain.objectives import IGNORE
-from bertforge.pretrain.options import PretrainOptions, schedule
-from bertforge.pretrain.recipes import SIZE_NAMES, resolve, size_of
-from bertforge.pretrain.report import stuck_warning
+from bertforge.pretraining.metrics import STUCK_AFTER_STEPS, mlm_metrics, stuck_at_baseline
+from bertforge.pretraining.objectives import IGNORE
+from bertforge.pretraining.options import PretrainOptions, schedule
+from bertforge.pretraining.recipes import SIZE_NAMES, resolve, size_of
+from bertforge.pretraining.report import stuck_warning
 
 VOCAB, MOST_FREQUENT = 12, 5
 

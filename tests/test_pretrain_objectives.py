@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from bertforge.model import heads
 from bertforge.config import ModelConfig
-from bertforge.pretrain.objectives import (ELECTRAObjective, MLMObjective, SpanBERTObjective, build_objective,
+from bertforge.pretraining.objectives import (ELECTRAObjective, MLMObjective, SpanBERTObjective, build_objective,
                                            generator_config)
 
 V, T, B = 120, 24, 8

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from bertforge.analysis.fill_mask import token_text
-from bertforge.pretrain.prompts import mask_one_word
+from bertforge.pretraining.prompts import mask_one_word
 from bertforge.tokenization import Tokenizer
 
 WORDS = "the cat sat on mat and dog ran to park".split()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.default_corpus import _paragraphs, _pydoc_topics
-from bertforge.pretrain.recipes import RECIPES, resolve
-from bertforge.pretrain.inputs import builder_name
+from bertforge.pretraining.default_corpus import _paragraphs, _pydoc_topics
+from bertforge.pretraining.recipes import RECIPES, resolve
+from bertforge.pretraining.inputs import builder_name
 
 
 def test_recipes_match_their_papers():

@@ -45,7 +45,7 @@ def test_structbert_recipe_end_to_end(corpus, tmp_path):  # noqa: F811
 
 
 def test_ablate_with_structbert_and_xlnet_arms(corpus, tmp_path):  # noqa: F811
-    from bertforge.pretrain.ablation import run_ablation
+    from bertforge.pretraining.ablation import run_ablation
     res = run_ablation([str(corpus)], tmp_path / "abl", arms=["sso", "xlnet"], size="bert-tiny", seq_len=32,
                        batch_size=8, budget="1s", vocab_size=200)
     rows = {r["arm"]: r for r in res["rows"]}

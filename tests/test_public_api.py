@@ -106,8 +106,8 @@ def test_import_bertforge_imports_no_torch_until_a_function_runs(minilm):
         assert callable(pretrain) and callable(distill)
         v = bertforge.embed({str(minilm)!r}, ["a sentence"])
         assert "torch" in sys.modules and v.shape == (1, 384)
-        import bertforge.embed.index                       # the package stays a package
-        assert bertforge.embed.SentenceEncoder.__name__ == "SentenceEncoder"
+        import bertforge.embedding.index                       # the package stays a package
+        assert bertforge.embedding.SentenceEncoder.__name__ == "SentenceEncoder"
         print("ok")
     """)
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=ENV, timeout=300)

@@ -305,7 +305,7 @@ KILLED_ADD = textwrap.dedent("""
 
 def test_index_add_killed_at_any_step_leaves_the_old_or_the_new_index(model, tmp_path):
     pytest.importorskip("faiss")
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding.index import VectorIndex
 
     first, more = tmp_path / "first.txt", tmp_path / "more.txt"
     first.write_text("".join(f"the cat sat on the mat {i}\n" for i in range(8)))

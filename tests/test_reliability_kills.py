@@ -43,7 +43,7 @@ def fast_tmp(tmp_path):
 @pytest.fixture(scope="module")
 def encoder(tmp_path_factory):
     from bertforge.config import ModelConfig
-    from bertforge.embed import SentenceEncoder
+    from bertforge.embedding import SentenceEncoder
     from bertforge.model import Encoder
     from bertforge.model.checkpoint import save_pretrained
     from bertforge.tokenization import Tokenizer
@@ -66,13 +66,13 @@ BATCHES = {name: ([f"{name}{i}" for i in range(n)], [f"the {word} number {i}" fo
 
 
 def _add(path: Path, model, batch: str) -> None:
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding.index import VectorIndex
 
     VectorIndex.load(path).add(model, *BATCHES[batch], progress=False)
 
 
 def _state(path: Path) -> tuple[list[str], np.ndarray]:
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding.index import VectorIndex
 
     index = VectorIndex.load(path)
     return index.ids, index.index.reconstruct_n(0, index.index.ntotal)
@@ -82,7 +82,7 @@ def test_the_index_survives_two_kills_in_a_row_at_every_step_boundary(encoder, f
     """Add A killed at step i, then add B killed at step j, for every (i, j): the last committed index loads (with
     exactly the vectors and documents of base, base+A, base+B or base+A+B), answers a query, and a third add
     succeeds and leaves only meta.json and one generation's two files."""
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding.index import VectorIndex
 
     clean = fast_tmp / "clean"
     VectorIndex.build(clean, encoder, *BATCHES["base"], progress=False)

@@ -154,7 +154,7 @@ def index_killed_twice(kit: Kit) -> None:
     hits = ok(cli("index", "query", "--index", idx, "the dog ran", "--json", "-k", "2"))
     assert len(json.loads(hits.stdout.splitlines()[0])["hits"]) == 2
     ok(cli("index", "add", "--index", idx, "--corpus", b, "--no-progress"))
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding.index import VectorIndex
 
     index = VectorIndex.load(idx)
     assert len(index) == 300 + 3 + 2 and index.texts[-1] == "a good film 1"
@@ -649,7 +649,7 @@ def request_chars(kit: Kit) -> None:
      "the index as it was")
 def rerank_label_counts(kit: Kit) -> None:
     pytest.importorskip("faiss")
-    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.embedding.cross_encoder import CrossEncoder
     from bertforge.tasks.models import init_from_pretrained, save_task_model
     from bertforge.tokenization import Tokenizer
 
@@ -690,7 +690,7 @@ def conll_typos(kit: Kit) -> None:
 
 KILLED_AT_STEP = """
     import os, signal, sys
-    from bertforge.distill.task import Distiller
+    from bertforge.distillation.task import Distiller
     from bertforge.cli import main
 
     forward, calls, at = Distiller.forward, [0], int(sys.argv[1])
@@ -984,7 +984,7 @@ def user_file_in_the_mlflow_store(kit: Kit) -> None:
 PRETRAIN_KILLED_AT_STEP = """
     import os, signal, sys
     import torch
-    from bertforge.pretrain.objectives import ELECTRAObjective
+    from bertforge.pretraining.objectives import ELECTRAObjective
     from bertforge.cli import main
 
     forward, steps, at = ELECTRAObjective.forward, [0], int(sys.argv[1])
@@ -1041,7 +1041,7 @@ def demo_says_what_to_expect(kit: Kit) -> None:
     note = next((line for line in rest.stdout.splitlines() if line.startswith("what to expect: ")), "")
     # Ten seconds of training usually leaves guesses that miss their answers, but how many steps fit depends on the
     # machine: the note must say what the saved fill-mask examples show (missed answers, one first guess for all).
-    from bertforge.pretrain.report import expectation
+    from bertforge.pretraining.report import expectation
 
     result = json.loads((out / "eval_results.json").read_text())
     fills, want = result["fill_mask"], expectation(result)

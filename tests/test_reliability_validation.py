@@ -164,7 +164,7 @@ def _sts(path, scores):
 
 @pytest.mark.parametrize("bad", ["nan", "inf", "-Infinity"])
 def test_a_non_finite_score_names_the_file_and_line_in_every_reader(tmp_path, bad):
-    from bertforge.embed.data import read_examples
+    from bertforge.embedding.data import read_examples
     from bertforge.errors import BertforgeError
     from bertforge.tasks.glue import read_stsb
     from bertforge.tasks.table import read_table
@@ -267,7 +267,7 @@ def test_longify_refuses_a_length_shorter_than_the_model_has(two_layers, tmp_pat
 
 
 def test_embed_train_refuses_a_labelled_classification_file(two_layers, tmp_path):
-    from bertforge.embed.data import read_examples
+    from bertforge.embedding.data import read_examples
     from bertforge.errors import BertforgeError
 
     labelled = _sst2(tmp_path / "sst.tsv")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bertforge.config import ModelConfig
-from bertforge.embed import SentenceEncoder
+from bertforge.embedding import SentenceEncoder
 from bertforge.model import Encoder
 from bertforge.model.checkpoint import read_tensors, save_pretrained
 from bertforge.model.folder import ModelFolder
@@ -102,7 +102,7 @@ def test_embed_command_writes_pooler_output(tok, tmp_path):
 def test_bertforge_towers_read_by_transformers(tok, encoder_dir, tmp_path):
     """Separate towers, the passage one with a projection, saved by bertforge: DPRQuestionEncoder /
     DPRContextEncoder load them with no missing or unexpected tensors and give the same vectors."""
-    from bertforge.embed import Dense
+    from bertforge.embedding import Dense
 
     model = load_towers(encoder_dir, separate=True)
     torch.manual_seed(2)

@@ -151,7 +151,7 @@ def _by_hand(world, questions, k):
     """Top k by the saved question tower's raw vectors against the index's stored vectors."""
     import faiss
 
-    from bertforge.embed.modules import SentenceEncoder
+    from bertforge.embedding.modules import SentenceEncoder
 
     tower = SentenceEncoder.from_pretrained(world / "reader" / "question")
     q = tower.encode(questions, normalize=False, progress=False)
@@ -230,7 +230,7 @@ def test_a_realm_run_is_the_retriever_and_the_reader(world, tmp_path):
     """A REALM run folder's layout (the reader at the top, retriever/ with projected towers, knowledge/): its query
     tower (with its projection) becomes the question encoder, its encoder starts the reader, the index is built by
     its document tower."""
-    from bertforge.embed.modules import SentenceEncoder
+    from bertforge.embedding.modules import SentenceEncoder
     from bertforge.model.folder import ModelFolder
     from bertforge.retrieval.realm_model import projected_tower
     from bertforge.retrieval.towers import BiEncoder, save_retriever
@@ -289,7 +289,7 @@ def test_realm_pretrain_then_open_qa_on_the_command_line(tmp_path, capsys):
     """The documented commands: pretrain --recipe realm -> index build --model RUN/retriever -> finetune --task
     open-qa --model RUN --retriever RUN --train-retriever -> evaluate --task open-qa --reader OUT."""
     from bertforge.cli import main
-    from bertforge.embed.modules import SentenceEncoder
+    from bertforge.embedding.modules import SentenceEncoder
 
     knowledge, corpus, questions = tmp_path / "knowledge.jsonl", tmp_path / "corpus.txt", tmp_path / "q.jsonl"
     knowledge.write_text("".join(json.dumps({"id": f"p{i}", "title": c, "text": f"{c} is a small country. Its "

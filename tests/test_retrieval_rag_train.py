@@ -129,7 +129,7 @@ def test_the_rag_folder_loads_in_transformers_with_the_same_loss(world, tmp_path
         got = ours(ctx, mask, scores, labels=labels).loss
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     # the question encoder inside is the tower as trained: transformers' DPR pooler output = bertforge's vector
-    from bertforge.embed.modules import SentenceEncoder
+    from bertforge.embedding.modules import SentenceEncoder
 
     tower = SentenceEncoder.from_pretrained(tmp_path / "rag" / "question")
     feats = tower.tokenize(["where is the apple kept?"])

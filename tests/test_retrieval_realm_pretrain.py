@@ -12,7 +12,7 @@ import torch
 
 from bertforge.config import ModelConfig
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.objectives import build_objective
+from bertforge.pretraining.objectives import build_objective
 from bertforge.retrieval.passages import Passages, Passage
 from bertforge.retrieval.realm_data import RealmCollator, RealmSentences
 from bertforge.retrieval.realm_knowledge import KnowledgeIndex
@@ -227,11 +227,11 @@ def test_resume_across_a_kill_and_a_refresh_gives_the_same_metrics(tmp_path, mon
 def test_retriever_initialises_both_towers_with_a_projection(tok, tmp_path):
     """--retriever (an ICT run's folder, the paper's initialisation): each tower starts from the folder's weights,
     two towers of their own, projected to projection_dim."""
-    from bertforge.embed.modules import SentenceEncoder
+    from bertforge.embedding.modules import SentenceEncoder
     from bertforge.model import Encoder
-    from bertforge.pretrain.options import PretrainOptions
-    from bertforge.pretrain.realm import build_realm
-    from bertforge.pretrain.recipes import RECIPES
+    from bertforge.pretraining.options import PretrainOptions
+    from bertforge.pretraining.realm import build_realm
+    from bertforge.pretraining.recipes import RECIPES
     from bertforge.retrieval.towers import BiEncoder, save_retriever
 
     torch.manual_seed(3)

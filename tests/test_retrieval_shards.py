@@ -40,7 +40,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def encoder(model_dir):
-    from bertforge.embed import SentenceEncoder
+    from bertforge.embedding import SentenceEncoder
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -85,7 +85,7 @@ def _search(index, encoder, k=10):
 
 
 def test_shards_built_apart_then_merged_equal_the_one_process_build(tmp_path, encoder):
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding.index import VectorIndex
     from bertforge.retrieval.merge import merge_shards
     from bertforge.retrieval.passages import read_passages
     from bertforge.retrieval.shards import build_shard
@@ -120,7 +120,7 @@ def test_shards_built_apart_then_merged_equal_the_one_process_build(tmp_path, en
 def test_the_command_line_builds_shards_from_the_environment_then_merges(tmp_path, model_dir, encoder, monkeypatch,
                                                                          capsys):
     from bertforge.cli import main
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding.index import VectorIndex
     from bertforge.retrieval.shards import shard_plan
 
     assert shard_plan(env={}) == (None, None)
@@ -149,7 +149,7 @@ def test_the_command_line_builds_shards_from_the_environment_then_merges(tmp_pat
 
 def test_a_wrong_shard_set_is_one_line_naming_the_shard(tmp_path, encoder, model_dir):
     from bertforge.config import ModelConfig
-    from bertforge.embed import SentenceEncoder
+    from bertforge.embedding import SentenceEncoder
     from bertforge.model import Encoder
     from bertforge.model.checkpoint import save_pretrained
     from bertforge.retrieval.merge import merge_shards
@@ -254,7 +254,7 @@ def test_a_rerun_embeds_only_the_chunks_a_kill_lost(fast_tmp, encoder):
 def test_ivf_pq_recall_at_10_against_flat(tmp_path):
     """2,000 unit vectors in 32 dims drawn around 40 centres (embeddings cluster by topic), 100 queries near
     them: IVF-PQ (51 lists, 12 probed, 8 sub-quantisers of 8 bits) finds most of flat's top 10 (measured: 0.80)."""
-    from bertforge.embed.index import make_index
+    from bertforge.embedding.index import make_index
 
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((40, 32))
@@ -276,7 +276,7 @@ def test_ivf_pq_recall_at_10_against_flat(tmp_path):
 
 
 def test_merge_streams_into_ivf_pq_and_the_index_loads(tmp_path, encoder):
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding.index import VectorIndex
     from bertforge.retrieval.merge import merge_shards
     from bertforge.retrieval.shards import build_shard
 
@@ -304,7 +304,7 @@ def test_a_local_ray_cluster_builds_the_same_index(tmp_path, model_dir, encoder)
     import ray
 
     from bertforge.api import Index
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding.index import VectorIndex
 
     corpus = _corpus(tmp_path / "c.jsonl", 30)
     plain = Index.build(str(model_dir), str(corpus), tmp_path / "plain", num_shards=2, chunk_size=4)
@@ -324,7 +324,7 @@ def test_torchrun_ranks_build_their_shards_and_rank_zero_merges(tmp_path, model_
     import subprocess
     import sys
 
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding.index import VectorIndex
     from bertforge.retrieval.passages import read_passages
 
     corpus = _corpus(tmp_path / "c.jsonl", 25)

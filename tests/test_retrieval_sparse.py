@@ -251,8 +251,8 @@ def test_save_load_round_trip_without_pickle(models, tmp_path, monkeypatch):
 
 def test_an_index_of_the_dense_layout_alone_still_loads(models, tmp_path):
     import bertforge
-    from bertforge.embed import SentenceEncoder
-    from bertforge.embed.index import VectorIndex
+    from bertforge.embedding import SentenceEncoder
+    from bertforge.embedding.index import VectorIndex
 
     model, _, _ = models
     VectorIndex.build(tmp_path / "old", SentenceEncoder.from_pretrained(model), ["a", "b"],

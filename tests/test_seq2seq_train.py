@@ -12,8 +12,8 @@ from bertforge.data.noising import fill_sentinels, t5_lengths
 from bertforge.data.seq2seq import Seq2SeqPretrainingDataset
 from bertforge.errors import BertforgeError
 from bertforge.model import Seq2SeqLM
-from bertforge.pretrain.recipes import resolve
-from bertforge.pretrain import seq2seq as s2s
+from bertforge.pretraining.recipes import resolve
+from bertforge.pretraining import seq2seq as s2s
 from bertforge.tokenization import Tokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -176,8 +176,8 @@ def test_recipes_and_their_refusals(t5_tok, bpe_tok):
 @pytest.mark.parametrize("recipe,hf_class", [("t5", "T5ForConditionalGeneration"),
                                              ("bart", "BartForConditionalGeneration")])
 def test_pretraining_loss_falls_and_the_model_loads_in_transformers(recipe, hf_class, corpus_file, tmp_path):
-    from bertforge.pretrain.options import PretrainOptions
-    from bertforge.pretrain.run import pretrain
+    from bertforge.pretraining.options import PretrainOptions
+    from bertforge.pretraining.run import pretrain
 
     opts = PretrainOptions(recipe=resolve(recipe), out=tmp_path / "run", corpus=[str(corpus_file)], vocab_size=300,
                            size="bert-tiny", seq_len=32, batch_size=8, max_steps=40, lr=3e-3, precision="fp32",

@@ -28,7 +28,7 @@ pytest.importorskip("uvicorn")
 
 from bertforge.cli import main  # noqa: E402
 from bertforge.config import ModelConfig  # noqa: E402
-from bertforge.embed import SentenceEncoder  # noqa: E402
+from bertforge.embedding import SentenceEncoder  # noqa: E402
 from bertforge.model.heads import MaskedLM  # noqa: E402
 from bertforge.tokenization import Tokenizer  # noqa: E402
 
@@ -43,7 +43,7 @@ def _sentence(i: int, n: int = 6) -> str:
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory) -> dict[str, Path]:
-    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.embedding.cross_encoder import CrossEncoder
     from bertforge.tasks.models import build_model, save_task_model
 
     root = tmp_path_factory.mktemp("serve")
@@ -153,7 +153,7 @@ def test_classify_matches_predict(server, dirs, tmp_path):
 
 
 def test_rerank_matches_cross_encoder(server, dirs):
-    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.embedding.cross_encoder import CrossEncoder
 
     query, texts = "where did the cat sit", ["the cat sat on a mat", "bird sang song", "dog ran to park"]
     r = server.post("/rerank", json={"query": query, "texts": texts, "return_text": True}).json()  # default: ce

@@ -28,7 +28,7 @@ pytest.importorskip("uvicorn")
 from test_serve import _start, _stop  # noqa: E402
 
 from bertforge.config import ModelConfig  # noqa: E402
-from bertforge.embed import SentenceEncoder  # noqa: E402
+from bertforge.embedding import SentenceEncoder  # noqa: E402
 from bertforge.errors import BertforgeError  # noqa: E402
 from bertforge.model.heads import MaskedLM  # noqa: E402
 from bertforge.tokenization import Tokenizer  # noqa: E402
@@ -44,7 +44,7 @@ def _text(n_words: int, seed: int = 0) -> str:
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory) -> dict[str, Path]:
-    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.embedding.cross_encoder import CrossEncoder
 
     root = tmp_path_factory.mktemp("abuse")
     tok = Tokenizer.train([_text(12, i) for i in range(200)], kind="wordpiece", vocab_size=120, min_frequency=1)
@@ -264,7 +264,7 @@ def test_a_full_server_answers_503_as_http(dirs):
 
 
 def test_over_max_request_chars_is_413_and_truncation_by_characters_changes_nothing(guarded, dirs):
-    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.embedding.cross_encoder import CrossEncoder
 
     with httpx.Client(base_url=guarded, headers=AUTH, timeout=30) as c:
         r = c.post("/embed", json={"inputs": ["a" * 150000, "b" * 60000], "truncate": True})
@@ -288,7 +288,7 @@ def test_over_max_request_chars_is_413_and_truncation_by_characters_changes_noth
 
 
 def test_index_rerank_takes_label_1_of_a_2_label_model_and_refuses_3_labels(dirs):
-    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.embedding.cross_encoder import CrossEncoder
     from bertforge.retrieval.index import Hit, rerank
 
     hits = [Hit(i + 1, 1.0 - i / 10, str(i), _text(8, i), title="") for i in range(4)]
@@ -303,8 +303,8 @@ def test_index_rerank_takes_label_1_of_a_2_label_model_and_refuses_3_labels(dirs
 
 
 def test_queued_work_of_a_cancelled_request_is_dropped():
-    from bertforge.serve.batcher import Batcher
-    from bertforge.serve.registry import Operation
+    from bertforge.server.batcher import Batcher
+    from bertforge.server.registry import Operation
 
     calls: list[list[int]] = []
     entered, release = threading.Event(), threading.Event()
@@ -329,7 +329,7 @@ def test_queued_work_of_a_cancelled_request_is_dropped():
         gone = asyncio.create_task(b.submit(op, [7], [1]))
         kept = asyncio.create_task(b.submit(op, [8], [1]))
         await asyncio.sleep(0.05)
-        gone.cancel()  # its client went away (serve.app.Around cancels the request)
+        gone.cancel()  # its client went away (server.app.Around cancels the request)
         release.set()
         await blocker
         assert (await kept).results == [8]
@@ -343,9 +343,9 @@ def test_a_client_that_leaves_has_its_queued_work_dropped(dirs):
     """Over HTTP: a request whose client disconnects while it waits for the busy inference thread never runs."""
     import uvicorn
 
-    from bertforge.serve import ServedModel, ServeOptions, create_app
-    from bertforge.serve.limits import bounded_protocol
-    from bertforge.serve.registry import EMBED, Operation
+    from bertforge.server import ServedModel, ServeOptions, create_app
+    from bertforge.server.limits import bounded_protocol
+    from bertforge.server.registry import EMBED, Operation
 
     calls: list[list[str]] = []
     entered, release = threading.Event(), threading.Event()
@@ -396,7 +396,7 @@ def test_a_client_that_leaves_has_its_queued_work_dropped(dirs):
 def test_slots_make_room_per_address_and_keyless_first():
     """The slot rules on their own: the oldest waiting connection makes room, keyless before keyed, one address
     only ever evicts its own, and a server of busy connections refuses."""
-    from bertforge.serve.limits import _Slots
+    from bertforge.server.limits import _Slots
 
     class Conn:
         def __init__(self, ip: str, keyed: bool = False) -> None:

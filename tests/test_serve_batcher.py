@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from bertforge.serve.batcher import Batcher
-from bertforge.serve.registry import Operation
+from bertforge.server.batcher import Batcher
+from bertforge.server.registry import Operation
 
 
 class Recorder:

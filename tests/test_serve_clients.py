@@ -24,7 +24,7 @@ pytest.importorskip("fastapi")
 from test_serve import BERTFORGE, _sentence, _start, _stop  # noqa: E402
 
 from bertforge.config import ModelConfig  # noqa: E402
-from bertforge.embed import SentenceEncoder  # noqa: E402
+from bertforge.embedding import SentenceEncoder  # noqa: E402
 from bertforge.model.heads import MaskedLM  # noqa: E402
 from bertforge.tokenization import Tokenizer  # noqa: E402
 

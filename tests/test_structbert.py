@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 from bertforge.data import Masker, WordShuffle, make_builder
 from bertforge.errors import BertforgeError
-from bertforge.pretrain.ablation import ARMS
-from bertforge.pretrain.objectives import StructBERTObjective, build_objective
-from bertforge.pretrain.recipes import RECIPES, resolve
+from bertforge.pretraining.ablation import ARMS
+from bertforge.pretraining.objectives import StructBERTObjective, build_objective
+from bertforge.pretraining.recipes import RECIPES, resolve
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 CLS, SEP, MASK = 1, 2, 3

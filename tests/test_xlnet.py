@@ -165,7 +165,7 @@ def test_query_stream_never_reads_the_token_it_predicts():
 
 
 def test_plm_objective_learns_and_predict_masked_ignores_the_masked_tokens():
-    from bertforge.pretrain.objectives import build_objective
+    from bertforge.pretraining.objectives import build_objective
     torch.manual_seed(0)
     model = build_objective("plm", tiny())
     g = torch.Generator().manual_seed(0)

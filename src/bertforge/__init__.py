@@ -12,8 +12,6 @@ name is imported on first use, so `import bertforge` (and the command line's sta
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 __version__ = "0.1.0"
 
@@ -26,38 +24,11 @@ _API = ("DistillResult", "ExportResult", "FinetuneResult", "Index", "PretrainRes
         "evaluate_open_qa", "ask", "export_dpr", "train_retriever",
         "ablate")
 _CORE = {"Encoder": "bertforge.model", "ModelConfig": "bertforge.config", "preset": "bertforge.config",
-         "Tokenizer": "bertforge.tokenization", "SentenceEncoder": "bertforge.embed"}
+         "Tokenizer": "bertforge.tokenization", "SentenceEncoder": "bertforge.embedding"}
 __all__ = sorted((*_API, *_CORE, "ArgumentError"))
-
-# Four verbs share their name with the package that implements them. Such a package, once imported, is also its
-# verb: `bertforge.embed(model, texts)` calls `bertforge.api.embed`, and `bertforge.embed.SentenceEncoder` (and
-# every import of the package and its modules) stays what it was.
-_VERB_PACKAGES = ("embed", "distill", "pretrain", "serve")
-
-
-class _VerbPackage(types.ModuleType):
-    """A sub-package that is also callable: calling it runs the public API's function of the same name."""
-
-    def __call__(self, *args, **kwargs):
-        return getattr(importlib.import_module("bertforge.api"), self.__name__.rpartition(".")[2])(*args, **kwargs)
-
-
-class _Bertforge(types.ModuleType):
-    """This package's module: a verb's sub-package becomes a `_VerbPackage` as the import system sets it here."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in _VERB_PACKAGES and type(value) is types.ModuleType:
-            value.__class__ = _VerbPackage
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Bertforge
-
 
 def __getattr__(name: str):
     # Lazy, so `import bertforge` (and the CLI's start-up) does not pay for torch until a model is needed.
-    if name in _VERB_PACKAGES:  # its package imports nothing heavy; made a _VerbPackage as it is set here
-        return importlib.import_module(f"{__name__}.{name}")
     if name in _API:
         return getattr(importlib.import_module("bertforge.api"), name)
     if name in _CORE:

@@ -70,7 +70,7 @@ def ablate(corpus: Any = None, *, out: Any = None, table: Any = None, arms: Any 
             finetune_epochs=finetune_epochs, train_limit=train_limit, overwrite=overwrite,
             retriever=None if retriever is None else str(retriever)))
         return {"out": where, "tables": reports}
-    from bertforge.pretrain.ablation import run_ablation
+    from bertforge.pretraining.ablation import run_ablation
 
     where = Path(out) if out is not None else ARMS_OUT
     result = run_ablation(corpus=corpus, out=where, arms=chosen_arms, size=size, seq_len=seq_len,

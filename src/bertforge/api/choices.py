@@ -15,7 +15,7 @@ from bertforge.config.arguments import (COUNT, COUNT0, EPOCHS, FINITE, FRACTION,
                                         OPEN_FRACTION, OPSET, PORT, POSITIVE, SEED, STEPS, Number, built_student,
                                         int_range)
 from bertforge.families import FAMILIES, MODEL_TYPES
-from bertforge.pretrain.recipes import (DEFAULT as DEFAULT_RECIPE, EMBEDDING_SHARING, INPUT_FORMATS, MASKINGS,
+from bertforge.pretraining.recipes import (DEFAULT as DEFAULT_RECIPE, EMBEDDING_SHARING, INPUT_FORMATS, MASKINGS,
                                         OBJECTIVES, RECIPES, SCHEDULES, SIZE_NAMES)
 from bertforge.tasks.config import TASK_KINDS, TASKS
 from bertforge.tokenization.pipelines import LAYOUTS, PLAIN_LAYOUTS, TOKENIZER_KINDS
@@ -75,9 +75,9 @@ def distill_options(task: bool) -> frozenset[str]:
     """The option names of a distillation mode (task distillation's or the general one's), its inputs and output
     excepted: the fields of its config."""
     if task:
-        from bertforge.distill.task import TaskDistillConfig as config
+        from bertforge.distillation.task import TaskDistillConfig as config
     else:
-        from bertforge.distill.general import GeneralDistillConfig as config
+        from bertforge.distillation.general import GeneralDistillConfig as config
     return frozenset(config.__dataclass_fields__) - {"teacher", "task", "data", "corpus", "out"}
 
 

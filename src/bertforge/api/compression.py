@@ -29,12 +29,12 @@ def distill(teacher: Any, data: Any = None, *, out: Any, task: str | None = None
     With `task` (the teacher's task: sst2, stsb, conll, or a kind name): task distillation on `data` (as
     `finetune` takes it), the student learning the teacher's soft targets (`student`: "layers:N" of the
     teacher's layers, "bilstm", or a pretrained encoder folder with the teacher's vocabulary; `alpha`,
-    `temperature`, `epochs`, `augment`, ... as `bertforge.distill.task.TaskDistillConfig`).
+    `temperature`, `epochs`, `augment`, ... as `bertforge.distillation.task.TaskDistillConfig`).
     Without: DistilBERT's general distillation of a masked LM on a corpus (`data`: files or a table in memory, or
     `texts`), for `max_steps` or `time_budget` (`student_layers`, `student_init`, `alpha_ce`, `alpha_mlm`,
-    `alpha_cos`, ... as `bertforge.distill.general.GeneralDistillConfig`)."""
-    from bertforge.distill.general import GeneralDistillConfig, distill_general
-    from bertforge.distill.task import TASK_BOUNDS, TaskDistillConfig, distill_task
+    `alpha_cos`, ... as `bertforge.distillation.general.GeneralDistillConfig`)."""
+    from bertforge.distillation.general import GeneralDistillConfig, distill_general
+    from bertforge.distillation.task import TASK_BOUNDS, TaskDistillConfig, distill_task
 
     check_args(locals(), teacher=MODEL, data=maybe(DATA), out=PATH, task=maybe(TEXT), text_col=maybe(TEXT),
                max_steps=maybe(STEPS), batch_size=COUNT, lr=maybe(POSITIVE), seed=maybe(SEED), device=DEVICE,
@@ -85,7 +85,7 @@ def prune(model: Any, data: Any, *, task: str, out: Any, fraction: float, step: 
                max_examples=COUNT, finetune_steps=COUNT0, lr=POSITIVE, eval=maybe(DATA), batch_size=COUNT, seed=SEED,
                device=DEVICE, progress=BOOL, overwrite=BOOL, revision=maybe(TEXT), data_config=maybe(TEXT),
                text_col=maybe(TEXT), text_pair_col=maybe(TEXT), label_col=maybe(TEXT))
-    from bertforge.distill.prune import prune_heads
+    from bertforge.distillation.prune import prune_heads
 
     run_on = device_for(device)
     record = prune_heads(model_name(model, revision), data, task=task, out=out, fraction=fraction, step=step,
@@ -100,7 +100,7 @@ def quantize(model: Any, out: Any, *, overwrite: bool = False, revision: str | N
     """Write a copy of `model` (an encoder, sentence encoder, or classify / regress / tag / qa model) whose Linear
     layers hold int8 weights (torch's dynamic quantisation, run by `embed`, `predict` and `evaluate` on the CPU)
     to `out`; returns its agreement with the fp32 model and the weights' sizes."""
-    from bertforge.distill.compress import quantize as run
+    from bertforge.distillation.compress import quantize as run
 
     check_args(locals(), model=MODEL, out=PATH, overwrite=BOOL, revision=maybe(TEXT))
     record = run(model_name(model, revision), out, overwrite=overwrite)
@@ -112,7 +112,7 @@ def export(model: Any, out: Any, *, format: str = "onnx", int8: bool = False, op
     """Export `model` (an encoder, sentence encoder or task model) to `out`/model.onnx (and model.int8.onnx with
     `int8`), kept only if onnxruntime matches PyTorch to 1e-4; `out` also gets the tokenizer and config, so `embed`,
     `predict` and `evaluate` run it. Needs the `export` extra (onnx, onnxruntime)."""
-    from bertforge.distill.compress import export_onnx
+    from bertforge.distillation.compress import export_onnx
 
     check_args(locals(), model=MODEL, out=PATH, format=choice("onnx"), int8=BOOL, opset=OPSET, overwrite=BOOL,
                revision=maybe(TEXT))

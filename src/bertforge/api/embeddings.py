@@ -23,7 +23,7 @@ def load_sentence_encoder(model: Any, *, pooling: Any = None, device: str | None
                           revision: str | None = None, flag: str = "--model"):
     """A `SentenceEncoder` from a folder or Hub id (with `pooling` instead of its own: mean, cls, max,
     mean_sqrt_len) on `device` (default: auto); a loaded one as it is (moved to `device` when given)."""
-    from bertforge.embed import SentenceEncoder
+    from bertforge.embedding import SentenceEncoder
 
     check_args(locals(), model=MODEL, device=maybe(DEVICE), compile=maybe(BOOL), revision=maybe(TEXT))
     if isinstance(model, SentenceEncoder):
@@ -84,8 +84,8 @@ def train_sentence_encoder(model: Any, train: Any, *, out: Any, loss: str = "cos
                text_pair_col=maybe(TEXT), label_col=maybe(TEXT), data_config=maybe(TEXT), epochs=EPOCHS,
                max_steps=maybe(STEPS), batch_size=COUNT, lr=POSITIVE, seed=SEED, device=DEVICE, precision=TEXT,
                compile=maybe(BOOL), progress=BOOL, overwrite=BOOL, revision=maybe(TEXT))
-    from bertforge.embed.data import read_examples
-    from bertforge.embed.train import fit
+    from bertforge.embedding.data import read_examples
+    from bertforge.embedding.train import fit
     from bertforge.io.rundir import claim_output_dir
     from bertforge.io.tables import single_source
 
@@ -98,7 +98,7 @@ def train_sentence_encoder(model: Any, train: Any, *, out: Any, loss: str = "cos
         eval_set = read_examples(single_source(eval, "dev", data_config), *columns) if eval is not None else None
         before = None
         if eval_set:
-            from bertforge.embed.evaluate import evaluate_sts  # scipy: only with an evaluation set
+            from bertforge.embedding.evaluate import evaluate_sts  # scipy: only with an evaluation set
             before = evaluate_sts(encoder, eval_set)
         history = fit(encoder, dataset, out, loss=loss, epochs=epochs, batch_size=batch_size, lr=lr,
                       max_steps=max_steps, seed=seed, progress=progress, device=device, precision=precision,
@@ -130,8 +130,8 @@ def evaluate_sentence_encoder(model: Any, *, sts: Any = None, queries: Any = Non
                relevant=maybe(DATA), squad=maybe(DATA), limit=maybe(COUNT), text_col=maybe(TEXT),
                text_pair_col=maybe(TEXT), label_col=maybe(TEXT), data_split=maybe(TEXT), data_config=maybe(TEXT),
                batch_size=COUNT, device=maybe(DEVICE), precision=TEXT, progress=BOOL, revision=maybe(TEXT))
-    from bertforge.embed.data import Dataset, read_examples, read_squad_retrieval
-    from bertforge.embed.evaluate import evaluate_retrieval, evaluate_sts
+    from bertforge.embedding.data import Dataset, read_examples, read_squad_retrieval
+    from bertforge.embedding.evaluate import evaluate_retrieval, evaluate_sts
     from bertforge.io.tables import single_source, source_name
 
     if sum(x is not None for x in (sts, squad, queries)) != 1:

@@ -47,7 +47,7 @@ def question_tower(retriever: Any, inner: Any):
     against the index, and the two towers' tokenizers against each other); a bertforge RAG folder's; a DPR question
     encoder (the width checked, and its vocabulary against the index model's where that is at hand); or any other
     encoder, which is then the index's own model (fingerprint-checked)."""
-    from bertforge.embed.modules import SentenceEncoder
+    from bertforge.embedding.modules import SentenceEncoder
     from bertforge.retrieval.generative_train import read_generative
     from bertforge.retrieval.rag_folder import RAG_QUESTION_ARCHITECTURE
     from bertforge.retrieval.towers import _trainable, is_retriever, load_retriever

@@ -82,7 +82,7 @@ class Index:
         """The sentence encoder of the index (loaded on first use: the one given, else the one it records); None
         for a bm25 index."""
         if self._encoder is None and self._index.needs_model:
-            from bertforge.embed import SentenceEncoder
+            from bertforge.embedding import SentenceEncoder
 
             if isinstance(self._model, SentenceEncoder):
                 self._index.check_model(self._model)
@@ -97,7 +97,7 @@ class Index:
         if not self._index.two_towers:
             return self.model
         if self._question is None:
-            from bertforge.embed import SentenceEncoder
+            from bertforge.embedding import SentenceEncoder
 
             given = None if isinstance(self._model, SentenceEncoder) else self._model
             retriever = given if given is not None and _is_retriever(given) else None
@@ -337,7 +337,7 @@ def _sharded(model, passages, out, num_shards, shard_id, ray, kind, ids, text_co
 
 
 def _cross_encoder(model: Any, device: str | None, revision: str | None):
-    from bertforge.embed.cross_encoder import CrossEncoder
+    from bertforge.embedding.cross_encoder import CrossEncoder
 
     if isinstance(model, CrossEncoder):
         model.check_relevance()

@@ -189,7 +189,7 @@ def longify(model: Any, out: Any, *, max_length: int, attention_window: int = 51
     (out, architecture, source, positions, attention_window, max_length)."""
     from bertforge.io.rundir import claim_output_dir
     from bertforge.model.folder import ModelFolder
-    from bertforge.pretrain.longify import longify as run
+    from bertforge.pretraining.longify import longify as run
 
     check_args(locals(), model=MODEL, out=PATH, max_length=LENGTH, attention_window=COUNT, overwrite=BOOL,
                revision=maybe(TEXT))

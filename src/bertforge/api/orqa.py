@@ -86,7 +86,7 @@ def question_search(index: Any, found: tuple[Path, dict], device: str | None):
     """A `retrieval.orqa.QuestionSearch` over `index` (a folder or a loaded `Index`) with the tower in
     `found[0]`, placed on `device`."""
     from bertforge.api.inputs import placed
-    from bertforge.embed.modules import SentenceEncoder
+    from bertforge.embedding.modules import SentenceEncoder
     from bertforge.retrieval.index import RetrievalIndex
     from bertforge.retrieval.orqa import QuestionSearch
 

@@ -19,7 +19,7 @@ from bertforge.config.arguments import (BOOL, COUNT, DATA, DEVICE, FRACTION, LEN
                                         STEPS, TEXT, check_args, choice, maybe)
 from bertforge.errors import ArgumentError
 
-# The options that change the recipe (`pretrain.recipes.Recipe`), not the run.
+# The options that change the recipe (`pretraining.recipes.Recipe`), not the run.
 RECIPE_OPTIONS = ("objective", "masking", "dynamic", "input_format", "dupe_factor", "plm_k", "mask_prob", "schedule",
                   "embedding_sharing")
 
@@ -124,12 +124,12 @@ def pretrain(corpus: Any = None, *, texts: Any = None, out: Any = None, recipe: 
     with its own tokenizer. `family`: the model family instead of the recipe's (e.g. recipe="electra",
     family="deberta-v2"). `heldout`: named held-out corpora scored on the final model, {"de": "de.txt", ...} or
     ["de=de.txt", ...]. `options`: the recipe's overrides (objective, masking, dynamic, input_format,
-    dupe_factor, plm_k, mask_prob, schedule, embedding_sharing) and any other field of `bertforge.pretrain.options.PretrainOptions`
+    dupe_factor, plm_k, mask_prob, schedule, embedding_sharing) and any other field of `bertforge.pretraining.options.PretrainOptions`
     (warmup_ratio, heldout_fraction, eval_batches, log_every, save_every, workers, threads, ...)."""
     from bertforge.device import default_precision
-    from bertforge.pretrain.options import PretrainOptions, named_heldout_sets
-    from bertforge.pretrain.recipes import DEFAULT, resolve
-    from bertforge.pretrain.run import pretrain as run
+    from bertforge.pretraining.options import PretrainOptions, named_heldout_sets
+    from bertforge.pretraining.recipes import DEFAULT, resolve
+    from bertforge.pretraining.run import pretrain as run
 
     check_args(locals(), corpus=maybe(DATA), texts=maybe(DATA), out=maybe(PATH), recipe=maybe(TEXT), size=maybe(TEXT),
                seq_len=maybe(LENGTH), batch_size=COUNT, max_steps=maybe(STEPS), lr=maybe(POSITIVE),

@@ -100,7 +100,7 @@ def _app(models: Any, precision: str, device: str, revision: str | None, api_key
          answer: tuple = (None, None, None)):
     """(the application, the models it serves by name), every option checked before a model is loaded."""
     try:
-        from bertforge.serve import ServeOptions, create_app as make, load_models
+        from bertforge.server import ServeOptions, create_app as make, load_models
     except ImportError as err:  # fastapi (or uvicorn) missing: one line naming the extra
         raise BertforgeError(f"serving needs {err.name or 'fastapi'}, which is not installed: "
                              "pip install 'bertforge[serve]'") from None
@@ -152,8 +152,8 @@ def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: in
     check_api_key(api_key, where)
     import torch
 
-    from bertforge.serve import shutdown
-    from bertforge.serve.limits import bounded_protocol
+    from bertforge.server import shutdown
+    from bertforge.server.limits import bounded_protocol
 
     if threads:
         torch.set_num_threads(threads)
@@ -168,8 +168,8 @@ def serve(models: Any, *, host: str = "127.0.0.1", port: int = 8080, threads: in
     print(f"bertforge serve: authentication {'on (Bearer key)' if api_key else 'off (no --api-key)'}",
           file=sys.stderr)
     # uvicorn handles SIGTERM/SIGINT: it stops accepting, lets in-flight requests finish, then the app's
-    # lifespan drains the batcher's queue, all within graceful_timeout (serve.shutdown). Its protocol gets the
-    # connection slots and the header and write deadlines (serve.limits).
+    # lifespan drains the batcher's queue, all within graceful_timeout (server.shutdown). Its protocol gets the
+    # connection slots and the header and write deadlines (server.limits).
     protocol = bounded_protocol(min(header_timeout, read_timeout), max_connections, max_connections_per_client,
                                 write_timeout, api_key)
     shutdown.run(app, graceful_timeout, host=host, port=port, log_level=log_level, access_log=log_level == "debug",

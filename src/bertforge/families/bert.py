@@ -21,7 +21,7 @@ RECIPES = (
     dict(name="ict", objective="ict", masking="token", dynamic=True, input_format="doc-sentences",
          tokenizer_kind="wordpiece"),
     # Guu et al. 2020 (REALM): MLM with a retrieved document, salient spans (names, dates) masked whole; the reader
-    # and the retriever's towers train together (bertforge.pretrain.realm)
+    # and the retriever's towers train together (bertforge.pretraining.realm)
     dict(name="realm", objective="realm", masking="span", dynamic=True, input_format="doc-sentences",
          tokenizer_kind="wordpiece"),
 )

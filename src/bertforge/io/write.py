@@ -288,7 +288,7 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
-fsync_dir = _fsync_dir  # public: multi-file commits (embed.index) make their own renames durable
+fsync_dir = _fsync_dir  # public: multi-file commits (embedding.index) make their own renames durable
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from bertforge.config import ModelConfig
 from bertforge.families.electra import RTD_OBJECTIVE
-from bertforge.pretrain.recipes import LEFT_TO_RIGHT
+from bertforge.pretraining.recipes import LEFT_TO_RIGHT
 
 
 def encoder_forward_flops(cfg: ModelConfig, seq_len: int) -> float:

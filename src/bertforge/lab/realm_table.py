@@ -9,7 +9,7 @@ the MLM training text and their questions the QA training pairs.
 Arms, per seed:
   realm         `pretrain --recipe realm`: reader and towers of --size, k = `REALM_K` + the null document
   realm-closed  the same run, reader, tokenizer, sentences and salient-span masks, reading the null document only
-                (`pretrain.realm.ClosedBookRealm`): the same steps and examples (equal steps, not equal FLOPs: a
+                (`pretraining.realm.ClosedBookRealm`): the same steps and examples (equal steps, not equal FLOPs: a
                 REALM step reads k + 1 documents and embeds them)
   rag           `finetune --task rag` (RAG-Token, k = `RAG_K`, the question tower frozen) of a generator of
                 --size initialised from the seed, over a dense index of the knowledge corpus
@@ -108,7 +108,7 @@ def score_realm(model, info: dict[str, Any], seq_len: int, batch_size: int = 16)
     """Masked-token accuracy, whole-span EM and the span's NLL on the held-out sentences and the cloze questions,
     reading the best-scoring candidate (the closed-book model has only the null document). The index is first
     rebuilt by the final document tower (a closed-book model's is never searched)."""
-    from bertforge.pretrain.realm import ClosedBookRealm
+    from bertforge.pretraining.realm import ClosedBookRealm
     from bertforge.retrieval.realm_data import RealmCollator
 
     model.eval()
@@ -140,9 +140,9 @@ def score_realm(model, info: dict[str, Any], seq_len: int, batch_size: int = 16)
 
 def pretrain_realm_arm(closed_book: bool, seed: int, opts, info: dict[str, Any], arm_dir: Path,
                        max_steps: int | None) -> dict[str, Any]:
-    from bertforge.pretrain.options import PretrainOptions
-    from bertforge.pretrain.realm import pretrain_realm
-    from bertforge.pretrain.recipes import resolve
+    from bertforge.pretraining.options import PretrainOptions
+    from bertforge.pretraining.realm import pretrain_realm
+    from bertforge.pretraining.recipes import resolve
 
     popts = PretrainOptions(
         recipe=resolve("realm"), out=arm_dir, corpus=[info["train_text"]], knowledge=Path(info["knowledge"]),
@@ -200,7 +200,7 @@ def _generator(seed: int, opts, info: dict[str, Any]):
 def _index(opts, info: dict[str, Any], out: Path, seed: int):
     """(question tower, PassageVectors, passages) of a dense index of the knowledge corpus: embedded by --retriever
     (one index for every seed), or without it by the seed's REALM document tower (that seed's own index)."""
-    from bertforge.embed.modules import SentenceEncoder
+    from bertforge.embedding.modules import SentenceEncoder
     from bertforge.retrieval.index import RetrievalIndex
     from bertforge.retrieval.passages import read_passages
     from bertforge.retrieval.rag_train import PassageVectors

@@ -23,7 +23,7 @@ from typing import Any
 
 from bertforge.io.write import atomic_write, atomic_write_text
 from bertforge.lab.tables import CONTROL, RETRIEVAL, Claim, Table, tasks_of
-from bertforge.pretrain.ablation import OWN_TASKS, table_cell
+from bertforge.pretraining.ablation import OWN_TASKS, table_cell
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, PENDING = "reproduced", "not reproduced", "inconclusive", "pending"
 

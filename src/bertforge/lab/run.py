@@ -134,7 +134,7 @@ def _run(opts: LabOptions, all_tables: list[Table], out: Path) -> dict[str, Any]
 
 
 def _run_pretraining_tables(opts: LabOptions, tables: list[Table], all_tables: list[Table], out: Path) -> None:
-    from bertforge.pretrain.ablation import prepare_shared
+    from bertforge.pretraining.ablation import prepare_shared
 
     work = _work_list(tables, opts)
     runs = {(a, s) for a, s, _ in work if a != CONTROL}
@@ -197,7 +197,7 @@ def _length(table: Table, arm: str, opts: LabOptions) -> str:
 
 def _pretrain_arm(arm: str, seed: int, table: Table, opts: LabOptions, shared, relation_batches,
                   out: Path) -> dict[str, Any]:
-    from bertforge.pretrain.ablation import run_arm
+    from bertforge.pretraining.ablation import run_arm
 
     if arm == CONTROL:
         return _untrained_arm(seed, opts, shared, _arm_dir(out, arm, seed))
@@ -218,9 +218,9 @@ def _pretrain_arm(arm: str, seed: int, table: Table, opts: LabOptions, shared, r
 
 def _untrained_arm(seed: int, opts: LabOptions, shared, arm_dir: Path) -> dict[str, Any]:
     """The control: the bert recipe's encoder at its seed's random initialisation, saved like a pretrained arm."""
-    from bertforge.pretrain.ablation import BASE
-    from bertforge.pretrain.objectives import build_objective
-    from bertforge.pretrain.recipes import resolve
+    from bertforge.pretraining.ablation import BASE
+    from bertforge.pretraining.objectives import build_objective
+    from bertforge.pretraining.recipes import resolve
     from bertforge.tokenization import Tokenizer
 
     tok = Tokenizer.from_pretrained(shared.out / "tokenizer")
@@ -247,9 +247,9 @@ def _model_config(recipe, opts: LabOptions, tok) -> ModelConfig:
 def _arm_configs(arm: str, opts: LabOptions, shared) -> dict[str, Any]:
     """What the arm's training FLOPs are counted for: its objective and the configs its recipe builds."""
     from bertforge.families.electra import RTD_OBJECTIVE
-    from bertforge.pretrain.ablation import ARMS
-    from bertforge.pretrain.objectives import generator_config, rtd_config
-    from bertforge.pretrain.recipes import resolve
+    from bertforge.pretraining.ablation import ARMS
+    from bertforge.pretraining.objectives import generator_config, rtd_config
+    from bertforge.pretraining.recipes import resolve
     from bertforge.tokenization import Tokenizer
 
     recipe = resolve(ARMS[arm]["recipe"], **ARMS[arm]["over"])
@@ -296,9 +296,9 @@ def finetune_task(model_dir: Path, task: str, seed: int, opts: LabOptions, work:
 def _relation_batches(shared, opts: LabOptions) -> dict[str, list[dict]]:
     """Held-out NSP and SOP batches (fixed masks and pairs), for scoring any sentence head on both tasks."""
     from bertforge.data import ShardedCorpus
-    from bertforge.pretrain.ablation import BASE
-    from bertforge.pretrain.inputs import heldout_batches
-    from bertforge.pretrain.recipes import resolve
+    from bertforge.pretraining.ablation import BASE
+    from bertforge.pretraining.inputs import heldout_batches
+    from bertforge.pretraining.recipes import resolve
 
     held = ShardedCorpus(shared.data_dir, split="heldout", heldout_fraction=shared.heldout_fraction)
     return {task: heldout_batches(held, resolve(BASE, objective=f"mlm+{task}"), opts.seq_len, opts.batch_size,

@@ -1,7 +1,7 @@
 """The ablation tables of the BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT and DeBERTa-v3 papers: which arms each paper
 compared, the claims it drew, and its own numbers.
 
-An arm is a pretraining configuration from `bertforge.pretrain.ablation.ARMS` (one registry for `ablate --arms`
+An arm is a pretraining configuration from `bertforge.pretraining.ablation.ARMS` (one registry for `ablate --arms`
 and for the tables); a table names the arms a paper's table compared, with the paper's labels, plus the control
 (`CONTROL`: no pretraining at all). A claim compares two
 arms on some downstream tasks ("a" expected better than "b", or, with `tolerance`, the two within that many points).
@@ -176,7 +176,7 @@ def tasks_of(table: Table, override: list[str] | None) -> list[str]:
 
 def listing() -> str:
     """What `bertforge ablate --list` prints: every table with its arms and claims."""
-    from bertforge.pretrain.ablation import ARMS
+    from bertforge.pretraining.ablation import ARMS
     lines = []
     for t in TABLES.values():
         lines.append(f"{t.name}: {t.source}; tasks {', '.join(t.tasks)}")

@@ -254,7 +254,7 @@ class MaskedLM(nn.Module):
 class PreTrainingModel(nn.Module):
     """Encoder + MLM head + optional NSP/SOP head (BertForPreTraining / AlbertForPreTraining layout).
 
-    Returns raw logits; the objectives (losses, masking) live in `bertforge.pretrain`.
+    Returns raw logits; the objectives (losses, masking) live in `bertforge.pretraining`.
     """
 
     def __init__(self, cfg: ModelConfig, sentence_relation: bool = True):

@@ -1,6 +1,6 @@
 """One index of passages, whatever the retrieval method, in one folder format (retrieval/store.py):
 
-- dense: the passages embedded by a sentence encoder in a FAISS index (embed.index: flat, hnsw, ivf), cosine;
+- dense: the passages embedded by a sentence encoder in a FAISS index (embedding.index: flat, hnsw, ivf), cosine;
 - bm25: BM25 over their words (retrieval/sparse.py, on bm25s); no model;
 - hybrid: both, each query's two candidate lists fused (retrieval/fusion.py: weighted min-max or RRF).
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from bertforge.embed.index import Hit, VectorIndex, index_meta, make_index, recorded_model, require_faiss
-from bertforge.embed.modules import SentenceEncoder
+from bertforge.embedding.index import Hit, VectorIndex, index_meta, make_index, recorded_model, require_faiss
+from bertforge.embedding.modules import SentenceEncoder
 from bertforge.errors import BertforgeError
 from bertforge.io.read import jsonl_rows, read_json
 from bertforge.retrieval import fusion as fusions
@@ -102,7 +102,7 @@ class RetrievalIndex:
         meta_path = path / "meta.json"
         if not meta_path.is_file():
             raise BertforgeError(f"{path}: not an index directory (no meta.json)")
-        if "method" not in read_json(meta_path):  # written by embed.index alone: a dense index, without titles
+        if "method" not in read_json(meta_path):  # written by embedding.index alone: a dense index, without titles
             vectors = VectorIndex.load(path)
             passages = Passages(vectors.ids, [""] * len(vectors.ids), vectors.texts)
             return cls(path, {"method": "dense", **vectors.meta}, passages, vectors)
@@ -133,7 +133,7 @@ class RetrievalIndex:
         if self.path is None:
             raise BertforgeError("this index is held in memory only: give it a folder to save to")
         p = self.passages
-        writers: dict[str, Any] = {}  # in this order: the largest file first, as embed.index writes them
+        writers: dict[str, Any] = {}  # in this order: the largest file first, as embedding.index writes them
         if self.vectors is not None:
             import faiss
 

@@ -1,4 +1,4 @@
-"""Merging embedding shards (`retrieval.shards`) into one index folder, the layout `embed.index.VectorIndex` reads.
+"""Merging embedding shards (`retrieval.shards`) into one index folder, the layout `embedding.index.VectorIndex` reads.
 
 The shard set is checked first (every shard 0..N-1 committed, all of one model, width, pooling, precision, dtype,
 chunk size and corpus, and of the same N): a shard missing or different is one line naming its folder. Then the
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from bertforge.embed.index import INDEX_TYPES, commit_generation, index_meta, ivf_lists, make_index, require_faiss
+from bertforge.embedding.index import INDEX_TYPES, commit_generation, index_meta, ivf_lists, make_index, require_faiss
 from bertforge.errors import BertforgeError
 from bertforge.io.read import read_json
 from bertforge.retrieval.shards import found_shards, shard_dir

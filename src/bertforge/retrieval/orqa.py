@@ -132,7 +132,7 @@ def save_question(tower: nn.Module, directory: Path) -> None:
 
 def load_question_into(tower: nn.Module, directory: Path) -> None:
     """The weights of `directory/question/` into `tower` (a resumed run's)."""
-    from bertforge.embed.modules import SentenceEncoder
+    from bertforge.embedding.modules import SentenceEncoder
 
     saved = SentenceEncoder.from_pretrained(Path(directory) / QUESTION_DIR)
     tower.load_state_dict(saved.state_dict())

@@ -24,7 +24,7 @@ class ShardWorker:
     """A Ray Data actor: one loaded encoder, building the shards whose ids come by."""
 
     def __init__(self, model: str, pooling: Any, out: str, corpus: Any, num_shards: int, options: dict[str, Any]):
-        from bertforge.embed import SentenceEncoder
+        from bertforge.embedding import SentenceEncoder
 
         self.encoder = SentenceEncoder.from_pretrained(model, pooling=pooling)
         self.out, self.corpus, self.num_shards, self.options = out, corpus, num_shards, options

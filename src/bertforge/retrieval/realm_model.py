@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertforge.embed.modules import Dense, Pooling, SentenceEncoder, Transformer
+from bertforge.embedding.modules import Dense, Pooling, SentenceEncoder, Transformer
 from bertforge.errors import BertforgeError
 from bertforge.retrieval.realm import NULL_DOCUMENT, marginal_mlm_loss, masked_token_logprobs
 from bertforge.retrieval.realm_knowledge import KNOWLEDGE_DIR, KnowledgeIndex

@@ -2,14 +2,14 @@
 
   meta.json            the method, count, generation G, the sha256 of each of G's files, and each part's settings
   docs.G.jsonl         {"id", "title", "text"} per row, in row order (every method)
-  index.G.faiss        the dense vectors (dense, hybrid): embed.index's FAISS index
+  index.G.faiss        the dense vectors (dense, hybrid): embedding.index's FAISS index
   bm25.G.npz           the BM25 score matrix (bm25, hybrid): plain numeric arrays, read without pickle
   bm25-vocab.G.json    its vocabulary (bm25, hybrid)
 
 A save writes generation G+1's files beside G's under their own names, then renames a meta.json naming G+1 into
 place (the commit), then removes every other generation's files; a load follows meta.json and checks each file's
 sha256 before parsing it. So any number of kills at any moment leaves the last committed index, and a bit flip is
-an error, never wrong answers (embed/index.py keeps the same rules for the dense structure alone; a folder it wrote,
+an error, never wrong answers (embedding/index.py keeps the same rules for the dense structure alone; a folder it wrote,
 of the older one-generation layout too, is a dense index here).
 """
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertforge.embed.modules import Dense, Normalize, Pooling, SentenceEncoder
+from bertforge.embedding.modules import Dense, Normalize, Pooling, SentenceEncoder
 from bertforge.errors import BertforgeError
 from bertforge.families import FAMILIES
 from bertforge.families.family import PROJECTION

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from bertforge.embed.modules import Dense, SentenceEncoder
+from bertforge.embedding.modules import Dense, SentenceEncoder
 from bertforge.model.checkpoint import load_pretrained
 from bertforge.retrieval.dpr import RetrievalExample, _normal
 from bertforge.retrieval.towers import PASSAGE_DIR, QUESTION_DIR, BiEncoder, save_retriever

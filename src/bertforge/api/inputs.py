@@ -25,8 +25,7 @@ from typing import Any
 
 from bertforge.config.arguments import DATA, TEXT, check_args, maybe
 from bertforge.errors import ArgumentError, BertforgeError
-
-CACHE_VAR = "BERTFORGE_CACHE"  # where corpora given in memory are kept (default: ~/.cache/bertforge)
+from bertforge.io.cache import CACHE_VAR, cache_dir  # noqa: F401 (CACHE_VAR: the variable users set)
 
 
 def model_name(model: Any, revision: str | None = None, flag: str = "model=") -> Any:
@@ -127,13 +126,6 @@ def corpus_files(corpus: Any = None, texts: Any = None, text_col: str | None = N
     if not documents:
         raise BertforgeError(f"{what}: no text (every document is empty)")
     return [str(cached_corpus(documents))], None
-
-
-def cache_dir() -> Path:
-    """$BERTFORGE_CACHE, else $XDG_CACHE_HOME/bertforge (~/.cache/bertforge)."""
-    if os.environ.get(CACHE_VAR):
-        return Path(os.environ[CACHE_VAR]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bertforge"
 
 
 def cached_corpus(documents: list[str]) -> Path:

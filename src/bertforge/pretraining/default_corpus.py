@@ -16,6 +16,7 @@ import sysconfig
 import warnings
 from pathlib import Path
 
+from bertforge.io.cache import cache_dir
 from bertforge.io.write import atomic_write_text
 
 # Test suites and vendored third-party code are skipped: mostly code, little prose.
@@ -86,7 +87,7 @@ def default_corpus(cache_root: str | Path | None = None) -> Path:
     The cache key is the Python version and stdlib path, so another interpreter gets its own copy. Held-out
     documents are chosen later by `ShardedCorpus` from per-document hashes, as for any corpus.
     """
-    root = Path(cache_root) if cache_root else Path.home() / ".cache" / "bertforge"
+    root = Path(cache_root) if cache_root else cache_dir()
     key = hashlib.sha1(f"{sys.version}|{sysconfig.get_paths()['stdlib']}|v2".encode()).hexdigest()[:10]
     path = root / f"stdlib-docs-{key}.txt"
     if not path.is_file():

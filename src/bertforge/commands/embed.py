@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 from bertforge.commands.needs import Need, index_needs, tracker_needs
-from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
-                                        add_tracking_args, device_of)
-from bertforge.device import PRECISIONS, TRAINING_PRECISIONS, add_device_args
+from bertforge.commands.options import add_overwrite_arg, add_progress_arg, add_trainer_args, device_of
+from bertforge.device import PRECISIONS, add_device_args
 from bertforge.commands.bounds import COUNT, COUNT0, EPOCHS, FRACTION, POSITIVE, STEPS
 from bertforge.commands.data_options import add_column_args, add_input_split_args
 from bertforge.errors import BertforgeError
@@ -54,14 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                    "dataset: its dev / validation split)")
     add_column_args(p)
     p.add_argument("--data-config", metavar="NAME", help="a Hugging Face Hub dataset's configuration (e.g. stsb)")
-    add_seed_arg(p)
-    add_device_args(p, TRAINING_PRECISIONS, "fp32", "bf16 autocast or fp32",
-                    compile="torch.compile the model (default: on when training on a GPU; falls back to eager with "
-                            "one line)")
-    add_progress_arg(p)
-    add_overwrite_arg(p)
-    add_tracking_args(p)
-    add_config_arg(p)
+    add_trainer_args(p)
     p.set_defaults(func=train_command, needs=_train_needs)
 
     p = sub.add_parser("embed-eval", help="STS correlation or retrieval metrics of a sentence encoder (JSON)",

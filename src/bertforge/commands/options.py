@@ -279,3 +279,18 @@ def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str]) -> N
         if any(a.dest in defaults for a in group._group_actions):
             group.required = False
     verb.set_defaults(**defaults)
+
+
+def add_trainer_args(p: argparse.ArgumentParser, resume: bool = False) -> None:
+    """The flags of a verb that trains on the shared Trainer (`embed-train`, `retriever train`): --seed, the device,
+    precision and compile flags, --no-progress, --overwrite (and --resume), --report-to / --logging-dir, --config."""
+    from bertforge.device import TRAINING_PRECISIONS, add_device_args
+
+    add_seed_arg(p)
+    add_device_args(p, TRAINING_PRECISIONS, "fp32", "bf16 autocast or fp32",
+                    compile="torch.compile the model (default: on when training on a GPU; falls back to eager with "
+                            "one line)")
+    add_progress_arg(p)
+    add_overwrite_arg(p, resume=resume)
+    add_tracking_args(p)
+    add_config_arg(p)

@@ -7,9 +7,7 @@ import json
 
 from bertforge.commands.bounds import COUNT, EPOCHS, POSITIVE, STEPS, int_range
 from bertforge.commands.needs import Need, tracker_needs
-from bertforge.commands.options import (add_config_arg, add_overwrite_arg, add_progress_arg, add_seed_arg,
-                                        add_tracking_args, device_of, tracking)
-from bertforge.device import TRAINING_PRECISIONS, add_device_args
+from bertforge.commands.options import add_overwrite_arg, add_trainer_args, device_of, tracking
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,14 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--data-split", metavar="NAME", help="the split of a folder of splits or a Hub dataset "
                                                          "(default: train)")
     t.add_argument("--data-config", metavar="NAME", help="a Hugging Face Hub dataset's configuration")
-    add_seed_arg(t)
-    add_device_args(t, TRAINING_PRECISIONS, "fp32", "bf16 autocast or fp32",
-                    compile="torch.compile the model (default: on when training on a GPU; falls back to eager with "
-                            "one line)")
-    add_progress_arg(t)
-    add_overwrite_arg(t, resume=True)
-    add_tracking_args(t)
-    add_config_arg(t)
+    add_trainer_args(t, resume=True)
     t.set_defaults(func=train_command, needs=_train_needs)
 
     e = rsub.add_parser("export-dpr", help="a retriever folder's towers in transformers' DPR layout",

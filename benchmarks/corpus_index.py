@@ -134,6 +134,9 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=1000, help="passages of the bf16 / int8 comparisons")
     ap.add_argument("--data", default=str(DATA))
     ap.add_argument("--work", help="keep the shards and indexes here (default: a temporary folder)")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the chunks an interrupted run committed in --work (the embedding rate then counts "
+                         "only the passages this run embedded)")
     ap.add_argument("--_merge", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a._merge:
@@ -164,14 +167,16 @@ def main() -> None:
 
     # embedding, through the shard path (chunks committed as they finish)
     out = work / "index"
-    shutil.rmtree(out, ignore_errors=True)
+    if not a.resume:
+        shutil.rmtree(out, ignore_errors=True)
     t, c = time.perf_counter(), cpu_seconds()
-    for i in range(a.shards):
-        build_shard(out, model, corpus, i, a.shards, batch_size=a.batch_size, progress=False)
+    embedded = sum(build_shard(out, model, corpus, i, a.shards, batch_size=a.batch_size, progress=False).embedded
+                   for i in range(a.shards))
     seconds, cpu = time.perf_counter() - t, cpu_seconds() - c
     n = result["corpus"]["passages"]
-    result["embed"] = {"fp32_shards": {"passages_per_s": n / seconds, "passages_per_cpu_s": n / cpu,
-                                       "seconds": seconds, "shards": a.shards}}
+    result["embed"] = {"fp32_shards": {"passages_per_s": embedded / seconds, "passages_per_cpu_s": embedded / cpu,
+                                       "seconds": seconds, "shards": a.shards, "embedded_by_this_run": embedded,
+                                       "resumed_from_an_earlier_run": n - embedded}}
     result["vectors_mb"] = n * model.dim * 4 / 2 ** 20  # float32: what a flat index holds
     sample = [p.text for _, p in zip(range(a.sample), iter_passages(corpus))]
     if default_precision("cpu") == "bf16":

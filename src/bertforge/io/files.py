@@ -32,7 +32,8 @@ def file_format(path: str | Path) -> str:
     return "text"
 
 
-def file_table(path: Path, header: bool) -> Table:
+def file_table(path: Path, header: bool, stream: bool = False) -> Table:
+    """The table of one file; `stream`: JSON Lines read again on each pass, never held (see tables.open_table)."""
     p = require_file(path)
     fmt = file_format(p)
     if fmt == "text":
@@ -40,7 +41,10 @@ def file_table(path: Path, header: bool) -> Table:
                      ["text"], plain=True, stem=_stem(p))
     if fmt in ("tsv", "csv"):
         return _delimited_table(p, fmt, header)
-    if fmt == "jsonl":
+    if fmt == "jsonl" or (fmt == "json" and stream and _is_json_lines(p)):
+        if stream:
+            return Table(str(p), lambda: (Row(where(p, n), obj) for n, obj in jsonl_rows(p)), records=True,
+                         stem=_stem(p))
         rows = [Row(where(p, n), obj) for n, obj in jsonl_rows(p)]
         return Table(str(p), lambda: rows, records=True, stem=_stem(p))
     if fmt == "json":

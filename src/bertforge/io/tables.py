@@ -57,10 +57,13 @@ LABEL_COLUMNS = ("label", "labels", "score", "gold_label", "Quality")
 
 # ---------------------------------------------------------------------------------------------- opening sources
 
-def open_table(source: Any, *, split: str | None = None, config: str | None = None, header: bool = True) -> Table:
+def open_table(source: Any, *, split: str | None = None, config: str | None = None, header: bool = True,
+               stream: bool = False) -> Table:
     """`source` opened as a Table (the module docstring lists the sources). `split` picks one split of a
     DatasetDict (a saved folder, a hub dataset, one in memory); `config` a hub dataset's configuration.
-    `header=False`: a CSV / TSV without a header line; its columns are then the positions 0, 1, ..."""
+    `header=False`: a CSV / TSV without a header line; its columns are then the positions 0, 1, ...
+    `stream=True`: a JSON Lines file is read again on each pass instead of held in memory (a corpus of any size;
+    a bad line is then found when the reading reaches it, not when the file is opened)."""
     if isinstance(source, Table):
         return source
     if isinstance(source, HubSplit):
@@ -71,7 +74,7 @@ def open_table(source: Any, *, split: str | None = None, config: str | None = No
         path = Path(source)
         if path.is_dir():
             return saved_table(path, split)
-        return file_table(path, header)
+        return file_table(path, header, stream)
     return memory_table(source, split)
 
 

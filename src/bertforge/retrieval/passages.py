@@ -65,7 +65,7 @@ def iter_passages(source: Any, *, text_col: Any = None, id_col: Any = None, titl
                   seen: set[str] | None = None) -> Iterator[Passage]:
     """The passages of `source` in order, checked as they stream by (see the module's rules). `seen` carries the
     ids already in an index, so an added file cannot repeat one of them."""
-    table = open_table(source, split=split, config=config)
+    table = open_table(source, split=split, config=config, stream=True)  # a corpus is never held whole
     text = pick_columns(table, text_col, want_pair=False, want_label=False).text
     for col, what in ((id_col, "ids"), (title_col, "titles")):
         if col is not None:

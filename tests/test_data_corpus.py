@@ -271,7 +271,8 @@ def test_splits_and_ranks(small, tmp_path):
     prepare_corpus(d, tok, tmp_path / "s", progress=False, shard_tokens=700, heldout_fraction=0.2)
     all_ = ShardedCorpus(tmp_path / "s")
     train, held = ShardedCorpus(tmp_path / "s", split="train"), ShardedCorpus(tmp_path / "s", split="heldout")
-    assert 0.1 < len(held) / len(all_) < 0.3
+    # content hashes of token ids: 120 documents at 0.2 give 24 +- 4.4 held out; within 4 sigma
+    assert 0.05 < len(held) / len(all_) < 0.35
     assert sorted(np.r_[train.doc_ids, held.doc_ids].tolist()) == list(range(len(all_)))
     # Content-hash split: the same documents are held out when the corpus is re-sharded with other settings.
     prepare_corpus(d, tok, tmp_path / "t", progress=False, shard_tokens=10_000, workers=1)

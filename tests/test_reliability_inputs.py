@@ -123,6 +123,10 @@ def _argv(verb: str, parser: argparse.ArgumentParser, tested: argparse.Action, v
             v = str(next(iter(a.choices)))
         elif a.type in (int, float) or isinstance(a.type, Number):
             v = "1"
+            try:
+                a.type(v)
+            except Exception:  # a bound that excludes 1, e.g. a share in (0, 1)
+                v = "0.5"
         elif a in input_actions(parser):
             v = str(other)
         else:

@@ -399,11 +399,11 @@ def test_wordpiece_vocabulary_matches_the_tokenizers_trainer(tmp_path, shared_da
     from tokenizers.models import WordPiece
 
     from bertforge.tokenization.pipelines import LAYOUTS
-    from bertforge.tokenization.tokenizer import _bert_pipeline, _special_added_tokens
+    from bertforge.tokenization.tokenizer import _special_added_tokens, _wordpiece_pipeline
     texts = list(iter_texts(shared_data(*WIKITEXT)))
     ours = Tokenizer.train(texts, kind="wordpiece", vocab_size=4000)
     ref = Backend(WordPiece(unk_token="[UNK]"))
-    _bert_pipeline(ref, lowercase=True)
+    _wordpiece_pipeline(ref, lowercase=True)
     ref.train_from_iterator(texts, trainers.WordPieceTrainer(
         vocab_size=4000, min_frequency=2, special_tokens=_special_added_tokens(LAYOUTS["wordpiece"]), limit_alphabet=1000,
         continuing_subword_prefix="##", show_progress=False))
